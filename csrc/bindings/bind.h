@@ -1,0 +1,13 @@
+// pybind11 glue: one bind_<area>() per area, each in its own bind_<area>.cpp, called from module.cpp.
+#pragma once
+#include <pybind11/pybind11.h>
+
+namespace fastcomp::bindings {
+namespace py = pybind11;
+
+void bind_bytecode(py::module_& m);  // _C._testing.decode(...) and friends
+void bind_hook(py::module_& m);      // hook diagnostics for tests
+void bind_logging(py::module_& m);   // topic levels, Python sink
+void bind_api(py::module_& m);       // Dispatcher, reset, compile observer, config
+
+}  // namespace fastcomp::bindings

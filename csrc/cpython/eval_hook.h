@@ -1,0 +1,51 @@
+// The PEP 523 frame-evaluation hook. It is installed on the interpreter only while at least one thread is
+// inside a fastcomp-compiled call (HookScope), so the rest of the program keeps CPython's fast call paths.
+#pragma once
+#include <Python.h>
+
+#include "cpython/frame.h"
+
+namespace fastcomp::cpython {
+
+// What the frame handler decided for one intercepted frame.
+struct FrameOutcome {
+  enum Kind { RunDefault, Result, Error } kind = RunDefault;
+  PyObject* value = nullptr;  // new reference when kind == Result
+  static FrameOutcome run_default() { return {}; }
+  static FrameOutcome result(PyObject* v) { return {Result, v}; }
+  static FrameOutcome error() { return {Error, nullptr}; }  // a Python exception is set
+};
+
+// Called for each frame the hook intercepts (a plain function frame, not a generator/coroutine, hook
+// enabled on this thread, not re-entered from inside a handler). On Result/Error the hook disposes of the
+// frame without evaluating it, as the CPython version requires.
+using FrameHandler = FrameOutcome (*)(const FrameView& frame);
+
+void set_frame_handler(FrameHandler handler);
+
+// While one HookScope is alive on a thread, frames evaluated on that thread are offered to the handler.
+// Scopes nest; the interpreter-wide hook is installed while any thread holds one.
+class HookScope {
+ public:
+  HookScope();
+  ~HookScope();
+  HookScope(const HookScope&) = delete;
+  HookScope& operator=(const HookScope&) = delete;
+};
+
+// While alive, the current thread's frames run under CPython's default evaluator even inside a HookScope.
+// fastcomp holds one while it traces, compiles, checks guards and runs graphs (torch's own Python code).
+class SuspendHook {
+ public:
+  SuspendHook();
+  ~SuspendHook();
+  SuspendHook(const SuspendHook&) = delete;
+  SuspendHook& operator=(const SuspendHook&) = delete;
+
+ private:
+  bool previous_;
+};
+
+bool hook_installed();  // for tests: whether the interpreter-wide hook is set right now
+
+}  // namespace fastcomp::cpython

@@ -1,0 +1,64 @@
+// The version-neutral instruction stream: the output of decode(), the input of the tracer.
+#pragma once
+#include <Python.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cpython/pyref.h"
+
+namespace fastcomp::frontend {
+
+enum class Op : uint8_t {
+#define FC_OP(name, doc) name,
+#include "frontend/bytecode/op.def"
+#undef FC_OP
+};
+const char* op_name(Op op);
+
+// CPython's NB_* numbering for BINARY_OP (identical on 3.11 and 3.12).
+enum class BinaryOpKind : uint8_t {
+  Add, And, FloorDivide, Lshift, MatrixMultiply, Multiply, Remainder, Or, Power, Rshift, Subtract,
+  TrueDivide, Xor, InplaceAdd, InplaceAnd, InplaceFloorDivide, InplaceLshift, InplaceMatrixMultiply,
+  InplaceMultiply, InplaceRemainder, InplaceOr, InplacePower, InplaceRshift, InplaceSubtract,
+  InplaceTrueDivide, InplaceXor
+};
+enum class CompareKind : uint8_t { Lt, Le, Eq, Ne, Gt, Ge };  // Py_LT .. Py_GE order
+
+struct Instr {
+  static constexpr uint8_t kMethod = 1;        // LOAD_ATTR / LOAD_SUPER_ATTR loads a method (pushes 2)
+  static constexpr uint8_t kPushNull = 2;      // LOAD_GLOBAL pushes NULL before the value
+  static constexpr uint8_t kTwoArgSuper = 4;   // LOAD_SUPER_ATTR of super(cls, self)
+
+  Op op = Op::NOP;
+  uint8_t flags = 0;
+  int32_t arg = 0;        // meaning per op, see op.def
+  int32_t target = -1;    // jump target as an index into InstrStream::instrs
+  int32_t kwnames = -1;   // CALL: index into co_consts of the keyword-names tuple, -1 if none
+  int32_t offset = 0;     // byte offset of the instruction's opcode in co_code (after EXTENDED_ARG prefixes)
+  int32_t line = -1;      // source line, -1 when none
+  uint8_t raw_opcode = 0; // the real opcode, for dumps and encode
+  int32_t raw_arg = 0;    // the real oparg including EXTENDED_ARG bits
+};
+
+struct ExceptionEntry {
+  int32_t start = 0;   // first covered instruction index
+  int32_t end = 0;     // one past the last covered instruction index
+  int32_t target = 0;  // handler instruction index
+  int32_t depth = 0;   // stack depth at the handler
+  bool push_lasti = false;
+};
+
+struct InstrStream {
+  PyRef code;  // the code object that was decoded
+  std::vector<Instr> instrs;
+  std::vector<ExceptionEntry> exception_table;
+
+  // Index of the instruction whose opcode sits at `byte_offset`, or -1.
+  int index_of_offset(int byte_offset) const;
+  // One instruction per line: "  12 L34  LOAD_FAST        0 (x)", stable for golden tests.
+  std::string to_string() const;
+};
+
+}  // namespace fastcomp::frontend

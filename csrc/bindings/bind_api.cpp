@@ -1,5 +1,54 @@
+#include "api/dispatcher.h"
 #include "bindings/bind.h"
+#include "cpython/eval_hook.h"
+#include "dispatch.h"
+#include "frontend/trace/tracer.h"
+#include "runtime/cache.h"
+#include "support/config.h"
 
 namespace fastcomp::bindings {
-void bind_api(py::module_& m) {}
+
+void bind_api(py::module_& m) {
+  if (!api::ready_types()) throw py::error_already_set();
+  cpython::set_frame_handler(&handle_frame);
+  frontend::register_special_object("disabled_type", reinterpret_cast<PyObject*>(api::disabled_type()));
+
+  m.def(
+      "make_dispatcher",
+      [](py::object fn, py::object target, bool fullgraph, py::object dynamic, std::string mode, std::string backend,
+         bool explain) {
+        if (!PyCode_Check(target.ptr())) throw py::type_error("target must be a code object");
+        CompileOptions o;
+        o.fullgraph = fullgraph;
+        o.dynamic = dynamic.is_none() ? -1 : dynamic.cast<bool>();
+        o.mode = std::move(mode);
+        o.backend = std::move(backend);
+        PyObject* d = api::make_dispatcher(fn.ptr(), reinterpret_cast<PyCodeObject*>(target.ptr()), std::move(o), explain);
+        if (!d) throw py::error_already_set();
+        return py::reinterpret_steal<py::object>(d);
+      },
+      py::arg("fn"), py::arg("target"), py::arg("fullgraph"), py::arg("dynamic"), py::arg("mode"), py::arg("backend"),
+      py::arg("explain") = false, "a callable that runs fn with frames of `target` compiled");
+  m.def(
+      "make_disabled",
+      [](py::object fn) {
+        PyObject* d = api::make_disabled(fn.ptr());
+        if (!d) throw py::error_already_set();
+        return py::reinterpret_steal<py::object>(d);
+      },
+      "a callable that runs fn and never traces into it");
+  m.def("reset", &runtime::reset_all_caches, "drop every compiled entry");
+  m.def("set_compile_observer", [](py::object o) { set_compile_observer(o.ptr()); });
+  m.def("register_special", [](const std::string& role, py::object o) { frontend::register_special_object(role, o.ptr()); });
+  m.def("is_dispatching", &is_dispatching);
+  m.def(
+      "set_config",
+      [](int recompile_limit, bool error_on_recompile, bool suppress_errors) {
+        config().recompile_limit = recompile_limit;
+        config().error_on_recompile = error_on_recompile;
+        config().suppress_errors = suppress_errors;
+      },
+      py::arg("recompile_limit"), py::arg("error_on_recompile"), py::arg("suppress_errors"));
+}
+
 }  // namespace fastcomp::bindings

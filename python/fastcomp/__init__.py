@@ -1,2 +1,16 @@
-"""fastcomp: torch.compile's API, with capture in C++ and compile times in milliseconds."""
-from fastcomp import _C  # noqa: F401
+"""fastcomp: torch.compile's API, with capture in C++ and compile times in milliseconds.
+
+Public API: compile, disable, reset, is_compiling, explain, set_logs, config, errors.
+"""
+from fastcomp import _C, config, errors  # noqa: F401
+from fastcomp.api import OptimizedModule, compile, disable, is_compiling, reset
+from fastcomp.errors import FastcompError, InternalError, RecompileLimitExceeded, Unsupported
+from fastcomp.explain import ExplainOutput, explain
+
+_C.register_special("Unsupported", Unsupported)
+_C.register_special("RecompileLimitExceeded", RecompileLimitExceeded)
+_C.register_special("InternalError", InternalError)
+
+__all__ = ["compile", "disable", "reset", "is_compiling", "explain", "config", "errors", "OptimizedModule",
+           "ExplainOutput", "FastcompError", "Unsupported", "RecompileLimitExceeded", "InternalError"]
+__version__ = "0.1.0"

@@ -1,0 +1,36 @@
+#include "compile.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+
+#include "frontend/trace/tracer.h"
+#include "support/log.h"
+
+namespace fastcomp {
+
+std::string CompileOptions::to_string() const {
+  return fmt::format("mode={} backend={} fullgraph={} dynamic={}", mode, backend, fullgraph,
+                     dynamic < 0 ? "None" : dynamic ? "True" : "False");
+}
+
+CompiledFrame compile_frame(const cpython::FrameView& frame, const CompileOptions& options) {
+  auto start = std::chrono::steady_clock::now();
+  CompiledFrame out;
+  frontend::TraceResult trace = frontend::trace_frame(frame);
+  out.guards = std::move(trace.guards);
+  out.failure = std::move(trace.failure);
+  out.user_error = std::move(trace.user_error);
+  if (out.failure || !out.user_error.empty()) {
+    out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return out;
+  }
+  out.graph_text = trace.graph.to_string();
+  for (const auto& node : trace.graph.nodes)
+    if (node.kind == graph::NodeKind::Call) out.ops.push_back(node.target_name);
+  out.executable = runtime::make_torch_runner(std::move(trace.graph));
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return out;
+}
+
+}  // namespace fastcomp

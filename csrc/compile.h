@@ -1,0 +1,40 @@
+// The compile pipeline for one frame: trace -> graph -> executable. One stage per line in compile.cpp.
+#pragma once
+#include <Python.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "cpython/frame.h"
+#include "frontend/guards/guards.h"
+#include "frontend/trace/unsupported.h"
+#include "runtime/executable.h"
+
+namespace fastcomp {
+
+// What the user asked for in fastcomp.compile(...). Entries compiled under different options never mix.
+struct CompileOptions {
+  bool fullgraph = false;
+  int dynamic = -1;  // -1: None (automatic), 0: False, 1: True
+  std::string mode = "default";
+  std::string backend = "default";
+  int key = 0;       // interned identity of the option set, compared on every cache lookup
+
+  std::string to_string() const;
+};
+
+struct CompiledFrame {
+  frontend::GuardSet guards;
+  std::unique_ptr<runtime::Executable> executable;  // null: run this frame eagerly under these guards
+  std::optional<frontend::Unsupported> failure;     // why the frame runs eagerly, when it does
+  std::string user_error;                           // the user's code raised while tracing
+  std::string graph_text;
+  std::vector<std::string> ops;
+  double seconds = 0;
+};
+
+/** Traces the frame and builds its executable. Never throws for user code or unsupported code. */
+CompiledFrame compile_frame(const cpython::FrameView& frame, const CompileOptions& options);
+
+}  // namespace fastcomp

@@ -1,0 +1,256 @@
+#include "frontend/guards/guards.h"
+
+#include <fmt/format.h>
+
+namespace fastcomp::frontend {
+namespace {
+
+std::string py_str(PyObject* o) {
+  PyRef s = PyRef::steal(PyObject_Str(o));
+  if (!s) {
+    PyErr_Clear();
+    return "?";
+  }
+  return PyUnicode_AsUTF8(s.get());
+}
+
+std::string py_repr(PyObject* o) {
+  PyRef s = PyRef::steal(PyObject_Repr(o));
+  if (!s) {
+    PyErr_Clear();
+    return "?";
+  }
+  return PyUnicode_AsUTF8(s.get());
+}
+
+PyObject* interned(const char* s) {  // borrowed, immortal for the process
+  PyObject* o = PyUnicode_InternFromString(s);
+  return o;
+}
+
+// Borrowed item of a dict stored in an object's __dict__ under `slot_name` (e.g. "_parameters").
+PyObject* module_dict_item(PyObject* module, PyObject* slot_name, PyObject* key) {
+  PyObject** dictptr = _PyObject_GetDictPtr(module);
+  if (!dictptr || !*dictptr) return nullptr;
+  PyObject* slot = PyDict_GetItemWithError(*dictptr, slot_name);
+  if (!slot || !PyDict_Check(slot)) return nullptr;
+  return PyDict_GetItemWithError(slot, key);
+}
+
+// Loads source `id` given its base's value. Returns borrowed or (if `owned` is set) new reference.
+PyObject* load_source(const Source& s, PyObject* base, const cpython::FrameView& frame, PyRef* owned) {
+  static PyObject* kParameters = interned("_parameters");
+  static PyObject* kBuffers = interned("_buffers");
+  static PyObject* kModules = interned("_modules");
+  switch (s.kind) {
+    case SourceKind::Local: return frame.local(s.index);
+    case SourceKind::Closure: return frame.local(s.index);
+    case SourceKind::Global: {
+      PyObject* v = PyDict_GetItemWithError(frame.globals(), s.key.get());
+      if (!v && !PyErr_Occurred() && PyDict_Check(frame.builtins()))
+        v = PyDict_GetItemWithError(frame.builtins(), s.key.get());
+      return v;
+    }
+    case SourceKind::ConstObject: return s.key.get();
+    case SourceKind::DictItem:
+      return PyDict_Check(base) ? PyDict_GetItemWithError(base, s.key.get()) : nullptr;
+    case SourceKind::Attr:
+      *owned = PyRef::steal(PyObject_GetAttr(base, s.key.get()));
+      return owned->get();
+    case SourceKind::InstDict: {
+      PyObject** dictptr = _PyObject_GetDictPtr(base);
+      return dictptr && *dictptr ? PyDict_GetItemWithError(*dictptr, s.key.get()) : nullptr;
+    }
+    case SourceKind::ModuleParam: return module_dict_item(base, kParameters, s.key.get());
+    case SourceKind::ModuleBuffer: return module_dict_item(base, kBuffers, s.key.get());
+    case SourceKind::ModuleChild: return module_dict_item(base, kModules, s.key.get());
+    case SourceKind::SeqItem:
+      if (PyTuple_CheckExact(base) && s.index < PyTuple_GET_SIZE(base)) return PyTuple_GET_ITEM(base, s.index);
+      if (PyList_CheckExact(base) && s.index < PyList_GET_SIZE(base)) return PyList_GET_ITEM(base, s.index);
+      return nullptr;
+  }
+  return nullptr;
+}
+
+// Compares a tuple of Python ints with expected values; returns the first differing index or -1.
+int first_mismatch(PyObject* seq, const std::vector<int64_t>& expected, bool* rank_mismatch) {
+  Py_ssize_t n = PyTuple_GET_SIZE(seq);
+  if (n != static_cast<Py_ssize_t>(expected.size())) {
+    *rank_mismatch = true;
+    return 0;
+  }
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    if (PyLong_AsLongLong(PyTuple_GET_ITEM(seq, i)) != expected[i]) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+std::vector<int64_t> to_ints(PyObject* seq) {
+  std::vector<int64_t> out;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(seq); ++i) out.push_back(PyLong_AsLongLong(PyTuple_GET_ITEM(seq, i)));
+  return out;
+}
+
+// Checks a tensor against its guard. `reason` (nullable) gets Dynamo's wording on failure.
+bool check_tensor(PyObject* t, const TensorGuard& g, const std::string& name, std::string* reason) {
+  static PyObject* kDtype = interned("dtype");
+  static PyObject* kDevice = interned("device");
+  static PyObject* kShape = interned("shape");
+  static PyObject* kStride = interned("stride");
+  static PyObject* kRequiresGrad = interned("requires_grad");
+  auto fail = [&](const std::string& what) {
+    if (reason) *reason = fmt::format("tensor '{}' {}", name, what);
+    return false;
+  };
+  if (Py_TYPE(t) != g.type)
+    return fail(fmt::format("type mismatch. expected {}, actual {}", g.type->tp_name, Py_TYPE(t)->tp_name));
+  PyRef dtype = PyRef::steal(PyObject_GetAttr(t, kDtype));
+  if (dtype.get() != g.meta.dtype.get())
+    return fail(fmt::format("dtype mismatch. expected {}, actual {}", py_str(g.meta.dtype.get()),
+                            dtype ? py_str(dtype.get()) : "?"));
+  PyRef requires_grad = PyRef::steal(PyObject_GetAttr(t, kRequiresGrad));
+  if ((requires_grad.get() == Py_True) != g.meta.requires_grad)
+    return fail(fmt::format("requires_grad mismatch. expected requires_grad={}", int(g.meta.requires_grad)));
+  PyRef shape = PyRef::steal(PyObject_GetAttr(t, kShape));
+  if (!shape || !PyTuple_Check(shape.get())) return fail("has no shape");
+  bool rank_mismatch = false;
+  int i = first_mismatch(shape.get(), g.meta.sizes, &rank_mismatch);
+  if (rank_mismatch)
+    return fail(fmt::format("rank mismatch. expected {}, actual {}", g.meta.sizes.size(), PyTuple_GET_SIZE(shape.get())));
+  if (i >= 0)
+    return fail(fmt::format("size mismatch at index {}. expected {}, actual {}", i, g.meta.sizes[i],
+                            to_ints(shape.get())[i]));
+  PyRef strides = PyRef::steal(PyObject_CallMethodNoArgs(t, kStride));
+  if (!strides || !PyTuple_Check(strides.get())) return fail("has no strides");
+  i = first_mismatch(strides.get(), g.meta.strides, &rank_mismatch);
+  if (i >= 0)
+    return fail(fmt::format("stride mismatch at index {}. expected {}, actual {}", i, g.meta.strides[i],
+                            to_ints(strides.get())[i]));
+  PyRef device = PyRef::steal(PyObject_GetAttr(t, kDevice));
+  int same_device = device ? PyObject_RichCompareBool(device.get(), g.meta.device.get(), Py_EQ) : -1;
+  if (same_device != 1)
+    return fail(fmt::format("device mismatch. expected {}, actual {}", py_str(g.meta.device.get()),
+                            device ? py_str(device.get()) : "?"));
+  return true;
+}
+
+bool check_one(const GuardSet& set, const Guard& g, PyObject* v, const GuardScratch& scratch, std::string* reason) {
+  const std::string& name = g.source >= 0 ? set.sources.name(g.source) : g.what;
+  auto fail = [&](const std::string& text) {
+    if (reason) *reason = text;
+    return false;
+  };
+  switch (g.kind) {
+    case GuardKind::TypeMatch:
+      if (reinterpret_cast<PyObject*>(Py_TYPE(v)) == g.expected.get()) return true;
+      return fail(fmt::format("type({}) is {} (expected {})", name, Py_TYPE(v)->tp_name,
+                              reinterpret_cast<PyTypeObject*>(g.expected.get())->tp_name));
+    case GuardKind::IdMatch:
+      if (v == g.expected.get()) return true;
+      return fail(fmt::format("{} is not the object seen at compile time (expected {}, got {})", name,
+                              py_repr(g.expected.get()), py_repr(v)));
+    case GuardKind::ConstEquals: {
+      if (v == g.expected.get()) return true;
+      int eq = Py_TYPE(v) == Py_TYPE(g.expected.get()) ? PyObject_RichCompareBool(v, g.expected.get(), Py_EQ) : 0;
+      if (eq == 1) return true;
+      if (eq < 0) PyErr_Clear();
+      return fail(fmt::format("{} == {}", name, py_repr(g.expected.get())) +
+                  (reason ? fmt::format(" (actual {})", py_repr(v)) : ""));
+    }
+    case GuardKind::TensorMatch: return check_tensor(v, g.tensor, name, reason);
+    case GuardKind::Length: {
+      Py_ssize_t n = PyObject_Length(v);
+      if (n == g.length) return true;
+      if (n < 0) PyErr_Clear();
+      return fail(fmt::format("len({}) == {} (actual {})", name, g.length, n));
+    }
+    case GuardKind::DictKeys: {
+      if (!PyDict_Check(v)) return fail(fmt::format("{} is not a dict", name));
+      PyRef keys = PyRef::steal(PySequence_Tuple(PyRef::steal(PyDict_Keys(v)).get()));
+      int eq = keys ? PyObject_RichCompareBool(keys.get(), g.expected.get(), Py_EQ) : -1;
+      if (eq == 1) return true;
+      if (eq < 0) PyErr_Clear();
+      return fail(fmt::format("keys of {} == {}", name, py_repr(g.expected.get())));
+    }
+    case GuardKind::SameObject: {
+      bool same = v == scratch.values[g.length];
+      if (same == (g.expected.get() == Py_True)) return true;
+      return fail(fmt::format("{} {} {}", name, same ? "is now" : "is no longer", set.sources.name(g.length)));
+    }
+    case GuardKind::GlobalState: {
+      PyRef now = PyRef::steal(PyObject_Call(g.call.get(), g.call_args.get(), nullptr));
+      if (!now) {
+        PyErr_Clear();
+        return fail(fmt::format("{} raised", g.what));
+      }
+      if (now.get() == g.expected.get()) return true;
+      int eq = PyObject_RichCompareBool(now.get(), g.expected.get(), Py_EQ);
+      if (eq == 1) return true;
+      if (eq < 0) PyErr_Clear();
+      return fail(fmt::format("global state changed: {} == {} (actual {})", g.what, py_repr(g.expected.get()),
+                              py_repr(now.get())));
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+void GuardScratch::reset(int nsources) {
+  values.assign(nsources, nullptr);
+  owned.clear();
+  inputs.clear();
+}
+
+bool check_guards(const GuardSet& set, const cpython::FrameView& frame, GuardScratch& scratch,
+                  std::string* failure_reason) {
+  const int n = set.sources.size();
+  scratch.reset(n);
+  // Sources are in dependency order, so one forward pass loads each exactly once.
+  for (int i = 0; i < n; ++i) {
+    const Source& s = set.sources.at(i);
+    PyObject* base = s.base >= 0 ? scratch.values[s.base] : nullptr;
+    if (s.base >= 0 && !base) continue;  // base missing: the guard on it reports the failure
+    PyRef owned;
+    PyObject* v = load_source(s, base, frame, &owned);
+    if (!v) PyErr_Clear();
+    if (owned) scratch.owned.push_back(std::move(owned));
+    scratch.values[i] = v;
+  }
+  for (const Guard& g : set.guards) {
+    PyObject* v = g.source >= 0 ? scratch.values[g.source] : nullptr;
+    if (g.source >= 0 && !v) {
+      if (failure_reason) *failure_reason = fmt::format("{} is missing", set.sources.name(g.source));
+      return false;
+    }
+    if (!check_one(set, g, v, scratch, failure_reason)) return false;
+  }
+  for (int src : set.input_sources) scratch.inputs.push_back(scratch.values[src]);
+  return true;
+}
+
+std::string GuardSet::describe(const Guard& g) const {
+  const std::string name = g.source >= 0 ? sources.name(g.source) : g.what;
+  switch (g.kind) {
+    case GuardKind::TypeMatch:
+      return fmt::format("TYPE_MATCH: type({}) is {}", name, reinterpret_cast<PyTypeObject*>(g.expected.get())->tp_name);
+    case GuardKind::IdMatch: return fmt::format("ID_MATCH: {} is {}", name, py_repr(g.expected.get()));
+    case GuardKind::ConstEquals: return fmt::format("EQUALS_MATCH: {} == {}", name, py_repr(g.expected.get()));
+    case GuardKind::TensorMatch:
+      return fmt::format("TENSOR_MATCH: {} is {} {}", name, g.tensor.type->tp_name, g.tensor.meta.to_string());
+    case GuardKind::Length: return fmt::format("LENGTH_CHECK: len({}) == {}", name, g.length);
+    case GuardKind::DictKeys: return fmt::format("DICT_KEYS: keys of {} == {}", name, py_repr(g.expected.get()));
+    case GuardKind::SameObject:
+      return fmt::format("ALIASING: ({} is {}) == {}", name, sources.name(g.length), g.expected.get() == Py_True);
+    case GuardKind::GlobalState: return fmt::format("GLOBAL_STATE: {} == {}", g.what, py_repr(g.expected.get()));
+  }
+  return "?";
+}
+
+std::string GuardSet::to_string() const {
+  std::string out;
+  for (const Guard& g : guards) out += describe(g) + "\n";
+  return out;
+}
+
+}  // namespace fastcomp::frontend

@@ -1,0 +1,67 @@
+// Guards: the conditions under which a compiled entry may be reused, over sources of the frame. Built by
+// the tracer (GuardSet) and checked on every call in one pass that also collects the graph's inputs.
+#pragma once
+#include <Python.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cpython/frame.h"
+#include "cpython/pyref.h"
+#include "frontend/guards/source.h"
+#include "graph/ir.h"
+
+namespace fastcomp::frontend {
+
+enum class GuardKind : uint8_t {
+  TypeMatch,    // type(value) is expected (exact)
+  IdMatch,      // value is expected (identity)
+  ConstEquals,  // type(value) is type(expected) and value == expected
+  TensorMatch,  // exact tensor type, dtype, device, sizes, strides, requires_grad
+  Length,       // len(value) == length, for tuples, lists, dicts and module containers
+  DictKeys,     // list(value.keys()) == expected (a tuple), in order
+  GlobalState,  // call(*args) == expected, e.g. torch.is_grad_enabled()
+  SameObject,   // (value is sources[length]) == (expected is True): aliasing between two inputs
+};
+
+struct TensorGuard {
+  PyTypeObject* type = nullptr;  // kept alive by `graph::TensorMeta` owners (torch types live forever)
+  graph::TensorMeta meta;
+};
+
+struct Guard {
+  GuardKind kind = GuardKind::IdMatch;
+  int source = -1;      // -1 for GlobalState
+  PyRef expected;       // IdMatch/ConstEquals/DictKeys value, TypeMatch type, GlobalState result
+  PyRef call;           // GlobalState: the callable
+  PyRef call_args;      // GlobalState: its argument tuple
+  int64_t length = 0;   // Length
+  TensorGuard tensor;   // TensorMatch
+  std::string what;     // GlobalState: what is checked, e.g. "torch.is_grad_enabled()"
+};
+
+struct GuardSet {
+  SourceTable sources;
+  std::vector<Guard> guards;
+  std::vector<int> input_sources;  // sources of the graph's Input nodes, in order
+
+  std::string describe(const Guard& g) const;  // one line, e.g. "L['x']: tensor f32[8] cpu"
+  std::string to_string() const;
+};
+
+// Per-thread scratch space for one guard evaluation, reused across calls to avoid allocation.
+struct GuardScratch {
+  std::vector<PyObject*> values;  // borrowed or owned (see `owned`)
+  std::vector<PyRef> owned;       // keeps values produced by attribute loads alive until the call ends
+  std::vector<PyObject*> inputs;  // graph inputs, borrowed from `values`
+  void reset(int nsources);
+};
+
+// Checks every guard against `frame`; on success fills scratch.inputs. Never leaves a Python error set.
+// When `failure_reason` is non-null and a guard fails, writes a readable reason in Dynamo's style
+// ("tensor 'L['x']' size mismatch at index 0. expected 8, actual 16").
+bool check_guards(const GuardSet& set, const cpython::FrameView& frame, GuardScratch& scratch,
+                  std::string* failure_reason);
+
+}  // namespace fastcomp::frontend

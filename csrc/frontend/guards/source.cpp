@@ -1,0 +1,85 @@
+#include "frontend/guards/source.h"
+
+#include <fmt/format.h>
+
+namespace fastcomp::frontend {
+namespace {
+
+std::string py_str(PyObject* o) {
+  PyRef s = PyRef::steal(PyObject_Str(o));
+  if (!s) {
+    PyErr_Clear();
+    return "?";
+  }
+  return PyUnicode_AsUTF8(s.get());
+}
+
+std::string py_repr(PyObject* o) {
+  PyRef s = PyRef::steal(PyObject_Repr(o));
+  if (!s) {
+    PyErr_Clear();
+    return "?";
+  }
+  return PyUnicode_AsUTF8(s.get());
+}
+
+bool same_key(PyObject* a, PyObject* b) {
+  if (a == b) return true;
+  if (!a || !b || Py_TYPE(a) != Py_TYPE(b)) return false;
+  int eq = PyObject_RichCompareBool(a, b, Py_EQ);
+  if (eq < 0) PyErr_Clear();
+  return eq == 1;
+}
+
+}  // namespace
+
+int SourceTable::intern(Source s) {
+  for (size_t i = 0; i < sources_.size(); ++i) {
+    const Source& o = sources_[i];
+    if (o.kind == s.kind && o.base == s.base && o.index == s.index && same_key(o.key.get(), s.key.get()))
+      return static_cast<int>(i);
+  }
+  sources_.push_back(std::move(s));
+  return static_cast<int>(sources_.size()) - 1;
+}
+
+int SourceTable::local(int slot, const std::string& var_name) {
+  return intern({SourceKind::Local, -1, slot, {}, fmt::format("L['{}']", var_name)});
+}
+
+int SourceTable::closure(int slot, const std::string& var_name) {
+  return intern({SourceKind::Closure, -1, slot, {}, fmt::format("L['{}']", var_name)});
+}
+
+int SourceTable::global(PyObject* name) {
+  return intern({SourceKind::Global, -1, 0, PyRef::borrow(name), fmt::format("G['{}']", py_str(name))});
+}
+
+int SourceTable::const_object(PyObject* obj, const std::string& display_name) {
+  return intern({SourceKind::ConstObject, -1, 0, PyRef::borrow(obj), display_name});
+}
+
+int SourceTable::dict_item(int base, PyObject* key) {
+  return intern({SourceKind::DictItem, base, 0, PyRef::borrow(key),
+                 fmt::format("{}[{}]", sources_[base].name, py_repr(key))});
+}
+
+int SourceTable::attr(int base, PyObject* name) {
+  return intern({SourceKind::Attr, base, 0, PyRef::borrow(name),
+                 fmt::format("{}.{}", sources_[base].name, py_str(name))});
+}
+
+int SourceTable::inst_dict(int base, PyObject* name) {
+  return intern({SourceKind::InstDict, base, 0, PyRef::borrow(name),
+                 fmt::format("{}.{}", sources_[base].name, py_str(name))});
+}
+
+int SourceTable::module_slot(SourceKind kind, int base, PyObject* name) {
+  return intern({kind, base, 0, PyRef::borrow(name), fmt::format("{}.{}", sources_[base].name, py_str(name))});
+}
+
+int SourceTable::seq_item(int base, int index) {
+  return intern({SourceKind::SeqItem, base, index, {}, fmt::format("{}[{}]", sources_[base].name, index)});
+}
+
+}  // namespace fastcomp::frontend

@@ -1,0 +1,59 @@
+#include "frontend/trace/meta.h"
+
+#include <stdexcept>
+
+#include "frontend/trace/torch_refs.h"
+
+namespace fastcomp::frontend {
+namespace {
+
+std::vector<int64_t> int_tuple(PyObject* seq) {
+  std::vector<int64_t> out;
+  PyRef fast = PyRef::steal(PySequence_Fast(seq, "expected a sequence of ints"));
+  if (!fast) throw std::runtime_error("fastcomp: tensor shape is not a sequence");
+  for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast.get()); ++i)
+    out.push_back(PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast.get(), i)));
+  return out;
+}
+
+PyRef tuple_of(const std::vector<int64_t>& v) {
+  PyRef t = PyRef::steal(PyTuple_New(v.size()));
+  for (size_t i = 0; i < v.size(); ++i) PyTuple_SET_ITEM(t.get(), i, PyLong_FromLongLong(v[i]));
+  return t;
+}
+
+}  // namespace
+
+graph::TensorMeta meta_of_tensor(PyObject* tensor, PyObject* device) {
+  graph::TensorMeta m;
+  m.dtype = PyRef::steal(PyObject_GetAttrString(tensor, "dtype"));
+  m.device = device ? PyRef::borrow(device) : PyRef::steal(PyObject_GetAttrString(tensor, "device"));
+  PyRef shape = PyRef::steal(PyObject_GetAttrString(tensor, "shape"));
+  PyRef strides = PyRef::steal(PyObject_CallMethod(tensor, "stride", nullptr));
+  PyRef offset = PyRef::steal(PyObject_CallMethod(tensor, "storage_offset", nullptr));
+  PyRef requires_grad = PyRef::steal(PyObject_GetAttrString(tensor, "requires_grad"));
+  if (!m.dtype || !m.device || !shape || !strides || !offset || !requires_grad)
+    throw std::runtime_error("fastcomp: could not read tensor metadata");
+  m.sizes = int_tuple(shape.get());
+  m.strides = int_tuple(strides.get());
+  m.storage_offset = PyLong_AsLongLong(offset.get());
+  m.requires_grad = requires_grad.get() == Py_True;
+  return m;
+}
+
+PyRef make_meta_tensor(const graph::TensorMeta& meta) {
+  const auto& T = torch_refs();
+  PyRef args = PyRef::steal(PyTuple_Pack(2, tuple_of(meta.sizes).get(), tuple_of(meta.strides).get()));
+  PyRef kwargs = PyRef::steal(PyDict_New());
+  PyDict_SetItemString(kwargs.get(), "dtype", meta.dtype.get());
+  PyDict_SetItemString(kwargs.get(), "device", T.meta_device.get());
+  PyDict_SetItemString(kwargs.get(), "requires_grad", meta.requires_grad ? Py_True : Py_False);
+  PyRef t = PyRef::steal(PyObject_Call(T.empty_strided.get(), args.get(), kwargs.get()));
+  if (!t) {
+    PyErr_Clear();
+    throw std::runtime_error("fastcomp: could not create a meta tensor");
+  }
+  return t;
+}
+
+}  // namespace fastcomp::frontend

@@ -1,0 +1,17 @@
+// Meta tensors stand in for real tensors while tracing: torch computes output shapes, dtypes and strides on
+// them without touching data. TensorMeta is read from either kind.
+#pragma once
+#include <Python.h>
+
+#include "cpython/pyref.h"
+#include "graph/ir.h"
+
+namespace fastcomp::frontend {
+
+// Reads dtype, sizes, strides, offset and requires_grad of a (real or meta) tensor. `device` (borrowed,
+// nullable) overrides the tensor's own device, for meta tensors standing in for real ones.
+graph::TensorMeta meta_of_tensor(PyObject* tensor, PyObject* device);
+// A meta tensor with `meta`'s dtype, sizes, strides and requires_grad. New reference.
+PyRef make_meta_tensor(const graph::TensorMeta& meta);
+
+}  // namespace fastcomp::frontend

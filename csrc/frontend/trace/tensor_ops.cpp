@@ -1,0 +1,274 @@
+// Recording torch calls as graph nodes. Output metadata comes from running the same call on meta tensors,
+// so every torch op works without an op table; devices are tracked beside the meta tensors.
+#include <fmt/format.h>
+
+#include <string_view>
+
+#include "frontend/trace/meta.h"
+#include "frontend/trace/torch_refs.h"
+#include "frontend/trace/tracer.h"
+
+namespace fastcomp::frontend {
+namespace {
+
+// Functions that create tensors from nothing: their device comes from `device=` (meta while tracing).
+bool is_factory(std::string_view name) {
+  static const std::string_view kFactories[] = {
+      "zeros", "ones", "empty", "full", "arange", "linspace", "logspace", "eye", "rand", "randn",
+      "randint", "randperm", "tensor", "as_tensor", "scalar_tensor", "empty_strided", "zeros_like",
+      "ones_like", "empty_like", "full_like", "rand_like", "randn_like", "randint_like", "tril_indices",
+      "triu_indices", "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor"};
+  auto dot = name.rfind('.');
+  std::string_view base = dot == std::string_view::npos ? name : name.substr(dot + 1);
+  for (auto f : kFactories)
+    if (base == f) return true;
+  return false;
+}
+
+// The tensor methods whose result depends on tensor values: they cannot be traced to a graph.
+bool is_data_dependent(std::string_view name) {
+  static const std::string_view kNames[] = {"Tensor.item", "Tensor.tolist", "Tensor.numpy", "Tensor.__bool__",
+                                            "Tensor.__int__", "Tensor.__float__", "Tensor.__index__",
+                                            "Tensor.__len__", "Tensor.nonzero", "Tensor.unique",
+                                            "torch.nonzero", "torch.unique", "Tensor.masked_select",
+                                            "torch.masked_select", "Tensor.data_ptr", "Tensor.__array__"};
+  for (auto n : kNames)
+    if (name == n) return true;
+  return false;
+}
+
+struct Converted {
+  graph::Arg arg;
+  PyRef meta;  // what the meta call receives
+};
+
+}  // namespace
+
+// Converts a Value used as an argument of a torch call. Tensors become node references and meta tensors.
+static Converted convert_arg(Tracer& t, const ValueRef& v, PyObject** device) {
+  switch (v->kind) {
+    case VKind::Tensor: {
+      // Prefer a non-CPU device: a CPU scalar tensor mixed with CUDA tensors yields CUDA results.
+      if (!*device || PyObject_RichCompareBool(*device, torch_refs().cpu_device.get(), Py_EQ) == 1)
+        *device = v->device.get();
+      return {graph::Arg::of_node(v->node), v->meta};
+    }
+    case VKind::Tuple:
+    case VKind::List: {
+      Converted c;
+      c.arg.kind = v->kind == VKind::Tuple ? graph::Arg::Kind::Tuple : graph::Arg::Kind::List;
+      c.meta = PyRef::steal(v->kind == VKind::Tuple ? PyTuple_New(v->items.size()) : PyList_New(v->items.size()));
+      for (size_t i = 0; i < v->items.size(); ++i) {
+        Converted item = convert_arg(t, v->items[i], device);
+        c.arg.items.push_back(std::move(item.arg));
+        if (v->kind == VKind::Tuple) PyTuple_SET_ITEM(c.meta.get(), i, item.meta.release());
+        else PyList_SET_ITEM(c.meta.get(), i, item.meta.release());
+      }
+      return c;
+    }
+    default: {
+      PyRef c = t.as_python_constant(v);
+      if (!c)
+        throw Unsupported(BreakCode::UnsupportedValue, fmt::format("cannot pass {} to a torch function", describe(*v)));
+      return {graph::Arg::of_const(c), c};
+    }
+  }
+}
+
+// Turns the meta output of a recorded node into Values (with extra getitem nodes for tuple outputs).
+static ValueRef wrap_output(Tracer& t, graph::Node node, PyObject* out, PyObject* device) {
+  const auto& T = torch_refs();
+  auto tensor_value = [&](graph::NodeId id, PyObject* meta_tensor) {
+    auto v = std::make_shared<Value>();
+    v->kind = VKind::Tensor;
+    v->node = id;
+    v->meta = PyRef::borrow(meta_tensor);
+    v->device = PyRef::borrow(device);
+    v->tensor_type = reinterpret_cast<PyTypeObject*>(T.tensor_type.get());
+    return v;
+  };
+  if (T.is_tensor(out)) {
+    node.type = graph::ValueType::Tensor;
+    node.meta = meta_of_tensor(out, device);
+    return tensor_value(t.graph().add(std::move(node)), out);
+  }
+  bool sequence = PyTuple_Check(out) || PyList_Check(out);
+  bool has_tensor = false;
+  if (sequence) {
+    for (Py_ssize_t i = 0; i < PySequence_Size(out); ++i) {
+      PyRef item = PyRef::steal(PySequence_GetItem(out, i));
+      has_tensor |= T.is_tensor(item.get());
+    }
+  }
+  if (!has_tensor) {
+    // Results computed from metadata alone (sizes, dtypes, flags) are constants of this trace; the tensor
+    // guards keep them valid. A call with tensor arguments and no result is kept for its side effects.
+    if (out == Py_None) t.graph().add(std::move(node));
+    return make_const_borrowed(out);
+  }
+  node.type = graph::ValueType::Other;
+  std::string loc = node.user_loc;
+  graph::NodeId id = t.graph().add(std::move(node));
+  std::vector<ValueRef> items;
+  for (Py_ssize_t i = 0; i < PySequence_Size(out); ++i) {
+    PyRef item = PyRef::steal(PySequence_GetItem(out, i));
+    if (!T.is_tensor(item.get())) {
+      items.push_back(make_const(item));
+      continue;
+    }
+    graph::Node get;
+    get.target = T.getitem;
+    get.target_name = "operator.getitem";
+    get.args = {graph::Arg::of_node(id), graph::Arg::of_const(PyRef::steal(PyLong_FromSsize_t(i)))};
+    get.type = graph::ValueType::Tensor;
+    get.meta = meta_of_tensor(item.get(), device);
+    get.user_loc = loc;
+    items.push_back(tensor_value(t.graph().add(std::move(get)), item.get()));
+  }
+  if (PyList_Check(out)) return make_seq(VKind::List, std::move(items));
+  if (PyTuple_CheckExact(out)) return make_seq(VKind::Tuple, std::move(items));
+  // torch.return_types.* (structseq): fields by name and by index.
+  auto rec = std::make_shared<Value>();
+  rec->kind = VKind::Record;
+  rec->obj = PyRef::borrow(reinterpret_cast<PyObject*>(Py_TYPE(out)));
+  PyRef names = PyRef::steal(PyObject_GetAttrString(rec->obj.get(), "__match_args__"));
+  if (!names) PyErr_Clear();
+  for (size_t i = 0; i < items.size(); ++i)
+    rec->keys.push_back(names && i < size_t(PyTuple_GET_SIZE(names.get()))
+                            ? make_const_borrowed(PyTuple_GET_ITEM(names.get(), i))
+                            : make_const(PyRef::steal(PyUnicode_FromFormat("_%zu", i))));
+  rec->items = std::move(items);
+  return rec;
+}
+
+ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std::vector<ValueRef>& args,
+                            const std::vector<std::pair<std::string, ValueRef>>& kwargs) {
+  const auto& T = torch_refs();
+  if (is_data_dependent(name))
+    throw Unsupported(BreakCode::DataDependentValue, fmt::format("{}() needs the tensor's values", name));
+  graph::Node node;
+  node.kind = graph::NodeKind::Call;
+  node.target = PyRef::borrow(target);
+  node.target_name = name;
+  node.user_loc = user_loc();
+
+  PyObject* device = nullptr;  // borrowed from a Value or a constant argument
+  PyRef meta_args = PyRef::steal(PyTuple_New(args.size()));
+  for (size_t i = 0; i < args.size(); ++i) {
+    Converted c = convert_arg(*this, args[i], &device);
+    node.args.push_back(std::move(c.arg));
+    PyTuple_SET_ITEM(meta_args.get(), i, c.meta.release());
+  }
+  PyRef meta_kwargs = PyRef::steal(PyDict_New());
+  PyRef explicit_device;
+  if (!kwargs.empty()) {
+    node.kwnames = PyRef::steal(PyTuple_New(kwargs.size()));
+    for (size_t i = 0; i < kwargs.size(); ++i) {
+      const auto& [key, value] = kwargs[i];
+      PyTuple_SET_ITEM(node.kwnames.get(), i, PyUnicode_FromString(key.c_str()));
+      Converted c = convert_arg(*this, value, &device);
+      node.kwargs.push_back(std::move(c.arg));
+      if (key == "device" && c.meta.get() != Py_None) {
+        // Real device for the metadata; the meta call runs on "meta".
+        explicit_device = PyRef::steal(PyObject_CallOneArg(T.device_type.get(), c.meta.get()));
+        if (!explicit_device) throw UserCodeError("invalid device argument");
+        PyDict_SetItemString(meta_kwargs.get(), "device", T.meta_device.get());
+      } else {
+        PyDict_SetItemString(meta_kwargs.get(), key.c_str(), c.meta.get());
+      }
+    }
+  }
+  if (!explicit_device && is_factory(name) && !device) {
+    PyDict_SetItemString(meta_kwargs.get(), "device", T.meta_device.get());
+    explicit_device = T.cpu_device;
+  }
+
+  // Device-moving methods: compute the real device here and run the meta call without a device.
+  PyRef meta_out;
+  if (name == "Tensor.to" || name == "Tensor.cuda" || name == "Tensor.cpu") {
+    PyRef rest = PyRef::steal(PyTuple_GetSlice(meta_args.get(), 1, PyTuple_GET_SIZE(meta_args.get())));
+    PyRef parsed;
+    if (name == "Tensor.to") {
+      parsed = PyRef::steal(PyObject_Call(T.parse_to.get(), rest.get(), meta_kwargs.get()));
+      if (!parsed) throw UserCodeError("invalid arguments to Tensor.to");
+      PyObject* dev = PyTuple_GET_ITEM(parsed.get(), 0);
+      if (PyTuple_GET_SIZE(rest.get()) > 0 && T.is_tensor(PyTuple_GET_ITEM(rest.get(), 0)))
+        explicit_device = args[1]->device;  // .to(other): other's device
+      else if (dev != Py_None)
+        explicit_device = PyRef::borrow(dev);
+      PyObject* dtype = PyTuple_GET_ITEM(parsed.get(), 1);
+      PyObject* self = PyTuple_GET_ITEM(meta_args.get(), 0);
+      meta_out = dtype == Py_None ? PyRef::borrow(self) : PyRef::steal(PyObject_CallMethod(self, "to", "O", dtype));
+    } else {
+      explicit_device = name == "Tensor.cpu" ? T.cpu_device
+                                             : PyRef::steal(PyObject_CallFunction(T.device_type.get(), "s", "cuda"));
+      meta_out = PyRef::borrow(PyTuple_GET_ITEM(meta_args.get(), 0));
+    }
+  } else {
+    meta_out = PyRef::steal(PyObject_Call(target, meta_args.get(), meta_kwargs.get()));
+  }
+  if (!meta_out) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    std::string msg = value ? PyUnicode_AsUTF8(PyRef::steal(PyObject_Str(value)).get()) : "unknown error";
+    bool not_implemented = type && PyErr_GivenExceptionMatches(type, PyExc_NotImplementedError);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    if (not_implemented || msg.find("meta") != std::string::npos)
+      throw Unsupported(BreakCode::MetaPropagation, fmt::format("{}: {}", name, msg.substr(0, 300)));
+    throw UserCodeError(fmt::format("{} raised: {}", name, msg.substr(0, 300)));
+  }
+  PyObject* out_device = explicit_device ? explicit_device.get() : (device ? device : T.cpu_device.get());
+  return wrap_output(*this, std::move(node), meta_out.get(), out_device);
+}
+
+ValueRef Tracer::tensor_attr(const ValueRef& tensor, PyObject* name) {
+  const auto& T = torch_refs();
+  std::string n = PyUnicode_AsUTF8(name);
+  if (n == "device") return make_const(tensor->device);
+  if (n == "is_cuda" || n == "is_cpu") {
+    PyRef type = PyRef::steal(PyObject_GetAttrString(tensor->device.get(), "type"));
+    bool is_cuda = PyUnicode_CompareWithASCIIString(type.get(), "cuda") == 0;
+    return make_const_borrowed((n == "is_cuda") == is_cuda ? Py_True : Py_False);
+  }
+  if (n == "grad" || n == "grad_fn" || n == "_version" || n == "data_ptr")
+    throw Unsupported(BreakCode::UnsupportedValue, fmt::format("Tensor.{} is not traced", n));
+  PyObject* cls_attr = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(T.tensor_type.get()), name);
+  bool is_method = cls_attr && (Py_TYPE(cls_attr) == &PyMethodDescr_Type || PyFunction_Check(cls_attr) ||
+                                Py_TYPE(cls_attr) == &PyWrapperDescr_Type);
+  if (is_method) {
+    auto m = std::make_shared<Value>();
+    m->kind = VKind::Method;
+    m->items = {tensor};
+    m->obj = PyRef::borrow(cls_attr);
+    m->name = "Tensor." + n;
+    return m;
+  }
+  // Data attributes: metadata becomes a constant; tensor-valued ones (T, mT, real, ...) become nodes.
+  PyRef out = PyRef::steal(PyObject_GetAttr(tensor->meta.get(), name));
+  if (!out) {
+    PyErr_Clear();
+    throw UserCodeError(fmt::format("'Tensor' object has no attribute '{}'", n));
+  }
+  if (!T.is_tensor(out.get())) return make_const(out);
+  return call_torch(T.builtin_getattr.get(), "getattr", {tensor, make_const_borrowed(name)}, {});
+}
+
+ValueRef Tracer::set_grad_mode(bool enabled) {
+  const auto& T = torch_refs();
+  graph::Node node;
+  node.kind = graph::NodeKind::Call;
+  node.target = T.set_grad_enabled;
+  node.target_name = "torch._C._set_grad_enabled";
+  node.args = {graph::Arg::of_const(PyRef::borrow(enabled ? Py_True : Py_False))};
+  node.user_loc = user_loc();
+  graph_.add(std::move(node));
+  PyRef r = PyRef::steal(PyObject_CallOneArg(T.set_grad_enabled.get(), enabled ? Py_True : Py_False));
+  if (!r) PyErr_Clear();
+  grad_enabled_ = enabled;
+  return make_const_borrowed(Py_None);
+}
+
+}  // namespace fastcomp::frontend

@@ -1,0 +1,474 @@
+// The interpreter loop: frame set-up, instruction dispatch, and the trace entry point. Handlers with more
+// than a few lines live in ops_*.cpp, grouped by family.
+#include "frontend/trace/tracer.h"
+
+#include <fmt/format.h>
+
+#include <mutex>
+#include <unordered_map>
+
+#include "frontend/bytecode/decode.h"
+#include "frontend/trace/torch_refs.h"
+
+namespace fastcomp::frontend {
+namespace {
+
+constexpr int kMaxInlineDepth = 48;
+
+std::string utf8(PyObject* s) {
+  const char* c = s ? PyUnicode_AsUTF8(s) : nullptr;
+  if (!c) PyErr_Clear();
+  return c ? c : "?";
+}
+
+PyObject* code_attr(PyObject* code, const char* name) {  // new reference
+  return PyObject_GetAttrString(code, name);
+}
+
+std::unordered_map<std::string, PyRef>& specials() {
+  static std::unordered_map<std::string, PyRef> table;
+  return table;
+}
+
+}  // namespace
+
+void register_special_object(const std::string& role, PyObject* obj) { specials()[role] = PyRef::borrow(obj); }
+
+PyObject* special_object(const char* role) {
+  auto it = specials().find(role);
+  return it == specials().end() ? nullptr : it->second.get();
+}
+
+std::shared_ptr<const InstrStream> decoded(PyCodeObject* code) {
+  // Code objects are immutable; keeping them alive here keeps the cache keys valid.
+  static std::unordered_map<PyCodeObject*, std::shared_ptr<const InstrStream>> cache;
+  auto it = cache.find(code);
+  if (it != cache.end()) return it->second;
+  auto stream = std::make_shared<const InstrStream>(decode(code));
+  Py_INCREF(code);
+  cache.emplace(code, stream);
+  return stream;
+}
+
+Tracer::Tracer(const cpython::FrameView& frame) : root_(frame) {}
+
+ValueRef Tracer::pop() {
+  auto& s = frame().stack;
+  if (s.empty()) throw Unsupported(BreakCode::Other, "fastcomp internal error: value stack underflow");
+  ValueRef v = std::move(s.back());
+  s.pop_back();
+  return v;
+}
+
+std::vector<ValueRef> Tracer::pop_n(size_t n) {
+  auto& s = frame().stack;
+  if (s.size() < n) throw Unsupported(BreakCode::Other, "fastcomp internal error: value stack underflow");
+  std::vector<ValueRef> out(s.end() - n, s.end());
+  s.resize(s.size() - n);
+  return out;
+}
+
+void Tracer::push(ValueRef v) { frame().stack.push_back(std::move(v)); }
+
+ValueRef& Tracer::top(size_t depth) {
+  auto& s = frame().stack;
+  if (s.size() < depth) throw Unsupported(BreakCode::Other, "fastcomp internal error: value stack underflow");
+  return s[s.size() - depth];
+}
+
+std::string Tracer::user_loc() const {
+  if (frames_.empty()) return "";
+  const TraceFrame& f = *frames_.back();
+  PyRef filename = PyRef::steal(code_attr(f.code.get(), "co_filename"));
+  return fmt::format("{}:{}", utf8(filename.get()), f.line);
+}
+
+void Tracer::realize_local(TraceFrame& f, int slot) {
+  if (f.lazy_sources.empty() || f.lazy_sources[slot] < 0) return;
+  int source = f.lazy_sources[slot];
+  f.lazy_sources[slot] = -1;
+  PyObject* value = root_.local(slot);
+  if (!value) return;  // unbound
+  ValueRef v = wrap(value, source);
+  if (root_.slot_kind(slot) == cpython::SlotKind::Free) {
+    v = make_cell(v);
+    v->source = source;  // a cell owned outside the trace: storing into it is a side effect
+  }
+  f.locals[slot] = v;
+}
+
+TraceResult Tracer::run() {
+  PyCodeObject* code = root_.code();
+  TraceFrame f;
+  f.code = PyRef::borrow(reinterpret_cast<PyObject*>(code));
+  f.instrs = decoded(code);
+  f.globals = root_.globals();
+  f.builtins = root_.builtins();
+  int n = root_.nlocalsplus();
+  f.locals.assign(n, nullptr);
+  f.lazy_sources.assign(n, -1);
+  for (int i = 0; i < n; ++i) {
+    std::string name = utf8(cpython::slot_name(code, i));
+    switch (root_.slot_kind(i)) {
+      case cpython::SlotKind::Free: f.lazy_sources[i] = guards_.sources.closure(i, name); break;
+      case cpython::SlotKind::Local:
+      case cpython::SlotKind::CellArg:
+        if (root_.local(i)) f.lazy_sources[i] = guards_.sources.local(i, name);
+        break;
+      default: break;
+    }
+  }
+
+  grad_enabled_at_start_ = grad_enabled_ = torch_refs().grad_enabled();
+  add_global_state_guards();
+  ValueRef result;
+  try {
+    result = run_frame(f);
+  } catch (...) {
+    if (grad_enabled_ != grad_enabled_at_start_) set_grad_mode(grad_enabled_at_start_);
+    throw;
+  }
+  graph_.output = to_output_arg(result);
+  return TraceResult{std::move(graph_), std::move(guards_)};
+}
+
+void Tracer::add_global_state_guards() {
+  const auto& T = torch_refs();
+  auto add = [&](PyObject* fn, PyRef args, const char* what) {
+    Guard g;
+    g.kind = GuardKind::GlobalState;
+    g.call = PyRef::borrow(fn);
+    g.call_args = args ? args : PyRef::steal(PyTuple_New(0));
+    g.expected = PyRef::steal(PyObject_Call(fn, g.call_args.get(), nullptr));
+    g.what = what;
+    if (!g.expected) {
+      PyErr_Clear();
+      return;
+    }
+    guards_.guards.push_back(std::move(g));
+  };
+  add(T.is_grad_enabled.get(), {}, "torch.is_grad_enabled()");
+  add(T.get_default_dtype.get(), {}, "torch.get_default_dtype()");
+  for (const char* device : {"cpu", "cuda"}) {
+    PyRef args = PyRef::steal(Py_BuildValue("(s)", device));
+    add(T.is_autocast_enabled.get(), args, device[1] == 'p' ? "torch.is_autocast_enabled('cpu')" : "torch.is_autocast_enabled('cuda')");
+    if (guards_.guards.back().expected.get() == Py_True)
+      throw Unsupported(BreakCode::UnsupportedValue, "autocast is enabled; fastcomp does not trace under autocast yet");
+  }
+}
+
+graph::Arg Tracer::to_output_arg(const ValueRef& v) {
+  switch (v->kind) {
+    case VKind::Tensor: return graph::Arg::of_node(v->node);
+    case VKind::Tuple:
+    case VKind::List: {
+      graph::Arg a;
+      a.kind = v->kind == VKind::Tuple ? graph::Arg::Kind::Tuple : graph::Arg::Kind::List;
+      for (auto& item : v->items) a.items.push_back(to_output_arg(item));
+      return a;
+    }
+    case VKind::Dict: {
+      graph::Arg a;
+      a.kind = graph::Arg::Kind::Dict;
+      for (size_t i = 0; i < v->items.size(); ++i) {
+        a.keys.push_back(v->keys[i]->obj);
+        a.items.push_back(to_output_arg(v->items[i]));
+      }
+      return a;
+    }
+    case VKind::Record: {
+      // Rebuilt at run time by calling the class with the fields as keyword arguments (namedtuples and
+      // dataclasses accept that; torch.return_types take one sequence).
+      graph::Node node;
+      node.kind = graph::NodeKind::Call;
+      node.target = v->obj;
+      node.target_name = utf8(PyRef::steal(PyObject_GetAttrString(v->obj.get(), "__qualname__")).get());
+      bool structseq = PyType_Check(v->obj.get()) &&
+                       PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(v->obj.get()), &PyTuple_Type) &&
+                       !PyObject_HasAttrString(v->obj.get(), "_fields");
+      if (structseq) {
+        graph::Arg seq;
+        seq.kind = graph::Arg::Kind::Tuple;
+        for (auto& item : v->items) seq.items.push_back(to_output_arg(item));
+        node.args.push_back(std::move(seq));
+      } else {
+        PyRef names = PyRef::steal(PyTuple_New(v->keys.size()));
+        for (size_t i = 0; i < v->keys.size(); ++i) {
+          PyTuple_SET_ITEM(names.get(), i, v->keys[i]->obj.new_ref());
+          node.kwargs.push_back(to_output_arg(v->items[i]));
+        }
+        node.kwnames = names;
+      }
+      return graph::Arg::of_node(graph_.add(std::move(node)));
+    }
+    default: {
+      PyRef c = as_python_constant(v);
+      if (!c) throw Unsupported(BreakCode::UnsupportedValue, "cannot return " + describe(*v) + " from a compiled function");
+      return graph::Arg::of_const(c);
+    }
+  }
+}
+
+ValueRef Tracer::run_frame(TraceFrame& f) {
+  if (static_cast<int>(frames_.size()) >= kMaxInlineDepth)
+    throw Unsupported(BreakCode::UnsupportedCall, "call depth exceeds fastcomp's inlining limit (recursion?)");
+  f.depth = static_cast<int>(frames_.size());
+  frames_.push_back(&f);
+  struct Pop {
+    std::vector<TraceFrame*>& frames;
+    ~Pop() { frames.pop_back(); }
+  } pop_guard{frames_};
+  const auto& instrs = f.instrs->instrs;
+  bool returned = false;
+  ValueRef result;
+  while (!returned) {
+    if (f.pc < 0 || f.pc >= static_cast<int>(instrs.size()))
+      throw Unsupported(BreakCode::Other, "fastcomp internal error: instruction pointer out of range");
+    const Instr& in = instrs[f.pc++];
+    if (in.line >= 0) f.line = in.line;
+    try {
+      step(f, in, &returned, &result);
+    } catch (Unsupported& u) {
+      if (u.user_loc.empty()) u.user_loc = user_loc();  // the innermost user frame, while it is still on the stack
+      throw;
+    }
+  }
+  return result;
+}
+
+void Tracer::step(TraceFrame& f, const Instr& in, bool* returned, ValueRef* result) {
+  PyCodeObject* code = reinterpret_cast<PyCodeObject*>(f.code.get());
+  auto name_at = [&](int i) { return PyTuple_GET_ITEM(code->co_names, i); };
+  switch (in.op) {
+    case Op::NOP:
+    case Op::RESUME:
+    case Op::COPY_FREE_VARS:  // free-variable slots are filled when the frame is created
+      return;
+    case Op::POP_TOP: pop(); return;
+    case Op::END_FOR: pop_n(2); return;
+    case Op::PUSH_NULL: push(make_null()); return;
+    case Op::COPY: push(top(in.arg)); return;
+    case Op::SWAP: std::swap(top(1), top(in.arg)); return;
+    case Op::LOAD_CONST: push(make_const_borrowed(PyTuple_GET_ITEM(code->co_consts, in.arg))); return;
+    case Op::RETURN_CONST:
+      *returned = true;
+      *result = make_const_borrowed(PyTuple_GET_ITEM(code->co_consts, in.arg));
+      return;
+    case Op::RETURN_VALUE:
+      *returned = true;
+      *result = pop();
+      return;
+    case Op::LOAD_FAST:
+    case Op::LOAD_FAST_AND_CLEAR: {
+      realize_local(f, in.arg);
+      ValueRef v = f.locals[in.arg];
+      if (in.op == Op::LOAD_FAST_AND_CLEAR) {
+        f.locals[in.arg] = nullptr;
+        push(v ? v : make_null());
+        return;
+      }
+      if (!v)
+        throw UserCodeError(fmt::format("local variable '{}' referenced before assignment",
+                                        utf8(cpython::slot_name(code, in.arg))));
+      push(v);
+      return;
+    }
+    case Op::STORE_FAST: {
+      ValueRef v = pop();
+      if (!f.lazy_sources.empty()) f.lazy_sources[in.arg] = -1;
+      f.locals[in.arg] = v->is(VKind::Null) ? nullptr : v;
+      return;
+    }
+    case Op::DELETE_FAST:
+      if (!f.lazy_sources.empty()) f.lazy_sources[in.arg] = -1;
+      f.locals[in.arg] = nullptr;
+      return;
+    case Op::MAKE_CELL:
+      realize_local(f, in.arg);
+      f.locals[in.arg] = make_cell(f.locals[in.arg]);
+      return;
+    case Op::LOAD_CLOSURE:
+      realize_local(f, in.arg);
+      push(f.locals[in.arg]);
+      return;
+    case Op::LOAD_DEREF: {
+      realize_local(f, in.arg);
+      ValueRef cell = f.locals[in.arg];
+      if (!cell || !cell->is(VKind::Cell) || !cell->items[0])
+        throw UserCodeError(fmt::format("free variable '{}' referenced before assignment",
+                                        utf8(cpython::slot_name(code, in.arg))));
+      push(cell->items[0]);
+      return;
+    }
+    case Op::STORE_DEREF: {
+      realize_local(f, in.arg);
+      ValueRef cell = f.locals[in.arg];
+      ValueRef v = pop();
+      if (!cell || !cell->is(VKind::Cell)) {
+        f.locals[in.arg] = make_cell(v);
+        return;
+      }
+      if (cell->source >= 0)
+        throw Unsupported(BreakCode::SideEffect, "assignment to a nonlocal variable of an enclosing function");
+      cell->items[0] = v;
+      return;
+    }
+    case Op::LOAD_GLOBAL:
+      if (in.flags & Instr::kPushNull) push(make_null());
+      push(load_global(name_at(in.arg)));
+      return;
+    case Op::LOAD_ATTR: {
+      ValueRef obj = pop();
+      ValueRef v = get_attr(obj, name_at(in.arg));
+      if (in.flags & Instr::kMethod) push(make_null());
+      push(v);
+      return;
+    }
+    case Op::STORE_ATTR: {
+      ValueRef obj = pop();
+      ValueRef value = pop();
+      store_attr(obj, name_at(in.arg), value);
+      return;
+    }
+    case Op::BINARY_OP: {
+      ValueRef b = pop();
+      ValueRef a = pop();
+      push(binary_op(in.arg, a, b));
+      return;
+    }
+    case Op::UNARY_NEGATIVE:
+    case Op::UNARY_POSITIVE:
+    case Op::UNARY_NOT:
+    case Op::UNARY_INVERT: push(unary(in.op, pop())); return;
+    case Op::COMPARE_OP: {
+      ValueRef b = pop();
+      ValueRef a = pop();
+      push(compare(in.arg, a, b));
+      return;
+    }
+    case Op::IS_OP:
+    case Op::CONTAINS_OP: {
+      ValueRef b = pop();
+      ValueRef a = pop();
+      push(compare(in.op == Op::IS_OP ? (in.arg ? -2 : -1) : (in.arg ? -4 : -3), a, b));
+      return;
+    }
+    case Op::BINARY_SUBSCR: {
+      ValueRef key = pop();
+      ValueRef obj = pop();
+      push(subscript(obj, key));
+      return;
+    }
+    case Op::BINARY_SLICE: {
+      ValueRef stop = pop();
+      ValueRef start = pop();
+      ValueRef obj = pop();
+      ValueRef s = std::make_shared<Value>();
+      s->kind = VKind::Slice;
+      s->items = {start, stop, make_const_borrowed(Py_None)};
+      push(subscript(obj, s));
+      return;
+    }
+    case Op::JUMP: f.pc = in.target; return;
+    case Op::POP_JUMP_IF_FALSE:
+    case Op::POP_JUMP_IF_TRUE: {
+      bool t = truthiness(pop());
+      if (t == (in.op == Op::POP_JUMP_IF_TRUE)) f.pc = in.target;
+      return;
+    }
+    case Op::POP_JUMP_IF_NONE:
+    case Op::POP_JUMP_IF_NOT_NONE: {
+      ValueRef v = pop();
+      bool is_none = v->is(VKind::Const) && v->obj.get() == Py_None;
+      if (is_none == (in.op == Op::POP_JUMP_IF_NONE)) f.pc = in.target;
+      return;
+    }
+    case Op::JUMP_IF_FALSE_OR_POP:
+    case Op::JUMP_IF_TRUE_OR_POP: {
+      bool t = truthiness(top());
+      if (t == (in.op == Op::JUMP_IF_TRUE_OR_POP)) f.pc = in.target;
+      else pop();
+      return;
+    }
+    case Op::GET_ITER: {
+      ValueRef v = pop();
+      if (v->is(VKind::Iterator)) {
+        push(v);
+        return;
+      }
+      ValueRef it = std::make_shared<Value>();
+      it->kind = VKind::Iterator;
+      it->items = unpack(v, "iterate over");
+      push(it);
+      return;
+    }
+    case Op::FOR_ITER: {
+      ValueRef it = top();
+      if (!it->is(VKind::Iterator)) throw Unsupported(BreakCode::Other, "FOR_ITER on a non-iterator");
+      if (it->pos < it->items.size()) {
+        push(it->items[it->pos++]);
+      } else {
+        pop();
+        f.pc = in.target;
+      }
+      return;
+    }
+    case Op::GET_LEN: {
+      std::vector<ValueRef> items = unpack(top(), "take len() of");
+      push(make_const(PyRef::steal(PyLong_FromSsize_t(items.size()))));
+      return;
+    }
+    case Op::BEFORE_WITH: {
+      ValueRef ctx = pop();
+      if (!ctx->is(VKind::GradCtx))
+        throw Unsupported(BreakCode::UnsupportedValue,
+                          "`with` on " + describe(*ctx) + " (only torch.no_grad/enable_grad/set_grad_enabled are traced)");
+      ValueRef exit = std::make_shared<Value>();
+      exit->kind = VKind::CtxExit;
+      exit->flag = grad_enabled_;
+      push(exit);
+      set_grad_mode(ctx->flag);
+      push(make_const_borrowed(Py_None));
+      return;
+    }
+    case Op::RAISE_VARARGS:
+      throw UserCodeError("the function raises an exception (raise statement reached while tracing)");
+    case Op::LOAD_ASSERTION_ERROR: push(make_object(PyRef::borrow(PyExc_AssertionError), -1)); return;
+    case Op::RETURN_GENERATOR: push(make_const_borrowed(Py_None)); return;
+    case Op::IMPORT_NAME: {
+      ValueRef fromlist = pop();
+      ValueRef level = pop();
+      PyRef module = PyRef::steal(PyImport_ImportModuleLevelObject(
+          name_at(in.arg), f.globals, nullptr, fromlist->obj.get(), PyLong_AsLong(level->obj.get())));
+      if (!module) throw UserCodeError("import failed");
+      push(wrap_untracked(module.get()));
+      return;
+    }
+    case Op::IMPORT_FROM: push(get_attr(top(), name_at(in.arg))); return;
+    default: break;
+  }
+  // Builders, calls and function creation: ops_build.cpp / ops_call.cpp.
+  extern void step_build_or_call(Tracer & t, TraceFrame & f, const Instr& in);
+  step_build_or_call(*this, f, in);
+}
+
+TraceResult Tracer::take_partial() { return TraceResult{std::move(graph_), std::move(guards_), {}, {}}; }
+
+TraceResult trace_frame(const cpython::FrameView& frame) {
+  Tracer tracer(frame);
+  try {
+    return tracer.run();
+  } catch (Unsupported& u) {
+    PyErr_Clear();
+    TraceResult r = tracer.take_partial();
+    r.failure = u;
+    return r;
+  } catch (UserCodeError& e) {
+    PyErr_Clear();
+    TraceResult r = tracer.take_partial();
+    r.user_error = e.what();
+    return r;
+  }
+}
+
+}  // namespace fastcomp::frontend

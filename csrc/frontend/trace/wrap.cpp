@@ -1,0 +1,188 @@
+// Turning real objects read from the frame into Values, and the guards that make that valid on later calls.
+#include <fmt/format.h>
+
+#include "frontend/trace/meta.h"
+#include "frontend/trace/torch_refs.h"
+#include "frontend/trace/tracer.h"
+
+namespace fastcomp::frontend {
+namespace {
+
+// Immutable values that the trace may bake in as constants (guarded by value).
+bool is_constant(PyObject* o) {
+  const auto& T = torch_refs();
+  if (o == Py_None || o == Py_Ellipsis || o == Py_NotImplemented) return true;
+  if (PyBool_Check(o) || PyLong_CheckExact(o) || PyFloat_CheckExact(o) || PyComplex_CheckExact(o) ||
+      PyUnicode_CheckExact(o) || PyBytes_CheckExact(o) || PyRange_Check(o) || PyCode_Check(o))
+    return true;
+  PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(o));
+  if (type == T.dtype_type.get() || type == T.device_type.get() || type == T.size_type.get()) return true;
+  if (PySlice_Check(o)) {
+    auto* s = reinterpret_cast<PySliceObject*>(o);
+    return is_constant(s->start) && is_constant(s->stop) && is_constant(s->step);
+  }
+  if (PyTuple_CheckExact(o) || PyFrozenSet_CheckExact(o)) {
+    PyRef items = PyRef::steal(PySequence_Tuple(o));
+    if (!items) {
+      PyErr_Clear();
+      return false;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(items.get()); ++i)
+      if (!is_constant(PyTuple_GET_ITEM(items.get(), i))) return false;
+    return true;
+  }
+  // torch.memory_format, torch.layout, torch.qscheme and enum members behave like constants.
+  const char* tn = Py_TYPE(o)->tp_name;
+  return std::string_view(tn) == "torch.memory_format" || std::string_view(tn) == "torch.layout";
+}
+
+bool is_namedtuple(PyObject* o) { return PyTuple_Check(o) && !PyTuple_CheckExact(o) && PyObject_HasAttrString(o, "_fields"); }
+
+// Objects whose identity, not their attributes, is what the trace depends on.
+bool guard_by_identity(PyObject* o) {
+  return PyModule_Check(o) || PyType_Check(o) || PyFunction_Check(o) || PyCFunction_Check(o) ||
+         PyMethod_Check(o) || torch_refs().is_module(o) || Py_TYPE(o) == &PyMethodDescr_Type ||
+         Py_TYPE(o) == &PyWrapperDescr_Type;
+}
+
+}  // namespace
+
+void Tracer::guard(GuardKind kind, int source, PyObject* expected) {
+  if (source < 0) return;
+  Guard g;
+  g.kind = kind;
+  g.source = source;
+  g.expected = PyRef::borrow(expected);
+  guards_.guards.push_back(std::move(g));
+}
+
+void Tracer::guard_length(int source, int64_t n) {
+  if (source < 0) return;
+  Guard g;
+  g.kind = GuardKind::Length;
+  g.source = source;
+  g.length = n;
+  guards_.guards.push_back(std::move(g));
+}
+
+void Tracer::guard_same_object(int source, int other_source, bool same) {
+  if (source < 0 || other_source < 0) return;
+  Guard g;
+  g.kind = GuardKind::SameObject;
+  g.source = source;
+  g.length = other_source;
+  g.expected = PyRef::borrow(same ? Py_True : Py_False);
+  guards_.guards.push_back(std::move(g));
+}
+
+ValueRef Tracer::tensor_input(PyObject* tensor, int source) {
+  const auto& T = torch_refs();
+  PyTypeObject* type = Py_TYPE(tensor);
+  if (type != reinterpret_cast<PyTypeObject*>(T.tensor_type.get()) &&
+      type != reinterpret_cast<PyTypeObject*>(T.parameter_type.get()))
+    throw Unsupported(BreakCode::UnsupportedValue,
+                      fmt::format("{} is a tensor subclass ({}); fastcomp traces plain tensors and parameters",
+                                  guards_.sources.name(source), type->tp_name));
+  // The same tensor reached through two sources is one graph input; the guard keeps that true.
+  auto alias = tensor_by_object_.find(tensor);
+  if (alias != tensor_by_object_.end()) {
+    guard_same_object(source, alias->second->source, true);
+    return alias->second;
+  }
+  graph::TensorMeta meta = meta_of_tensor(tensor, nullptr);
+  graph::Node node;
+  node.kind = graph::NodeKind::Input;
+  node.type = graph::ValueType::Tensor;
+  node.meta = meta;
+  node.input_source = guards_.sources.name(source);
+  Guard g;
+  g.kind = GuardKind::TensorMatch;
+  g.source = source;
+  g.tensor.type = type;
+  g.tensor.meta = meta;
+  guards_.guards.push_back(std::move(g));
+  guards_.input_sources.push_back(source);
+
+  auto v = std::make_shared<Value>();
+  v->kind = VKind::Tensor;
+  v->source = source;
+  v->node = graph_.add(std::move(node));
+  v->meta = make_meta_tensor(meta);
+  v->device = meta.device;
+  v->tensor_type = type;
+  tensor_by_object_[tensor] = v;
+  return v;
+}
+
+ValueRef Tracer::wrap(PyObject* obj, int source) {
+  auto known = by_source_.find(source);
+  if (known != by_source_.end()) return known->second;
+  const auto& T = torch_refs();
+  ValueRef v;
+  if (T.is_tensor(obj)) {
+    v = tensor_input(obj, source);
+  } else if (is_constant(obj)) {
+    guard(GuardKind::ConstEquals, source, obj);
+    v = make_const_borrowed(obj);
+    v->source = source;
+  } else if (PyTuple_CheckExact(obj) || PyList_CheckExact(obj)) {
+    guard(GuardKind::TypeMatch, source, reinterpret_cast<PyObject*>(Py_TYPE(obj)));
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(obj);
+    guard_length(source, n);
+    std::vector<ValueRef> items;
+    for (Py_ssize_t i = 0; i < n; ++i)
+      items.push_back(wrap(PySequence_Fast_GET_ITEM(obj, i), guards_.sources.seq_item(source, static_cast<int>(i))));
+    v = make_seq(PyTuple_CheckExact(obj) ? VKind::Tuple : VKind::List, std::move(items));
+    v->source = source;
+  } else if (PyDict_CheckExact(obj)) {
+    PyRef keys = PyRef::steal(PySequence_Tuple(PyRef::steal(PyDict_Keys(obj)).get()));
+    guard(GuardKind::TypeMatch, source, reinterpret_cast<PyObject*>(Py_TYPE(obj)));
+    guard(GuardKind::DictKeys, source, keys.get());
+    v = make_seq(VKind::Dict, {});
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(keys.get()); ++i) {
+      PyObject* k = PyTuple_GET_ITEM(keys.get(), i);
+      if (!is_constant(k))
+        throw Unsupported(BreakCode::UnsupportedValue,
+                          fmt::format("{} has a key that is not a constant", guards_.sources.name(source)));
+      v->keys.push_back(make_const_borrowed(k));
+      v->items.push_back(wrap(PyDict_GetItem(obj, k), guards_.sources.dict_item(source, k)));
+    }
+    v->source = source;
+  } else if (is_namedtuple(obj)) {
+    guard(GuardKind::TypeMatch, source, reinterpret_cast<PyObject*>(Py_TYPE(obj)));
+    PyRef fields = PyRef::steal(PyObject_GetAttrString(obj, "_fields"));
+    v = std::make_shared<Value>();
+    v->kind = VKind::Record;
+    v->obj = PyRef::borrow(reinterpret_cast<PyObject*>(Py_TYPE(obj)));
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields.get()); ++i) {
+      v->keys.push_back(make_const_borrowed(PyTuple_GET_ITEM(fields.get(), i)));
+      v->items.push_back(wrap(PyTuple_GET_ITEM(obj, i), guards_.sources.seq_item(source, static_cast<int>(i))));
+    }
+    v->source = source;
+  } else {
+    guard(guard_by_identity(obj) ? GuardKind::IdMatch : GuardKind::TypeMatch, source,
+          guard_by_identity(obj) ? obj : reinterpret_cast<PyObject*>(Py_TYPE(obj)));
+    v = make_object(PyRef::borrow(obj), source);
+  }
+  if (source >= 0) by_source_[source] = v;
+  return v;
+}
+
+ValueRef Tracer::wrap_untracked(PyObject* obj) {
+  const auto& T = torch_refs();
+  if (T.is_tensor(obj)) {
+    // A tensor reachable only through objects we do not guard (e.g. a module-level constant): the guard
+    // program holds it and passes it in as an input on every call.
+    return tensor_input(obj, guards_.sources.const_object(obj, fmt::format("<tensor at {}>", static_cast<void*>(obj))));
+  }
+  if (is_constant(obj)) return make_const_borrowed(obj);
+  if (PyTuple_CheckExact(obj) || PyList_CheckExact(obj)) {
+    std::vector<ValueRef> items;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(obj); ++i)
+      items.push_back(wrap_untracked(PySequence_Fast_GET_ITEM(obj, i)));
+    return make_seq(PyTuple_CheckExact(obj) ? VKind::Tuple : VKind::List, std::move(items));
+  }
+  return make_object(PyRef::borrow(obj), -1);
+}
+
+}  // namespace fastcomp::frontend

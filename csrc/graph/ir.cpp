@@ -1,0 +1,133 @@
+#include "graph/ir.h"
+
+#include <fmt/format.h>
+
+namespace fastcomp::graph {
+namespace {
+
+std::string repr(PyObject* o) {
+  PyRef r = PyRef::steal(PyObject_Repr(o));
+  if (!r) {
+    PyErr_Clear();
+    return "<unprintable>";
+  }
+  const char* s = PyUnicode_AsUTF8(r.get());
+  return s ? s : "<unprintable>";
+}
+
+std::string str(PyObject* o) {
+  PyRef r = PyRef::steal(PyObject_Str(o));
+  if (!r) {
+    PyErr_Clear();
+    return "<unprintable>";
+  }
+  const char* s = PyUnicode_AsUTF8(r.get());
+  return s ? s : "<unprintable>";
+}
+
+std::string join_ints(const std::vector<int64_t>& v) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
+  return out;
+}
+
+std::string arg_to_string(const Arg& a) {
+  switch (a.kind) {
+    case Arg::Kind::Node: return fmt::format("%{}", a.node);
+    case Arg::Kind::Const: return repr(a.value.get());
+    case Arg::Kind::Tuple:
+    case Arg::Kind::List: {
+      std::string out = a.kind == Arg::Kind::Tuple ? "(" : "[";
+      for (size_t i = 0; i < a.items.size(); ++i) out += (i ? ", " : "") + arg_to_string(a.items[i]);
+      if (a.kind == Arg::Kind::Tuple && a.items.size() == 1) out += ",";
+      return out + (a.kind == Arg::Kind::Tuple ? ")" : "]");
+    }
+    case Arg::Kind::Dict: {
+      std::string out = "{";
+      for (size_t i = 0; i < a.items.size(); ++i)
+        out += (i ? ", " : "") + repr(a.keys[i].get()) + ": " + arg_to_string(a.items[i]);
+      return out + "}";
+    }
+  }
+  return "?";
+}
+
+}  // namespace
+
+std::string dtype_short_name(PyObject* dtype) {
+  static const std::pair<const char*, const char*> kNames[] = {
+      {"torch.float32", "f32"}, {"torch.float64", "f64"}, {"torch.float16", "f16"},
+      {"torch.bfloat16", "bf16"}, {"torch.int64", "i64"}, {"torch.int32", "i32"},
+      {"torch.int16", "i16"}, {"torch.int8", "i8"}, {"torch.uint8", "u8"}, {"torch.bool", "b8"},
+      {"torch.complex64", "c64"}, {"torch.complex128", "c128"}};
+  std::string s = str(dtype);
+  for (auto& [full, short_name] : kNames)
+    if (s == full) return short_name;
+  return s;
+}
+
+std::string TensorMeta::to_string() const {
+  std::string out = fmt::format("{}[{}]", dtype ? dtype_short_name(dtype.get()) : "?", join_ints(sizes));
+  // Strides only when they differ from the contiguous layout, to keep common graphs readable.
+  int64_t expected = 1;
+  bool contiguous = true;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    if (sizes[i] != 1 && strides[i] != expected) contiguous = false;
+    expected *= sizes[i];
+  }
+  if (!contiguous) out += fmt::format(" stride=({})", join_ints(strides));
+  if (device) out += " " + str(device.get());
+  if (requires_grad) out += " requires_grad";
+  return out;
+}
+
+Arg Arg::of_node(NodeId n) {
+  Arg a;
+  a.kind = Kind::Node;
+  a.node = n;
+  return a;
+}
+
+Arg Arg::of_const(PyRef v) {
+  Arg a;
+  a.kind = Kind::Const;
+  a.value = std::move(v);
+  return a;
+}
+
+NodeId Graph::add(Node node) {
+  node.id = static_cast<NodeId>(nodes.size());
+  if (node.kind == NodeKind::Input) inputs.push_back(node.id);
+  nodes.push_back(std::move(node));
+  return nodes.back().id;
+}
+
+int Graph::num_calls() const {
+  int n = 0;
+  for (const Node& node : nodes) n += node.kind == NodeKind::Call;
+  return n;
+}
+
+std::string Graph::to_string() const {
+  std::string out;
+  for (const Node& n : nodes) {
+    std::string type = n.type == ValueType::Tensor ? n.meta.to_string() : "object";
+    if (n.kind == NodeKind::Input) {
+      out += fmt::format("%{} = input {}  # {}\n", n.id, n.input_source, type);
+      continue;
+    }
+    std::string args;
+    for (const Arg& a : n.args) args += (args.empty() ? "" : ", ") + arg_to_string(a);
+    if (n.kwnames) {
+      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(n.kwnames.get()); ++i)
+        args += (args.empty() ? "" : ", ") + str(PyTuple_GET_ITEM(n.kwnames.get(), i)) + "=" +
+                arg_to_string(n.kwargs[i]);
+    }
+    out += fmt::format("%{} = {}({})  # {}{}\n", n.id, n.target_name, args, type,
+                       n.user_loc.empty() ? "" : "  @ " + n.user_loc);
+  }
+  out += "return " + arg_to_string(output) + "\n";
+  return out;
+}
+
+}  // namespace fastcomp::graph

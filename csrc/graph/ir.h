@@ -1,0 +1,77 @@
+// The graph IR: an ordered list of calls into torch (or Python) on tensor and constant arguments, with the
+// metadata of every tensor value. Stage-2 output of the tracer; input of the runners and the CUDA backend.
+#pragma once
+#include <Python.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cpython/pyref.h"
+
+namespace fastcomp::graph {
+
+using NodeId = int32_t;
+
+// Everything a tensor's guards and the backend need to know about a value, read from a real or meta tensor.
+struct TensorMeta {
+  PyRef dtype;   // torch.dtype
+  PyRef device;  // torch.device of the real tensor (meta tensors stand in for it at trace time)
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> strides;
+  int64_t storage_offset = 0;
+  bool requires_grad = false;
+
+  std::string to_string() const;  // "f32[8, 16] cpu" (strides shown when not contiguous)
+};
+
+// A node argument: a tree of node references and constants.
+struct Arg {
+  enum class Kind : uint8_t { Node, Const, Tuple, List, Dict };
+  Kind kind = Kind::Const;
+  NodeId node = -1;          // Kind::Node
+  PyRef value;               // Kind::Const
+  std::vector<Arg> items;    // Tuple, List, Dict values
+  std::vector<PyRef> keys;   // Dict keys (constants)
+
+  static Arg of_node(NodeId n);
+  static Arg of_const(PyRef v);
+  bool is_flat() const { return kind == Kind::Node || kind == Kind::Const; }
+};
+
+enum class NodeKind : uint8_t {
+  Input,  // a graph input, in order of Graph::inputs
+  Call,   // target(*args, **kwargs)
+};
+
+// What a node produces, as far as the tracer knows.
+enum class ValueType : uint8_t { Tensor, Other };
+
+struct Node {
+  NodeId id = -1;
+  NodeKind kind = NodeKind::Call;
+  std::string target_name;  // "torch.add", "Tensor.view", "operator.iadd", "torch.nn.functional.linear"
+  PyRef target;             // the Python callable
+  std::vector<Arg> args;    // positional
+  std::vector<Arg> kwargs;  // values of keyword arguments, names in `kwnames`
+  PyRef kwnames;            // tuple of str or null
+  ValueType type = ValueType::Other;
+  TensorMeta meta;          // when type == Tensor
+  std::string input_source; // Input: guard source name, e.g. "L['x']"
+  std::string user_loc;     // Call: "file.py:12" of the user line that made it
+};
+
+struct Graph {
+  std::vector<Node> nodes;
+  std::vector<NodeId> inputs;  // Input nodes, in the order the guard program collects them
+  Arg output;
+
+  NodeId add(Node node);
+  std::string to_string() const;  // stable text form for logs and golden tests
+  int num_calls() const;
+};
+
+// Short readable form of a dtype: torch.float32 -> "f32".
+std::string dtype_short_name(PyObject* dtype);
+
+}  // namespace fastcomp::graph

@@ -1,0 +1,46 @@
+#include "runtime/cache.h"
+
+#include <unordered_set>
+
+#include "cpython/code_extra.h"
+
+namespace fastcomp::runtime {
+namespace {
+
+std::unordered_set<CodeCache*>& live_caches() {
+  static std::unordered_set<CodeCache*> caches;
+  return caches;
+}
+
+void destroy_cache(void* p) { delete static_cast<CodeCache*>(p); }
+
+int next_frame_id() {
+  static int n = 0;
+  return n++;
+}
+
+}  // namespace
+
+CodeCache::CodeCache() : frame_id(next_frame_id()) { live_caches().insert(this); }
+CodeCache::~CodeCache() { live_caches().erase(this); }
+
+CodeCache& code_cache(PyCodeObject* code) {
+  static bool initialized = (cpython::code_extra_init(&destroy_cache), true);
+  (void)initialized;
+  void* p = cpython::code_extra_get(code);
+  if (p) return *static_cast<CodeCache*>(p);
+  auto* cache = new CodeCache();
+  cpython::code_extra_set(code, cache);
+  return *cache;
+}
+
+void reset_all_caches() {
+  for (CodeCache* c : live_caches()) {
+    c->entries.clear();
+    c->compiles = 0;
+    c->warned_limit = false;
+    c->warned_failure = false;
+  }
+}
+
+}  // namespace fastcomp::runtime

@@ -1,0 +1,35 @@
+// The per-code-object cache: compiled entries, most recently used first, stored in the code's co_extra.
+#pragma once
+#include <Python.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compile.h"
+
+namespace fastcomp::runtime {
+
+struct CacheEntry {
+  int options_key = 0;
+  int compile_id = 0;  // "<frame id>/<n>" in logs, like Dynamo's compile ids
+  CompiledFrame compiled;
+};
+
+struct CodeCache {
+  int frame_id = 0;
+  int compiles = 0;
+  std::vector<std::unique_ptr<CacheEntry>> entries;  // MRU first
+  bool warned_limit = false;
+  bool warned_failure = false;
+
+  CodeCache();
+  ~CodeCache();
+};
+
+// The cache of `code`, created on first use. Owned by the code object.
+CodeCache& code_cache(PyCodeObject* code);
+// Drops every entry of every code object (fastcomp.reset()).
+void reset_all_caches();
+
+}  // namespace fastcomp::runtime

@@ -1,0 +1,24 @@
+// What a cache entry runs on a hit: a compiled graph taking the guard program's inputs.
+#pragma once
+#include <Python.h>
+
+#include <memory>
+#include <string>
+
+#include "graph/ir.h"
+
+namespace fastcomp::runtime {
+
+class Executable {
+ public:
+  virtual ~Executable() = default;
+  // Runs the graph on `inputs` (borrowed, in Graph::inputs order). Returns a new reference to the output,
+  // or null with a Python exception set.
+  virtual PyObject* run(PyObject* const* inputs, size_t ninputs) = 0;
+  virtual std::string describe() const = 0;  // e.g. "torch runner: 5 ops"
+};
+
+/** Executes a graph by calling each node's torch callable in order (CPU and CUDA tensors; autograd works). */
+std::unique_ptr<Executable> make_torch_runner(graph::Graph graph);
+
+}  // namespace fastcomp::runtime

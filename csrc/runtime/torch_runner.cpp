@@ -1,0 +1,135 @@
+// The reference executor: one vectorcall per node into torch, no Python frame of fastcomp's in between.
+#include <fmt/format.h>
+
+#include <vector>
+
+#include "frontend/trace/torch_refs.h"
+#include "runtime/executable.h"
+
+namespace fastcomp::runtime {
+namespace {
+
+class TorchRunner final : public Executable {
+ public:
+  explicit TorchRunner(graph::Graph g) : graph_(std::move(g)) {
+    const size_t n = graph_.nodes.size();
+    last_use_.assign(n, -1);
+    for (const graph::Node& node : graph_.nodes) {
+      if (node.target.get() == frontend::torch_refs().set_grad_enabled.get()) switches_grad_mode_ = true;
+      for (const auto& a : node.args) mark_uses(a, node.id);
+      for (const auto& a : node.kwargs) mark_uses(a, node.id);
+    }
+    mark_uses(graph_.output, static_cast<int>(n));  // outputs live to the end
+    frees_after_.assign(n, {});
+    for (int i = 0; i < static_cast<int>(n); ++i)
+      if (last_use_[i] >= 0 && last_use_[i] < static_cast<int>(n)) frees_after_[last_use_[i]].push_back(i);
+  }
+
+  PyObject* run(PyObject* const* inputs, size_t ninputs) override {
+    const size_t n = graph_.nodes.size();
+    std::vector<PyObject*> values(n, nullptr);  // owned
+    struct Cleanup {
+      std::vector<PyObject*>& v;
+      ~Cleanup() {
+        for (PyObject* o : v) Py_XDECREF(o);
+      }
+    } cleanup{values};
+    for (size_t i = 0; i < ninputs; ++i) values[graph_.inputs[i]] = Py_NewRef(inputs[i]);
+    bool grad_mode_at_entry = switches_grad_mode_ && frontend::torch_refs().grad_enabled();
+
+    std::vector<PyObject*> argv;
+    std::vector<PyRef> temps;
+    for (const graph::Node& node : graph_.nodes) {
+      if (node.kind != graph::NodeKind::Call) continue;
+      argv.clear();
+      temps.clear();
+      argv.push_back(nullptr);  // PY_VECTORCALL_ARGUMENTS_OFFSET slot
+      for (const auto& a : node.args) argv.push_back(materialize(a, values, temps));
+      for (const auto& a : node.kwargs) argv.push_back(materialize(a, values, temps));
+      for (size_t i = 1; i < argv.size(); ++i)
+        if (!argv[i]) return fail(grad_mode_at_entry);
+      PyObject* out = PyObject_Vectorcall(node.target.get(), argv.data() + 1,
+                                          node.args.size() | PY_VECTORCALL_ARGUMENTS_OFFSET, node.kwnames.get());
+      if (!out) return fail(grad_mode_at_entry);
+      values[node.id] = out;
+      for (int dead : frees_after_[node.id]) Py_CLEAR(values[dead]);
+    }
+    PyObject* result = materialize_new(graph_.output, values);
+    if (!result) return fail(grad_mode_at_entry);
+    return result;
+  }
+
+  std::string describe() const override { return fmt::format("torch runner: {} ops", graph_.num_calls()); }
+
+ private:
+  void mark_uses(const graph::Arg& a, int user) {
+    if (a.kind == graph::Arg::Kind::Node) last_use_[a.node] = std::max(last_use_[a.node], user);
+    for (const auto& item : a.items) mark_uses(item, user);
+  }
+
+  // Borrowed pointer for flat arguments; composite ones are built into `temps`.
+  PyObject* materialize(const graph::Arg& a, std::vector<PyObject*>& values, std::vector<PyRef>& temps) {
+    if (a.kind == graph::Arg::Kind::Node) return values[a.node];
+    if (a.kind == graph::Arg::Kind::Const) return a.value.get();
+    temps.push_back(PyRef::steal(materialize_new(a, values)));
+    return temps.back().get();
+  }
+
+  PyObject* materialize_new(const graph::Arg& a, std::vector<PyObject*>& values) {  // new reference
+    switch (a.kind) {
+      case graph::Arg::Kind::Node: return Py_XNewRef(values[a.node]);
+      case graph::Arg::Kind::Const: return a.value.new_ref();
+      case graph::Arg::Kind::Tuple:
+      case graph::Arg::Kind::List: {
+        const bool tuple = a.kind == graph::Arg::Kind::Tuple;
+        PyObject* out = tuple ? PyTuple_New(a.items.size()) : PyList_New(a.items.size());
+        for (size_t i = 0; out && i < a.items.size(); ++i) {
+          PyObject* item = materialize_new(a.items[i], values);
+          if (!item) {
+            Py_DECREF(out);
+            return nullptr;
+          }
+          if (tuple) PyTuple_SET_ITEM(out, i, item);
+          else PyList_SET_ITEM(out, i, item);
+        }
+        return out;
+      }
+      case graph::Arg::Kind::Dict: {
+        PyObject* out = PyDict_New();
+        for (size_t i = 0; out && i < a.items.size(); ++i) {
+          PyRef item = PyRef::steal(materialize_new(a.items[i], values));
+          if (!item || PyDict_SetItem(out, a.keys[i].get(), item.get()) < 0) {
+            Py_DECREF(out);
+            return nullptr;
+          }
+        }
+        return out;
+      }
+    }
+    return nullptr;
+  }
+
+  // Leaves grad mode as the caller had it when a node raised half-way through a no_grad block.
+  PyObject* fail(bool grad_mode_at_entry) {
+    if (switches_grad_mode_) {
+      PyObject *t, *v, *tb;
+      PyErr_Fetch(&t, &v, &tb);
+      PyRef r = PyRef::steal(PyObject_CallOneArg(frontend::torch_refs().set_grad_enabled.get(),
+                                                 grad_mode_at_entry ? Py_True : Py_False));
+      if (!r) PyErr_Clear();
+      PyErr_Restore(t, v, tb);
+    }
+    return nullptr;
+  }
+
+  graph::Graph graph_;
+  std::vector<int> last_use_;
+  std::vector<std::vector<int>> frees_after_;
+  bool switches_grad_mode_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Executable> make_torch_runner(graph::Graph graph) { return std::make_unique<TorchRunner>(std::move(graph)); }
+
+}  // namespace fastcomp::runtime

@@ -1,0 +1,116 @@
+"""fastcomp.compile and friends: the same API shape as torch.compile."""
+import functools
+import inspect
+import types
+
+import torch
+
+from fastcomp import _C
+
+MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+BACKENDS = ("default",)
+OPTIONS = ("cuda_graphs",)
+
+
+def _target_code(fn):
+    """The code object whose frames are compiled when `fn` is called."""
+    if isinstance(fn, torch.nn.Module):
+        forward = type(fn).forward
+        return inspect.unwrap(forward).__code__
+    if isinstance(fn, types.MethodType):
+        fn = fn.__func__
+    fn = inspect.unwrap(fn)
+    if isinstance(fn, types.FunctionType):
+        return fn.__code__
+    call = getattr(type(fn), "__call__", None)
+    if isinstance(call, types.FunctionType):
+        return call.__code__
+    raise TypeError(
+        f"fastcomp.compile expects a Python function, a method or an nn.Module, got {type(fn).__name__}; "
+        "C functions and builtins have no bytecode to compile"
+    )
+
+
+def _check_choice(what, value, valid):
+    if value not in valid:
+        raise ValueError(f"fastcomp.compile: unknown {what} {value!r}; valid {what}s: {', '.join(map(repr, valid))}")
+
+
+class OptimizedModule(torch.nn.Module):
+    """What fastcomp.compile(module) returns: behaves like the module (attributes, state_dict, train/eval,
+    hooks) and runs its forward compiled. Like torch.compile, the original is registered as ``_orig_mod``."""
+
+    def __init__(self, mod, dispatcher):
+        super().__init__()
+        self._orig_mod = mod
+        object.__setattr__(self, "_fastcomp_call", dispatcher)
+
+    def __call__(self, *args, **kwargs):
+        return self._fastcomp_call(*args, **kwargs)
+
+    def forward(self, *args, **kwargs):
+        return self._fastcomp_call(*args, **kwargs)
+
+    def __getattr__(self, name):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self._modules["_orig_mod"], name)
+
+    def __repr__(self):
+        return f"OptimizedModule({self._orig_mod!r})"
+
+
+def compile(model=None, *, fullgraph=False, dynamic=None, mode=None, backend="default", options=None, disable=False):
+    """Compile a function or nn.Module; returns a callable with the same behaviour.
+
+    Usable as ``compile(fn)``, ``@compile``, ``@compile(fullgraph=True)`` and ``compile(module)``.
+    ``fullgraph=True`` raises ``fastcomp.Unsupported`` where the code cannot be captured in one graph.
+    """
+    mode = "default" if mode is None else mode
+    _check_choice("mode", mode, MODES)
+    _check_choice("backend", backend, BACKENDS)
+    if dynamic not in (None, True, False):
+        raise TypeError(f"fastcomp.compile: dynamic must be None, True or False, got {dynamic!r}")
+    for key in options or {}:
+        _check_choice("option", key, OPTIONS)
+    if options and options.get("cuda_graphs"):
+        mode = "reduce-overhead"
+    if model is None:
+        return functools.partial(
+            compile, fullgraph=fullgraph, dynamic=dynamic, mode=mode, backend=backend, options=options, disable=disable
+        )
+    if not callable(model):
+        raise TypeError(
+            f"fastcomp.compile expects a function, a method or an nn.Module, got {type(model).__name__} ({model!r})"
+        )
+    if disable:
+        return model
+    target = _target_code(model)
+    dispatcher = _C.make_dispatcher(model, target, fullgraph, dynamic, mode, backend)
+    if isinstance(model, torch.nn.Module):
+        return OptimizedModule(model, dispatcher)
+    functools.update_wrapper(dispatcher, model)
+    return dispatcher
+
+
+def disable(fn=None, recursive=True):
+    """Never trace into `fn`: it always runs eagerly, and a compiled caller's graph ends around the call."""
+    if fn is None:
+        return functools.partial(disable, recursive=recursive)
+    wrapped = _C.make_disabled(fn)
+    functools.update_wrapper(wrapped, fn)
+    return wrapped
+
+
+def reset():
+    """Forget every compiled function (like torch._dynamo.reset())."""
+    _C.reset()
+
+
+def is_compiling():
+    """True while fastcomp traces the calling code, False when it runs eagerly."""
+    return False
+
+
+_C.register_special("is_compiling", is_compiling)

@@ -1,0 +1,57 @@
+"""fastcomp's settings. Set attributes directly (``fastcomp.config.recompile_limit = 16``); the native core
+sees every change immediately. Environment variables give the start-up values:
+
+- ``FASTCOMP_RECOMPILE_LIMIT`` (int, default 8): compiled versions per function before it runs eagerly.
+- ``FASTCOMP_ERROR_ON_RECOMPILE`` (0/1): raise ``RecompileLimitExceeded`` instead of warning at the limit.
+- ``FASTCOMP_SUPPRESS_ERRORS`` (0/1, default 1): internal compile failures warn and run eagerly instead of raising.
+"""
+import contextlib
+import os
+import sys
+import types
+
+from fastcomp import _C
+
+_DEFAULTS = {
+    "recompile_limit": int(os.environ.get("FASTCOMP_RECOMPILE_LIMIT", "8")),
+    "error_on_recompile": os.environ.get("FASTCOMP_ERROR_ON_RECOMPILE", "0") == "1",
+    "suppress_errors": os.environ.get("FASTCOMP_SUPPRESS_ERRORS", "1") == "1",
+}
+
+
+class _ConfigModule(types.ModuleType):
+    def __setattr__(self, name, value):
+        if name in _DEFAULTS:
+            expected = type(_DEFAULTS[name])
+            if not isinstance(value, expected):
+                raise TypeError(f"fastcomp.config.{name} must be {expected.__name__}, got {type(value).__name__}")
+            self.__dict__[name] = value
+            _push()
+            return
+        if name.startswith("_") or callable(value):
+            super().__setattr__(name, value)
+            return
+        raise AttributeError(f"fastcomp.config has no setting {name!r}; valid settings: {sorted(_DEFAULTS)}")
+
+    @contextlib.contextmanager
+    def patch(self, **changes):
+        """Temporarily change settings: ``with fastcomp.config.patch(recompile_limit=2): ...``."""
+        old = {k: getattr(self, k) for k in changes}
+        for k, v in changes.items():
+            setattr(self, k, v)
+        try:
+            yield
+        finally:
+            for k, v in old.items():
+                setattr(self, k, v)
+
+
+def _push():
+    mod = sys.modules[__name__]
+    _C.set_config(**{k: mod.__dict__[k] for k in _DEFAULTS})
+
+
+sys.modules[__name__].__class__ = _ConfigModule
+for _k, _v in _DEFAULTS.items():
+    sys.modules[__name__].__dict__[_k] = _v
+_push()

@@ -2,7 +2,7 @@
 
 Public API: compile, disable, reset, is_compiling, explain, set_logs, config, errors.
 """
-from fastcomp import _C, config, errors  # noqa: F401
+from fastcomp import _C, _events, config, errors  # noqa: F401
 from fastcomp.api import OptimizedModule, compile, disable, is_compiling, reset
 from fastcomp.errors import FastcompError, InternalError, RecompileLimitExceeded, Unsupported
 from fastcomp.explain import ExplainOutput, explain

@@ -45,9 +45,6 @@ class OptimizedModule(torch.nn.Module):
         self._orig_mod = mod
         object.__setattr__(self, "_fastcomp_call", dispatcher)
 
-    def __call__(self, *args, **kwargs):
-        return self._fastcomp_call(*args, **kwargs)
-
     def forward(self, *args, **kwargs):
         return self._fastcomp_call(*args, **kwargs)
 

@@ -4,7 +4,7 @@ import inspect
 
 import torch
 
-from fastcomp import _C
+from fastcomp import _C, _events
 from fastcomp.api import _target_code
 
 
@@ -54,11 +54,8 @@ def explain(fn):
         records = []
         target = _target_code(fn)
         dispatcher = _C.make_dispatcher(fn, target, False, None, "default", "default", explain=True)
-        _C.set_compile_observer(records.append)
-        try:
+        with _events.subscribe(records.append):
             dispatcher(*args, **kwargs)
-        finally:
-            _C.set_compile_observer(None)
         graphs, ops, guards, times, breaks = [], [], [], [], []
         for r in records:
             times.append(r["compile_time_s"])

@@ -1,0 +1,232 @@
+"""Every guard kind: a change recompiles exactly once with the right reason; no change never recompiles."""
+import warnings
+
+import pytest
+import torch
+
+import fastcomp
+from fastcomp.testing import CompileCounter
+
+FACTOR = 2.0
+
+
+def run_twice(fn, first_args, second_args):
+    """Calls compiled fn with first_args twice, then second_args twice; returns the counter."""
+    compiled = fastcomp.compile(fn)
+    with CompileCounter() as cc:
+        for args in (first_args, first_args, second_args, second_args):
+            out = compiled(*args)
+            torch.testing.assert_close(out, fn(*args))
+    return cc
+
+
+def expect_one_recompile(cc, reason_fragment):
+    assert cc.frame_count == 2, [r["recompile_reasons"] for r in cc.records]
+    assert len(cc.recompile_reasons) == 1
+    assert reason_fragment in cc.recompile_reasons[0], cc.recompile_reasons
+
+
+def add(x, y):
+    return x + y
+
+
+def test_unchanged_inputs_never_recompile():
+    compiled = fastcomp.compile(add)
+    with CompileCounter() as cc:
+        for _ in range(5):
+            x, y = torch.randn(4), torch.randn(4)
+            torch.testing.assert_close(compiled(x, y), x + y)
+    assert cc.frame_count == 1
+
+
+def test_size_change():
+    cc = run_twice(add, (torch.randn(8), torch.randn(8)), (torch.randn(16), torch.randn(16)))
+    expect_one_recompile(cc, "tensor 'L['x']' size mismatch at index 0. expected 8, actual 16")
+
+
+def test_rank_change():
+    cc = run_twice(add, (torch.randn(8), torch.randn(8)), (torch.randn(2, 8), torch.randn(8)))
+    expect_one_recompile(cc, "tensor 'L['x']' rank mismatch. expected 1, actual 2")
+
+
+def test_dtype_change():
+    cc = run_twice(add, (torch.randn(8), torch.randn(8)), (torch.randn(8, dtype=torch.float64), torch.randn(8)))
+    expect_one_recompile(cc, "tensor 'L['x']' dtype mismatch. expected torch.float32, actual torch.float64")
+
+
+def test_stride_change():
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    cc = run_twice(add, (a, b), (a.t(), b))
+    expect_one_recompile(cc, "tensor 'L['x']' stride mismatch at index 0. expected 4, actual 1")
+
+
+def test_requires_grad_change():
+    x = torch.randn(3)
+    cc = run_twice(add, (x, x), (x.clone().requires_grad_(True), x))
+    expect_one_recompile(cc, "tensor 'L['x']' requires_grad mismatch. expected requires_grad=0")
+
+
+def test_device_change():
+    cc = run_twice(add, (torch.randn(3), torch.randn(3)), (torch.empty(3, device="meta"), torch.empty(3, device="meta")))
+    assert cc.frame_count == 2
+    assert "tensor 'L['x']' device mismatch. expected cpu, actual meta" in cc.recompile_reasons[0]
+
+
+def test_tensor_subclass_change():
+    x = torch.randn(3)
+    cc = run_twice(add, (x, x), (torch.nn.Parameter(torch.randn(3), requires_grad=False), x))
+    expect_one_recompile(cc, "tensor 'L['x']' type mismatch. expected Tensor, actual Parameter")
+
+
+def test_python_constant_change():
+    def f(x, n, flag, name):
+        return x * n if flag and name == "a" else x
+
+    x = torch.randn(3)
+    cc = run_twice(f, (x, 3, True, "a"), (x, 4, True, "a"))
+    expect_one_recompile(cc, "L['n'] == 3")
+    cc = run_twice(f, (x, 3, True, "a"), (x, 3, True, "b"))
+    expect_one_recompile(cc, "L['name'] == 'a'")
+    cc = run_twice(f, (x, 3, True, "a"), (x, 3, None, "a"))
+    expect_one_recompile(cc, "L['flag'] == True")
+
+
+def test_global_change():
+    global FACTOR
+
+    def f(x):
+        return x * FACTOR
+
+    compiled = fastcomp.compile(f)
+    x = torch.randn(3)
+    with CompileCounter() as cc:
+        torch.testing.assert_close(compiled(x), x * 2.0)
+        FACTOR = 5.0
+        try:
+            torch.testing.assert_close(compiled(x), x * 5.0)
+        finally:
+            FACTOR = 2.0
+    expect_one_recompile(cc, "G['FACTOR'] == 2.0")
+
+
+class Gate(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+        self.use_bias = True
+        self.scale = 1.5
+
+    def forward(self, x):
+        y = self.fc(x) * self.scale
+        return y + 1 if self.use_bias else y
+
+
+def test_module_attribute_change_recompiles_never_stale():
+    m = Gate()
+    compiled = fastcomp.compile(m)
+    x = torch.randn(2, 4)
+    with CompileCounter() as cc:
+        torch.testing.assert_close(compiled(x), m(x))
+        m.use_bias = False
+        torch.testing.assert_close(compiled(x), m(x))
+        m.scale = 3.0
+        torch.testing.assert_close(compiled(x), m(x))
+    assert cc.frame_count == 3
+    assert "L['self'].use_bias == True" in cc.recompile_reasons[0]
+
+
+def test_submodule_swap_recompiles():
+    m = Gate()
+    compiled = fastcomp.compile(m)
+    x = torch.randn(2, 4)
+    with CompileCounter() as cc:
+        compiled(x)
+        m.fc = torch.nn.Linear(4, 4)
+        torch.testing.assert_close(compiled(x), m(x))
+    assert cc.frame_count == 2
+    assert "L['self'].fc is not the object seen at compile time" in cc.recompile_reasons[0]
+
+
+def test_parameter_replaced_recompiles():
+    m = Gate()
+    compiled = fastcomp.compile(m)
+    x = torch.randn(2, 4)
+    compiled(x)
+    with CompileCounter() as cc:
+        m.fc.weight = torch.nn.Parameter(torch.randn(4, 4, dtype=torch.float64))
+        m.fc.bias = None
+        m.double()
+        torch.testing.assert_close(compiled(x.double()), m(x.double()))
+    assert cc.frame_count == 1
+
+
+def test_train_eval_recompiles():
+    m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5))
+    compiled = fastcomp.compile(m)
+    x = torch.randn(8, 4)
+    m.eval()
+    with CompileCounter() as cc:
+        torch.testing.assert_close(compiled(x), m(x))
+        m.train()
+        compiled(x)
+    assert cc.frame_count == 2
+    assert "training == False" in cc.recompile_reasons[0]
+
+
+def test_grad_mode_change():
+    x = torch.randn(3)
+    compiled = fastcomp.compile(add)
+    with CompileCounter() as cc:
+        compiled(x, x)
+        with torch.no_grad():
+            compiled(x, x)
+    assert cc.frame_count == 2
+    assert "torch.is_grad_enabled() == True" in cc.recompile_reasons[0]
+
+
+def test_default_dtype_change():
+    def f(x):
+        return x + torch.ones(3)
+
+    compiled = fastcomp.compile(f)
+    x = torch.randn(3, dtype=torch.float64)
+    with CompileCounter() as cc:
+        torch.testing.assert_close(compiled(x), f(x))
+        old = torch.get_default_dtype()
+        torch.set_default_dtype(torch.float64)
+        try:
+            torch.testing.assert_close(compiled(x), f(x))
+        finally:
+            torch.set_default_dtype(old)
+    assert cc.frame_count == 2
+    assert "torch.get_default_dtype() == torch.float32" in cc.recompile_reasons[0]
+
+
+def test_aliased_inputs_are_guarded():
+    def f(a, b):
+        return a * 2 if a is b else a + b
+
+    compiled = fastcomp.compile(f)
+    x, y = torch.randn(3), torch.randn(3)
+    with CompileCounter() as cc:
+        torch.testing.assert_close(compiled(x, y), x + y)
+        torch.testing.assert_close(compiled(x, x), x * 2)
+    assert cc.frame_count == 2
+
+
+def test_recompile_limit_warns_loudly_and_runs_eagerly():
+    compiled = fastcomp.compile(add)
+    with fastcomp.config.patch(recompile_limit=2), CompileCounter() as cc:
+        with pytest.warns(UserWarning, match=r"hit the recompile limit \(2\)"):
+            for n in (1, 2, 3, 4):
+                x = torch.randn(n)
+                torch.testing.assert_close(compiled(x, x), x + x)
+    assert cc.frame_count == 2
+
+
+def test_recompile_limit_can_raise():
+    compiled = fastcomp.compile(add)
+    with fastcomp.config.patch(recompile_limit=1, error_on_recompile=True):
+        compiled(torch.randn(1), torch.randn(1))
+        with pytest.raises(fastcomp.RecompileLimitExceeded, match="add"):
+            compiled(torch.randn(2), torch.randn(2))

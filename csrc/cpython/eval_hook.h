@@ -21,10 +21,13 @@ struct FrameOutcome {
 // frame without evaluating it, as the CPython version requires.
 using FrameHandler = FrameOutcome (*)(const FrameView& frame);
 
-void set_frame_handler(FrameHandler handler);
+// Sets the handler (nullptr: none; every frame then runs under the default evaluator) and returns the
+// previous one, so a caller can restore it. Call with the GIL held.
+FrameHandler set_frame_handler(FrameHandler handler);
 
 // While one HookScope is alive on a thread, frames evaluated on that thread are offered to the handler.
-// Scopes nest; the interpreter-wide hook is installed while any thread holds one.
+// Scopes nest; the interpreter-wide hook is installed while any thread holds one. Create and destroy with
+// the GIL held (the thread count is protected by it).
 class HookScope {
  public:
   HookScope();
@@ -33,8 +36,9 @@ class HookScope {
   HookScope& operator=(const HookScope&) = delete;
 };
 
-// While alive, the current thread's frames run under CPython's default evaluator even inside a HookScope.
-// fastcomp holds one while it traces, compiles, checks guards and runs graphs (torch's own Python code).
+// While alive, the current thread's frames run under CPython's default evaluator even inside a HookScope
+// (also one opened while the SuspendHook is alive). fastcomp holds one while it traces, compiles, checks
+// guards and runs graphs (torch's own Python code); the hook holds one while the handler runs.
 class SuspendHook {
  public:
   SuspendHook();

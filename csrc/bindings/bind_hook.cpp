@@ -111,7 +111,7 @@ py::object intercept_codes(const py::list& codes, const py::object& replacement,
   return call(fn, args, kwargs);
 }
 
-void release_stored_object(void* stored) { Py_DECREF(static_cast<PyObject*>(stored)); }
+void release_stored_object(void* stored) { Py_XDECREF(static_cast<PyObject*>(stored)); }
 
 // The tests' own co_extra slot, requested on first use (fastcomp's slot belongs to its cache).
 const cpython::CodeExtraSlot& test_slot() {
@@ -169,6 +169,7 @@ void bind_hook(py::module_& m) {
       [](const py::handle& code, const py::handle& obj) {
         PyCodeObject* target = as_code(code);
         const cpython::CodeExtraSlot& slot = test_slot();
+        if (slot.get(target) == obj.ptr()) return;  // the slot already owns a reference to it
         // The slot takes over a new reference; None clears it.
         void* value = obj.is_none() ? nullptr : obj.inc_ref().ptr();
         if (!slot.set(target, value)) throw py::error_already_set();

@@ -5,6 +5,8 @@
 
 namespace fastcomp::cpython {
 
+// Must accept nullptr: when a code object with any co_extra storage dies, code_dealloc (Objects/codeobject.c)
+// calls every registered destructor on its slot, stored or not.
 using CodeExtraDestructor = void (*)(void*);
 
 // One co_extra slot: an index requested from the interpreter once, plus the destructor CPython runs on the

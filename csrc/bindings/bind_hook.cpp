@@ -39,6 +39,7 @@ const char* slot_kind_name(SlotKind kind) {
   return "?";
 }
 
+// `code` is borrowed.
 bool is_intercepted(const Interception& interception, PyCodeObject* code) {
   PyObject* codes = interception.codes;
   for (Py_ssize_t i = 0; i < PyList_GET_SIZE(codes); i++) {
@@ -111,6 +112,8 @@ py::object intercept_codes(const py::list& codes, const py::object& replacement,
   return call(fn, args, kwargs);
 }
 
+// The test slot's destructor: releases the reference code_extra_store handed to the slot (nullptr when the
+// slot is empty).
 void release_stored_object(void* stored) { Py_XDECREF(static_cast<PyObject*>(stored)); }
 
 // The tests' own co_extra slot, requested on first use (fastcomp's slot belongs to its cache).
@@ -123,6 +126,7 @@ const cpython::CodeExtraSlot& test_slot() {
   return slot;
 }
 
+// Returns `code` (borrowed) as a code object, or throws TypeError.
 PyCodeObject* as_code(const py::handle& code) {
   if (!PyCode_Check(code.ptr())) throw py::type_error("expected a code object");
   return reinterpret_cast<PyCodeObject*>(code.ptr());

@@ -16,9 +16,12 @@ struct FrameOutcome {
   static FrameOutcome error() { return {Error, nullptr}; }  // a Python exception is set
 };
 
-// Called for each frame the hook intercepts (a plain function frame, not a generator/coroutine, hook
-// enabled on this thread, not re-entered from inside a handler). On Result/Error the hook disposes of the
-// frame without evaluating it, as the CPython version requires.
+// Called for each frame the hook intercepts: a handler is set, this thread holds a HookScope and no
+// SuspendHook (so never re-entered from inside a handler), the frame is not a generator.throw() resumption,
+// no trace/profile/monitoring callback is running on this thread, the frame was pushed by a call (function,
+// or exec'd module/class body) and has not started, and its code is not a generator, coroutine or async
+// generator. The handler runs with the hook suspended. On Result/Error the hook disposes of the frame
+// without evaluating it, as the CPython version requires; RunDefault must come with no exception set.
 using FrameHandler = FrameOutcome (*)(const FrameView& frame);
 
 // Sets the handler (nullptr: none; every frame then runs under the default evaluator) and returns the

@@ -23,7 +23,8 @@ class FrameView {
 
   // The value of fast-local slot `i` as user code would see it after the prologue: arguments and locals
   // directly, cell variables unwrapped, free variables read from the function's closure. Borrowed;
-  // nullptr when unbound.
+  // nullptr when unbound (always for a cell that is not an argument, whose cell does not exist yet, and for
+  // hidden slots).
   PyObject* local(int i) const;
   // The cell object of a free variable slot (from the function's closure). Borrowed; nullptr if `i`
   // is not a free variable.

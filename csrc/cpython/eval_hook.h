@@ -16,15 +16,21 @@ struct FrameOutcome {
   static FrameOutcome error() { return {Error, nullptr}; }  // a Python exception is set
 };
 
-// Called for each frame the hook intercepts (a plain function frame, not a generator/coroutine, hook
-// enabled on this thread, not re-entered from inside a handler). On Result/Error the hook disposes of the
-// frame without evaluating it, as the CPython version requires.
+// Called for each frame the hook intercepts: a handler is set, this thread holds a HookScope and no
+// SuspendHook (so never re-entered from inside a handler), the frame is not a generator.throw() resumption,
+// no trace/profile/monitoring callback is running on this thread, the frame was pushed by a call (function,
+// or exec'd module/class body) and has not started, and its code is not a generator, coroutine or async
+// generator. The handler runs with the hook suspended. On Result/Error the hook disposes of the frame
+// without evaluating it, as the CPython version requires; RunDefault must come with no exception set.
 using FrameHandler = FrameOutcome (*)(const FrameView& frame);
 
-void set_frame_handler(FrameHandler handler);
+// Sets the handler (nullptr: none; every frame then runs under the default evaluator) and returns the
+// previous one, so a caller can restore it. Call with the GIL held.
+FrameHandler set_frame_handler(FrameHandler handler);
 
 // While one HookScope is alive on a thread, frames evaluated on that thread are offered to the handler.
-// Scopes nest; the interpreter-wide hook is installed while any thread holds one.
+// Scopes nest; the interpreter-wide hook is installed while any thread holds one. Create and destroy with
+// the GIL held (the thread count is protected by it).
 class HookScope {
  public:
   HookScope();
@@ -33,8 +39,9 @@ class HookScope {
   HookScope& operator=(const HookScope&) = delete;
 };
 
-// While alive, the current thread's frames run under CPython's default evaluator even inside a HookScope.
-// fastcomp holds one while it traces, compiles, checks guards and runs graphs (torch's own Python code).
+// While alive, the current thread's frames run under CPython's default evaluator even inside a HookScope
+// (also one opened while the SuspendHook is alive). fastcomp holds one while it traces, compiles, checks
+// guards and runs graphs (torch's own Python code); the hook holds one while the handler runs.
 class SuspendHook {
  public:
   SuspendHook();

@@ -1,5 +1,6 @@
 // A version-neutral view of a CPython frame that has not started executing yet (the PEP 523 hook sees
-// frames before their prologue runs). Implemented per version in frame_py311.cpp / frame_py312.cpp.
+// frames before their prologue runs). The struct access is per version (frame_py311.cpp /
+// frame_py312.cpp); what user code would see is derived from it in frame.cpp.
 #pragma once
 #include <Python.h>
 
@@ -22,7 +23,8 @@ class FrameView {
 
   // The value of fast-local slot `i` as user code would see it after the prologue: arguments and locals
   // directly, cell variables unwrapped, free variables read from the function's closure. Borrowed;
-  // nullptr when unbound.
+  // nullptr when unbound (always for a cell that is not an argument, whose cell does not exist yet, and for
+  // hidden slots).
   PyObject* local(int i) const;
   // The cell object of a free variable slot (from the function's closure). Borrowed; nullptr if `i`
   // is not a free variable.
@@ -32,6 +34,9 @@ class FrameView {
   _PyInterpreterFrame* raw() const { return frame_; }
 
  private:
+  // Slot `i` of localsplus exactly as stored before the prologue. Borrowed; may be nullptr.
+  PyObject* raw_slot(int i) const;
+
   _PyInterpreterFrame* frame_;
 };
 

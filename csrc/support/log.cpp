@@ -15,10 +15,13 @@
 namespace fastcomp::log {
 namespace {
 
+// Python's logging.CRITICAL. Not a Level: C++ code logs errors at most, but tests and Python may pass it.
+constexpr int kCritical = 50;
+
 // spdlog has one level per named Python level; a level between two named ones rounds down.
 spdlog::level::level_enum to_spdlog(Level level) {
   const int l = static_cast<int>(level);
-  if (l >= 50) return spdlog::level::critical;
+  if (l >= kCritical) return spdlog::level::critical;
   if (l >= static_cast<int>(Level::error)) return spdlog::level::err;
   if (l >= static_cast<int>(Level::warning)) return spdlog::level::warn;
   if (l >= static_cast<int>(Level::info)) return spdlog::level::info;
@@ -27,7 +30,7 @@ spdlog::level::level_enum to_spdlog(Level level) {
 
 int to_python(spdlog::level::level_enum level) {
   switch (level) {
-    case spdlog::level::critical: return 50;
+    case spdlog::level::critical: return kCritical;
     case spdlog::level::err: return static_cast<int>(Level::error);
     case spdlog::level::warn: return static_cast<int>(Level::warning);
     case spdlog::level::info: return static_cast<int>(Level::info);

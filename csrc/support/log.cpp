@@ -1,5 +1,6 @@
 // The bridge from fastcomp's C++ log calls to Python's `logging`: spdlog carries each record (message, level,
 // source location) to a sink that hands it to logging.getLogger("fastcomp.<topic>").
+
 // Python.h first: it sets feature macros that the standard headers read.
 #include "cpython/pyref.h"
 #include "support/log.h"
@@ -11,6 +12,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace fastcomp::log {
 namespace {

@@ -2,11 +2,18 @@
 #pragma once
 #include <Python.h>
 
+#include <stdexcept>
 #include <string>
 
 #include "frontend/bytecode/instr.h"
 
 namespace fastcomp::frontend {
+
+// Thrown by decode() on malformed code objects and by encode() on streams this CPython cannot express (e.g. a
+// backward conditional jump on 3.12). The message says which and where.
+struct BytecodeError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 /** Decodes `code` (its unquickened co_code, exception table and line table) into one Instr per real instruction. */
 InstrStream decode(PyCodeObject* code);

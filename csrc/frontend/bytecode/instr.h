@@ -38,7 +38,10 @@ struct Instr {
   int32_t kwnames = -1;   // CALL: index into co_consts of the keyword-names tuple, -1 if none
   int32_t offset = 0;     // byte offset of the instruction's opcode in co_code (after EXTENDED_ARG prefixes)
   int32_t line = -1;      // source line, -1 when none
-  uint8_t raw_opcode = 0; // the real opcode, for dumps and encode
+  int32_t end_line = -1;  // last source line of the instruction's span, -1 when none
+  int32_t col = -1;       // UTF-8 byte column where the span starts, -1 when none
+  int32_t end_col = -1;   // UTF-8 byte column where the span ends, -1 when none
+  uint8_t raw_opcode = 0; // the real opcode, for dumps and encode; 0 (CACHE) for an Instr made by fastcomp
   int32_t raw_arg = 0;    // the real oparg including EXTENDED_ARG bits
 };
 
@@ -54,6 +57,7 @@ struct InstrStream {
   PyRef code;  // the code object that was decoded
   std::vector<Instr> instrs;
   std::vector<ExceptionEntry> exception_table;
+  int32_t first_line = 0;  // co_firstlineno, the base of the line table's deltas
 
   // Index of the instruction whose opcode sits at `byte_offset`, or -1.
   int index_of_offset(int byte_offset) const;

@@ -72,11 +72,11 @@ TITLES = {
     "overhead": "Guard and dispatch overhead",
 }
 LEGENDS = {
-    "workloads": "cold/warm ms: wrapper call + first call, empty / reused compiler caches, each in a fresh "
-                 "process. µs/call: back-to-back calls then one synchronize, median of repeats. latency: one "
+    "workloads": "cold/warm ms: import of the compiler + compile() + first call, with empty / reused "
+                 "compiler caches, each in a fresh process. µs/call: back-to-back calls then one synchronize, median of repeats. latency: one "
                  "call on an idle device. rel err: ‖out − ref‖/‖ref‖ against float64 eager (✗: outside "
                  "tolerance). GB/s: minimal bytes moved / µs/call, memory-bound workloads only.",
-    "cpu": "trace + first call: `compile()` plus the first call on an empty cache; overhead: µs/call minus "
+    "cpu": "trace + first call: import of the compiler + compile() + the first call on an empty cache; overhead: µs/call minus "
            "eager's µs/call on the same inputs.",
     "overhead": "inputsN_entriesE: N fp32[8+i] inputs added together, calls rotating through E compiled "
                 "shapes; graph_break: one call to a disabled function between two graphs. Overhead is µs/call "

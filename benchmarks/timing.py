@@ -27,6 +27,7 @@ class Effort:
     latency_samples: int
 
 
+MAX_CALLS_PER_REPEAT = 100_000
 FULL = Effort(repeats=10, seconds_per_repeat=0.05, warmup_seconds=0.2, min_warmup_calls=20, latency_samples=100)
 QUICK = Effort(repeats=3, seconds_per_repeat=0.005, warmup_seconds=0.01, min_warmup_calls=3, latency_samples=10)
 
@@ -67,24 +68,36 @@ def warm_up(fn: Callable, input_sets: Sequence[tuple], sync: Callable[[], None],
     return calls
 
 
+def _timed_loop(fn: Callable, schedule: Sequence[tuple], sync: Callable[[], None]) -> float:
+    sync()
+    start = time.perf_counter()
+    for args in schedule:
+        fn(*args)
+    sync()
+    return time.perf_counter() - start
+
+
 def microseconds_per_call(fn: Callable, input_sets: Sequence[tuple], sync: Callable[[], None],
                           effort: Effort) -> dict:
-    """Back-to-back calls, one synchronize at the end; median over repeats. fn must already be warm."""
-    one_call_s, _ = time_one_call(fn, input_sets[0], sync)
-    n = max(len(input_sets), min(100_000, int(effort.seconds_per_repeat / max(one_call_s, 1e-7))))
-    n -= n % len(input_sets)
-    schedule = [input_sets[i % len(input_sets)] for i in range(n)]
-    samples = []
+    """Back-to-back calls, one synchronize at the end; median over repeats. fn must already be warm.
+
+    The loop length is found as timeit's autorange does: double the calls until a loop takes a quarter of
+    `seconds_per_repeat`, then scale, so one slow call cannot shrink the loop to a few calls.
+    """
+    k = len(input_sets)
+    schedule = lambda n: [input_sets[i % k] for i in range(n)]  # noqa: E731
+    n = k
     with gc_paused():
-        for _ in range(effort.repeats):
-            sync()
-            start = time.perf_counter()
-            for args in schedule:
-                fn(*args)
-            sync()
-            samples.append((time.perf_counter() - start) / n * 1e6)
+        elapsed = _timed_loop(fn, schedule(n), sync)
+        while elapsed < effort.seconds_per_repeat / 4 and n < MAX_CALLS_PER_REPEAT:
+            n *= 2
+            elapsed = _timed_loop(fn, schedule(n), sync)
+        n = max(k, min(MAX_CALLS_PER_REPEAT, round(n * effort.seconds_per_repeat / max(elapsed, 1e-9))))
+        n -= n % k
+        calls = schedule(n)
+        samples = [_timed_loop(fn, calls, sync) / n * 1e6 for _ in range(effort.repeats)]
     return {"us_per_call": statistics.median(samples), "samples_us": samples, "calls_per_repeat": n,
-            "input_sets": len(input_sets)}
+            "input_sets": k}
 
 
 def single_call_latency(fn: Callable, input_sets: Sequence[tuple], device: torch.device,

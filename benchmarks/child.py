@@ -6,6 +6,7 @@ copy ceiling. The result goes to RESULT_PATH as JSON, so whatever compilers prin
 from __future__ import annotations
 
 import json
+import os
 import sys
 import traceback
 
@@ -36,8 +37,10 @@ def main() -> int:
     except Exception as error:
         result = {"status": "failed", "step": "setup", "error": f"{type(error).__name__}: {error}",
                   "traceback": traceback.format_exc()[-4000:]}
-    with open(result_path, "w") as f:
+    partial_path = result_path + ".partial"
+    with open(partial_path, "w") as f:
         json.dump(result, f)
+    os.replace(partial_path, result_path)  # the parent never reads half a result
     return 0
 
 

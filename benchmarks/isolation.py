@@ -49,20 +49,23 @@ def run_child(spec: dict, cache_dir: Path, timeout_s: float, threads: int | None
         start = time.perf_counter()
         child = subprocess.Popen([sys.executable, "-m", "benchmarks.child", json.dumps(spec), str(result_path)],
                                  cwd=REPO, env=child_environment(cache_dir, threads), stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                                 stderr=subprocess.STDOUT, text=True, errors="replace",
+                                 start_new_session=True)
+        timed_out = False
         try:
             output, _ = child.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            os.killpg(child.pid, signal.SIGKILL)
+            timed_out = True
+            os.killpg(child.pid, signal.SIGKILL)  # the child's own group: it and any compile workers it started
             output, _ = child.communicate()
+        if result_path.exists():  # written last and atomically: complete even if a helper outlived the timeout
+            result = json.loads(result_path.read_text())
+        elif timed_out:
             result = {"status": "timeout", "error": f"no result within the {timeout_s:g} s timeout"}
         else:
-            if result_path.exists():
-                result = json.loads(result_path.read_text())
-            else:
-                reason = (f"killed by signal {-child.returncode}" if child.returncode < 0
-                          else f"exit status {child.returncode}")
-                result = {"status": "crashed", "error": f"the process ended without a result ({reason})"}
+            reason = (f"killed by signal {-child.returncode}" if child.returncode < 0
+                      else f"exit status {child.returncode}")
+            result = {"status": "crashed", "error": f"the process ended without a result ({reason})"}
         result["process"] = {"returncode": child.returncode, "wall_s": time.perf_counter() - start,
                              "output_tail": output[-OUTPUT_TAIL_CHARS:]}
     return result

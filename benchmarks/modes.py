@@ -22,34 +22,34 @@ class Mode:
     has_disk_cache: bool  # a warm start (second process, same cache dir) means something
 
 
-def _torch_compile(**options) -> Callable:
+def _torch_mode(name: str, description: str, has_disk_cache: bool, **options) -> Mode:
     def compile(fn, dynamic=None):
         return torch.compile(fn, dynamic=dynamic, **options)
-    return compile
+    return Mode(name, description, "torch._dynamo", compile, lambda: torch.compiler.disable, has_disk_cache)
 
 
-def _fastcomp_compile(**options) -> Callable:
+def _fastcomp_mode(name: str, description: str, **options) -> Mode:
     def compile(fn, dynamic=None):
         import fastcomp
         return fastcomp.compile(fn, dynamic=dynamic, **options)
-    return compile
+
+    def disable():
+        import fastcomp
+        return fastcomp.disable
+    return Mode(name, description, "fastcomp", compile, disable, has_disk_cache=True)
 
 
-def _fastcomp_disable():
-    import fastcomp
-    return fastcomp.disable
+def _eager_mode() -> Mode:
+    return Mode("eager", "plain PyTorch", None, lambda fn, dynamic=None: fn, lambda: (lambda fn: fn), False)
 
 
 MODES: dict[str, Mode] = {m.name: m for m in [
-    Mode("eager", "plain PyTorch", None, lambda fn, dynamic=None: fn, lambda: (lambda fn: fn), False),
-    Mode("tc", "torch.compile()", "torch._dynamo", _torch_compile(), lambda: torch.compiler.disable, True),
-    Mode("tc-ro", 'torch.compile(mode="reduce-overhead")', "torch._dynamo", _torch_compile(mode="reduce-overhead"),
-         lambda: torch.compiler.disable, True),
-    Mode("tc-eager", 'torch.compile(backend="eager"): Dynamo capture only', "torch._dynamo", _torch_compile(backend="eager"),
-         lambda: torch.compiler.disable, False),
-    Mode("fc", "fastcomp.compile()", "fastcomp", _fastcomp_compile(), _fastcomp_disable, True),
-    Mode("fc-ro", 'fastcomp.compile(mode="reduce-overhead")', "fastcomp", _fastcomp_compile(mode="reduce-overhead"),
-         _fastcomp_disable, True),
+    _eager_mode(),
+    _torch_mode("tc", "torch.compile()", True),
+    _torch_mode("tc-ro", 'torch.compile(mode="reduce-overhead")', True, mode="reduce-overhead"),
+    _torch_mode("tc-eager", 'torch.compile(backend="eager"): Dynamo capture only', False, backend="eager"),
+    _fastcomp_mode("fc", "fastcomp.compile()"),
+    _fastcomp_mode("fc-ro", 'fastcomp.compile(mode="reduce-overhead")', mode="reduce-overhead"),
 ]}
 
 

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+from benchmarks.modes import MODES
+
 NONE = "—"
 
 
@@ -72,12 +74,12 @@ TITLES = {
     "overhead": "Guard and dispatch overhead",
 }
 LEGENDS = {
-    "workloads": "cold/warm ms: import of the compiler + compile() + first call, with empty / reused "
-                 "compiler caches, each in a fresh process. µs/call: back-to-back calls then one synchronize, median of repeats. latency: one "
-                 "call on an idle device. rel err: ‖out − ref‖/‖ref‖ against float64 eager (✗: outside "
-                 "tolerance). GB/s: minimal bytes moved / µs/call, memory-bound workloads only.",
-    "cpu": "trace + first call: import of the compiler + compile() + the first call on an empty cache; overhead: µs/call minus "
-           "eager's µs/call on the same inputs.",
+    "workloads": "cold/warm ms: import of the compiler + compile() + first call, with empty / reused compiler "
+                 "caches, each in a fresh process. µs/call: back-to-back calls then one synchronize, median of "
+                 "repeats. latency: one call on an idle device. rel err: ‖out − ref‖/‖ref‖ against float64 "
+                 "eager (✗: outside tolerance). GB/s: minimal bytes moved / µs/call, memory-bound workloads only.",
+    "cpu": "trace + first call: import of the compiler + compile() + the first call on an empty cache; overhead: "
+           "µs/call minus eager's µs/call on the same inputs.",
     "overhead": "inputsN_entriesE: N fp32[8+i] inputs added together, calls rotating through E compiled "
                 "shapes; graph_break: one call to a disabled function between two graphs. Overhead is µs/call "
                 "minus eager's.",
@@ -112,9 +114,14 @@ def _header(results: dict) -> list[str]:
         f"| fastcomp | {fastcomp} |",
         f"| commit | {commit.get('commit') or 'unknown'}{' (uncommitted changes)' if commit.get('dirty') else ''} |",
         f"| copy ceiling | {ceiling_text} |",
+        f"| modes | {'; '.join(f'{m}: {MODES[m].description}' for m in modes_in(results) if m in MODES)} |",
         f"| command | `{meta['command']}` |",
         "",
     ]
+
+
+def modes_in(results: dict) -> list[str]:
+    return list(dict.fromkeys(mode for _, _, mode in results["meta"]["plan"]))
 
 
 def _failures(rows: list[dict]) -> list[str]:
@@ -124,8 +131,8 @@ def _failures(rows: list[dict]) -> list[str]:
             result = row.get(phase) or {}
             if result.get("status") not in (None, "ok"):
                 error = " ".join(str(result.get("error", "")).split())[:400]
-                lines.append(f"- {row['section']} {row['case']} {row['mode']} ({phase}, {result.get('step', result['status'])}): "
-                             f"{error}")
+                where = result.get("step", result["status"])
+                lines.append(f"- {row['section']} {row['case']} {row['mode']} ({phase}, {where}): {error}")
     return ["## Failures", ""] + lines + [""] if lines else []
 
 

@@ -64,12 +64,11 @@ def make_plan(sections, workloads, overhead_cases, modes, device: str, scale: fl
     return jobs
 
 
-def check_names(kind: str, names, known) -> list[str]:
-    """The names, or ValueError naming the unknown ones and the choices."""
+def check_names(kind: str, names, known) -> None:
+    """Raises ValueError naming the unknown names and the choices."""
     unknown = [n for n in names if n not in known]
     if unknown:
         raise ValueError(f"unknown {kind}: {', '.join(unknown)} (choose from {', '.join(known)})")
-    return list(names)
 
 
 def check_selection(sections, workloads, overhead_cases, modes) -> None:

@@ -15,6 +15,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # `benchmarks` is a top-level folder of the checkout, not an installed package
 
 from benchmarks import accuracy, isolation, plan, timing  # noqa: E402
+from benchmarks.modes import MODES  # noqa: E402
+from benchmarks.overhead_cases import OVERHEAD_CASES  # noqa: E402
 from benchmarks.workloads import WORKLOADS, minimal_bytes_moved, scaled_shape  # noqa: E402
 
 
@@ -45,6 +47,28 @@ def test_make_inputs_gives_fresh_random_activations(workload_id):
     first, second = make_inputs(), make_inputs()
     assert not torch.equal(first[0], second[0])
     assert all(a is b for a, b in zip(first[1:], second[1:]))  # weights and tables are kept, as a user would
+
+
+@pytest.mark.parametrize("workload_id", list(WORKLOADS))
+def test_eager_is_within_tolerance_of_its_float64_twin(workload_id):
+    workload = WORKLOADS[workload_id]
+    model, make_inputs = workload.make("cpu", workload.quick_scale)
+    inputs = make_inputs()
+    with torch.no_grad():
+        out = model(*inputs)
+        ref = accuracy.float64_model(model)(*accuracy.to_float64(inputs))
+    assert ref.dtype == torch.float64
+    assert accuracy.compare(out, out, ref)["within_tolerance"]
+
+
+@pytest.mark.parametrize("case_id", list(OVERHEAD_CASES))
+def test_overhead_case_runs_eagerly(case_id):
+    case = OVERHEAD_CASES[case_id]
+    fn, make_input_sets = case.make("cpu", MODES["eager"].disable)
+    input_sets = make_input_sets()
+    assert len({tuple(args[0].shape) for args in input_sets}) == case.cache_entries
+    assert all(len(args) == case.n_inputs for args in input_sets)
+    assert torch.isfinite(fn(*input_sets[0])).all()
 
 
 def test_scaled_shape_carries_into_the_next_dimension_and_keeps_the_last():

@@ -70,7 +70,7 @@ COLUMNS: dict[str, list[Column]] = {
 
 TITLES = {
     "workloads": "Workloads (ANCHORS.md W1–W9)",
-    "cpu": "CPU: trace time and per-call overhead, W1–W9 at quick size",
+    "cpu": "CPU: trace time and per-call overhead",
     "overhead": "Guard and dispatch overhead",
 }
 LEGENDS = {
@@ -84,6 +84,15 @@ LEGENDS = {
                 "shapes; graph_break: one call to a disabled function between two graphs. Overhead is µs/call "
                 "minus eager's.",
 }
+
+
+def _where(rows: list[dict]) -> str:
+    """'cuda, full size' / 'cpu, reduced size (scale per row in the JSON)' / 'cpu' for fixed-size cases."""
+    devices = ", ".join(dict.fromkeys(r["device"] for r in rows))
+    scales = {r["scale"] for r in rows if r["scale"] is not None}
+    if not scales:
+        return devices
+    return f"{devices}, full size" if scales == {1.0} else f"{devices}, reduced size (scale per row in the JSON)"
 
 
 def _table(section: str, rows: list[dict]) -> list[str]:
@@ -143,6 +152,6 @@ def render(results: dict) -> str:
     for section in results["meta"]["sections"]:
         rows = [r for r in results["rows"] if r["section"] == section]
         if rows:
-            lines += [f"## {TITLES[section]}", "", *_table(section, rows), "", LEGENDS[section], ""]
+            lines += [f"## {TITLES[section]}: {_where(rows)}", "", *_table(section, rows), "", LEGENDS[section], ""]
     lines += _failures(results["rows"])
     return "\n".join(lines)

@@ -11,22 +11,27 @@ import sys
 import traceback
 
 
+def probe(spec: dict) -> dict:
+    """The environment, and the copy ceiling when the run measures bandwidth."""
+    import torch
+
+    from benchmarks import copy_ceiling, environment, timing
+    device = torch.device(spec["device"])
+    result = {"status": "ok", "environment": environment.describe(device)}
+    if spec.get("copy_ceiling"):
+        try:
+            result["copy_ceiling"] = copy_ceiling.measure(device, timing.Effort(**spec["effort"]))
+        except Exception as error:
+            result["copy_ceiling"] = {"error": f"{type(error).__name__}: {error}"}
+    return result
+
+
 def run(spec: dict) -> dict:
     if spec["kind"] == "measure":
         from benchmarks.measure_case import measure
         return measure(spec)
     if spec["kind"] == "probe":
-        import torch
-
-        from benchmarks import copy_ceiling, environment, timing
-        device = torch.device(spec["device"])
-        result = {"status": "ok", "environment": environment.describe(device)}
-        if spec.get("copy_ceiling"):
-            try:
-                result["copy_ceiling"] = copy_ceiling.measure(device, timing.Effort(**spec["effort"]))
-            except Exception as error:
-                result["copy_ceiling"] = {"error": f"{type(error).__name__}: {error}"}
-        return result
+        return probe(spec)
     raise ValueError(f"unknown child kind {spec['kind']!r}")
 
 

@@ -27,13 +27,17 @@ def _expected_output_shape(workload_id: str, inputs: tuple) -> tuple:
     return tuple(x.shape)
 
 
-@pytest.mark.parametrize("workload_id", list(WORKLOADS))
-def test_workload_runs_eagerly_at_quick_scale(workload_id):
+def _run_eagerly_at_quick_scale(workload_id: str):
     workload = WORKLOADS[workload_id]
     model, make_inputs = workload.make("cpu", workload.quick_scale)
     inputs = make_inputs()
     with torch.no_grad():
-        out = model(*inputs)
+        return workload, model, inputs, model(*inputs)
+
+
+@pytest.mark.parametrize("workload_id", list(WORKLOADS))
+def test_workload_runs_eagerly_at_quick_scale(workload_id):
+    workload, model, inputs, out = _run_eagerly_at_quick_scale(workload_id)
     assert out.dtype == workload.dtype
     assert tuple(out.shape) == _expected_output_shape(workload_id, inputs)
     assert torch.isfinite(out).all()
@@ -51,11 +55,8 @@ def test_make_inputs_gives_fresh_random_activations(workload_id):
 
 @pytest.mark.parametrize("workload_id", list(WORKLOADS))
 def test_eager_is_within_tolerance_of_its_float64_twin(workload_id):
-    workload = WORKLOADS[workload_id]
-    model, make_inputs = workload.make("cpu", workload.quick_scale)
-    inputs = make_inputs()
+    _, model, inputs, out = _run_eagerly_at_quick_scale(workload_id)
     with torch.no_grad():
-        out = model(*inputs)
         ref = accuracy.float64_model(model)(*accuracy.to_float64(inputs))
     assert ref.dtype == torch.float64
     assert accuracy.compare(out, out, ref)["within_tolerance"]

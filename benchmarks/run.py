@@ -1,0 +1,200 @@
+"""`python -m benchmarks`: measures each planned (section, case, mode) in its own processes and reports.
+
+Each row gets a cold process (empty compiler caches) and, for compilers with a disk cache, a warm process
+reusing them. A progress line per row goes to stderr; the JSON and markdown files are rewritten after every
+row, so a run cut short still leaves its numbers; the chart is drawn at the end and the markdown printed.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import math
+import os
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+
+from benchmarks import environment, isolation, plan, report_chart, report_markdown, summary, timing
+from benchmarks.overhead_cases import OVERHEAD_CASES
+from benchmarks.workloads import WORKLOADS
+
+DEFAULT_OUT = isolation.REPO / "benchmarks" / "results"
+DEFAULT_TIMEOUT_S, QUICK_TIMEOUT_S = 600.0, 120.0
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="CPU smoke run for CI: W1,W5 and two overhead cases, modes eager,tc-eager,fc, tiny "
+                             "sizes, few repeats, two processes at once")
+    parser.add_argument("--sections", help=f"comma-separated, from {','.join(plan.SECTIONS)} (default: "
+                                           "workloads,overhead on a GPU, cpu,overhead otherwise)")
+    parser.add_argument("--workloads", help="comma-separated ids, e.g. W1,W5 (default: all)")
+    parser.add_argument("--overhead-cases", help=f"comma-separated, from {','.join(OVERHEAD_CASES)}")
+    parser.add_argument("--modes", help="comma-separated, from eager,tc,tc-ro,tc-eager,fc,fc-ro (default: "
+                                        "eager,tc,tc-ro,fc,fc-ro on a GPU, eager,tc-eager,fc on the CPU)")
+    parser.add_argument("--device", help="cuda, cuda:1, cpu (default: cuda when available; cpu with --quick)")
+    parser.add_argument("--scale", type=float, help="size factor for W2–W9 (default: 1 on a GPU, each "
+                                                    "workload's quick scale on the CPU)")
+    parser.add_argument("--repeats", type=int, help="timed loops per row; the median is reported")
+    parser.add_argument("--timeout", type=float, help="seconds per process (default 600; 120 with --quick)")
+    parser.add_argument("--jobs", type=int, help="processes at once (default 1; 2 with --quick); more than one "
+                                                 "distorts timings")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT})")
+    return parser.parse_args(argv)
+
+
+def _names(text: str | None, default) -> list[str] | None:
+    return [n.strip() for n in text.split(",") if n.strip()] if text else (list(default) if default else None)
+
+
+def _finite_json(value):
+    """JSON without NaN/Infinity (which strict parsers reject): non-finite floats become strings."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_json(v) for v in value]
+    return value
+
+
+def _output_stem(out: Path, date: str, device_name: str) -> Path:
+    stem = out / f"{date}_{environment.device_slug(device_name)}"
+    suffix = 1
+    while stem.with_name(stem.name + (f"_{suffix}" if suffix > 1 else "") + ".json").exists():
+        suffix += 1
+    return stem.with_name(stem.name + (f"_{suffix}" if suffix > 1 else ""))
+
+
+def _describe_case(job: plan.Job) -> dict:
+    row = {"section": job.section, "case": job.case, "mode": job.mode, "device": job.device, "scale": job.scale}
+    if job.section == "overhead":
+        return row | {"description": OVERHEAD_CASES[job.case].description, "memory_bound": False}
+    workload = WORKLOADS[job.case]
+    return row | {"name": workload.name, "description": workload.description,
+                  "dtype": str(workload.dtype).removeprefix("torch."), "memory_bound": workload.memory_bound}
+
+
+def measure_row(job: plan.Job, effort: timing.Effort, scratch: Path, timeout_s: float,
+                threads: int | None) -> dict:
+    spec = {"kind": "measure", "section": job.section, "case": job.case, "mode": job.mode, "device": job.device,
+            "scale": job.scale, "effort": dataclasses.asdict(effort)}
+    cache_dir = scratch / "-".join(job.key)
+    cold = isolation.run_child(spec | {"phase": "cold"}, cache_dir, timeout_s, threads)
+    warm = (isolation.run_child(spec | {"phase": "warm"}, cache_dir, timeout_s, threads)
+            if job.warm and cold["status"] == "ok" else None)
+    return _describe_case(job) | {"cold": cold, "warm": warm}
+
+
+def progress_line(index: int, total: int, row: dict) -> str:
+    label = f"[{index:>{len(str(total))}}/{total}] {row['section']} {row['case']} {row['mode']}"
+    cold = row["cold"]
+    if cold["status"] != "ok":
+        error = " ".join(str(cold.get("error", "")).split())[:160]
+        return f"{label}: {cold['status']} at {cold.get('step', 'process')}: {error}"
+    d = summary.derive(row, None, None)
+    parts = [f"compile {d['cold_compile_ms']:.0f} ms" if d["cold_compile_ms"] is not None else None,
+             f"warm {d['warm_compile_ms']:.0f} ms" if d["warm_compile_ms"] is not None else None,
+             f"{d['us_per_call']:.1f} µs/call" if d["us_per_call"] is not None else None,
+             "warm failed" if row["warm"] and row["warm"]["status"] != "ok" else None]
+    return f"{label}: ok, " + ", ".join(p for p in parts if p)
+
+
+class Reports:
+    """The JSON and markdown files of a run, rewritten as rows arrive, plus the final chart."""
+
+    def __init__(self, results: dict, stem: Path):
+        self.results, self.stem, self.lock = results, stem, threading.Lock()
+        self.rows_by_index: dict[int, dict] = {}
+        stem.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(self) -> str:
+        summary.derive_all(self.results)
+        markdown = report_markdown.render(self.results)
+        self.stem.with_suffix(".json").write_text(json.dumps(_finite_json(self.results), indent=1) + "\n")
+        self.stem.with_suffix(".md").write_text(markdown + "\n")
+        return markdown
+
+    def add_row(self, index: int, row: dict) -> None:
+        with self.lock:
+            self.rows_by_index[index] = row
+            self.results["rows"] = [self.rows_by_index[i] for i in sorted(self.rows_by_index)]  # plan order
+            self.write()
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    device = args.device or ("cpu" if args.quick or not torch.cuda.is_available() else "cuda")
+    sections = _names(args.sections, plan.QUICK_SECTIONS if args.quick else plan.default_sections(device))
+    workloads = _names(args.workloads, plan.QUICK_WORKLOADS if args.quick else WORKLOADS)
+    overhead_cases = _names(args.overhead_cases, plan.QUICK_OVERHEAD_CASES if args.quick else OVERHEAD_CASES)
+    modes = _names(args.modes, plan.CPU_MODES if args.quick else None)
+    try:
+        plan.check_selection(sections, workloads, overhead_cases, modes)
+    except ValueError as error:
+        print(f"python -m benchmarks: {error}", file=sys.stderr)
+        return 2
+    jobs = plan.make_plan(sections, workloads, overhead_cases, modes, device, args.scale)
+    effort = timing.QUICK if args.quick else timing.FULL
+    if args.repeats:
+        effort = dataclasses.replace(effort, repeats=args.repeats)
+    timeout_s = args.timeout or (QUICK_TIMEOUT_S if args.quick else DEFAULT_TIMEOUT_S)
+    n_jobs = args.jobs or (2 if args.quick else 1)
+    threads = max(1, (os.cpu_count() or 1) // n_jobs) if n_jobs > 1 else None
+
+    notes = []
+    if args.quick:
+        notes.append("--quick: tiny sizes and few repeats; a smoke test of the harness, not a measurement.")
+    if n_jobs > 1:
+        notes.append(f"{n_jobs} processes ran at once ({threads} CPU threads each), so the timings disturb "
+                     "each other.")
+    date = datetime.date.today().isoformat()
+    results = {
+        "schema": 1,
+        "meta": {"date": date, "started": datetime.datetime.now().isoformat(timespec="seconds"),
+                 "command": " ".join(["python -m benchmarks", *argv]), "device": device, "sections": sections,
+                 "effort": dataclasses.asdict(effort), "timeout_s": timeout_s, "jobs": n_jobs,
+                 "git": environment.git_commit(isolation.REPO), "notes": notes,
+                 "plan": [list(job.key) for job in jobs]},
+        "environment": None, "copy_ceiling": None, "rows": [],
+    }
+
+    with tempfile.TemporaryDirectory(prefix="fastcomp-bench-") as scratch:
+        scratch = Path(scratch)
+        print(f"probing {device} ...", file=sys.stderr)
+        probe = isolation.run_child({"kind": "probe", "device": device, "copy_ceiling": "workloads" in sections,
+                                     "effort": dataclasses.asdict(effort)}, scratch / "probe", timeout_s)
+        if probe["status"] != "ok":
+            notes.append(f"device probe {probe['status']}: {probe.get('error')}")
+        results["environment"], results["copy_ceiling"] = probe.get("environment"), probe.get("copy_ceiling")
+        device_name = (results["environment"] or {}).get("device_name", device)
+        reports = Reports(results, _output_stem(args.out, date, device_name))
+        done = iter(range(1, len(jobs) + 1))
+
+        def run_job(index: int) -> None:
+            start = time.perf_counter()
+            row = measure_row(jobs[index], effort, scratch, timeout_s, threads)
+            reports.add_row(index, row)
+            with reports.lock:
+                line = progress_line(next(done), len(jobs), row)
+            print(f"{line}  ({time.perf_counter() - start:.1f} s)", file=sys.stderr, flush=True)
+
+        with ThreadPoolExecutor(max_workers=n_jobs) as pool:
+            list(pool.map(run_job, range(len(jobs))))
+
+    chart_problem = report_chart.write(results, reports.stem.with_suffix(".png"))
+    if chart_problem:
+        notes.append(f"No chart: {chart_problem}.")
+    markdown = reports.write()
+    print(markdown)
+    print(f"wrote {reports.stem}.{{json,md{'' if chart_problem else ',png'}}}", file=sys.stderr)
+    return 0

@@ -11,7 +11,7 @@ namespace fastcomp {
 namespace {
 
 thread_local DispatchContext* tl_active = nullptr;
-PyRef g_observer;
+PyRef* g_observer = new PyRef();  // never destroyed: released references must not outlive Python
 
 std::string utf8(PyObject* s) {
   const char* c = s ? PyUnicode_AsUTF8(s) : nullptr;
@@ -56,7 +56,7 @@ std::string failure_text(const frontend::Unsupported& u) {
 }
 
 void notify_observer(PyCodeObject* code, const CompiledFrame& c, const std::vector<std::string>& recompile_reasons) {
-  if (!g_observer || g_observer.get() == Py_None) return;
+  if (!*g_observer || g_observer->get() == Py_None) return;
   PyRef d = PyRef::steal(PyDict_New());
   auto set = [&](const char* k, PyObject* v) {
     if (v) PyDict_SetItemString(d.get(), k, v);
@@ -95,8 +95,8 @@ void notify_observer(PyCodeObject* code, const CompiledFrame& c, const std::vect
     PyList_Append(reasons, s.get());
   }
   set("recompile_reasons", reasons);
-  PyRef r = PyRef::steal(PyObject_CallOneArg(g_observer.get(), d.get()));
-  if (!r) PyErr_WriteUnraisable(g_observer.get());
+  PyRef r = PyRef::steal(PyObject_CallOneArg(g_observer->get(), d.get()));
+  if (!r) PyErr_WriteUnraisable(g_observer->get());
 }
 
 cpython::FrameOutcome run_entry(runtime::CacheEntry& entry, const frontend::GuardScratch& scratch) {
@@ -210,7 +210,7 @@ ActiveDispatch::~ActiveDispatch() { tl_active = ctx_->previous; }
 
 bool is_dispatching() { return tl_active != nullptr; }
 
-void set_compile_observer(PyObject* observer) { g_observer = PyRef::borrow(observer); }
+void set_compile_observer(PyObject* observer) { *g_observer = PyRef::borrow(observer); }
 
 cpython::FrameOutcome handle_frame(const cpython::FrameView& frame) {
   DispatchContext* ctx = tl_active;

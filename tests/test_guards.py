@@ -12,6 +12,7 @@ FACTOR = 2.0
 
 def run_twice(fn, first_args, second_args):
     """Calls compiled fn with first_args twice, then second_args twice; returns the counter."""
+    fastcomp.reset()
     compiled = fastcomp.compile(fn)
     with CompileCounter() as cc:
         for args in (first_args, first_args, second_args, second_args):

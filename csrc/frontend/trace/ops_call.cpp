@@ -21,7 +21,8 @@ std::string utf8(PyObject* s) {
 std::string qualified_name(PyObject* fn) {
   PyRef module = PyRef::steal(PyObject_GetAttrString(fn, "__module__"));
   if (!module) PyErr_Clear();
-  PyRef qual = PyRef::steal(PyObject_GetAttrString(fn, "__qualname__"));
+  // C functions' qualnames name torch's private holder classes (_VariableFunctionsClass.relu): use the name.
+  PyRef qual = PyRef::steal(PyObject_GetAttrString(fn, PyFunction_Check(fn) ? "__qualname__" : "__name__"));
   if (!qual) {
     PyErr_Clear();
     qual = PyRef::steal(PyObject_GetAttrString(fn, "__name__"));
@@ -29,7 +30,7 @@ std::string qualified_name(PyObject* fn) {
   }
   std::string m = module && PyUnicode_Check(module.get()) ? utf8(module.get()) : "";
   std::string q = qual && PyUnicode_Check(qual.get()) ? utf8(qual.get()) : Py_TYPE(fn)->tp_name;
-  if (m.rfind("torch._C", 0) == 0 || m == "torch._VariableFunctions") m = "torch";
+  if (m == "torch._C._VariableFunctions") m = "torch";
   return m.empty() ? q : m + "." + q;
 }
 
@@ -249,6 +250,8 @@ ValueRef Tracer::call(const ValueRef& fn, std::vector<ValueRef> args, Kwargs kwa
     throw Unsupported(BreakCode::DisabledFunction, "call to a function wrapped with fastcomp.disable");
   if (T.is_module(f)) return call_module(fn, std::move(args), std::move(kwargs));
   if (PyType_Check(f)) {
+    if (PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(f), reinterpret_cast<PyTypeObject*>(PyExc_BaseException)))
+      throw UserCodeError("the function raises " + std::string(reinterpret_cast<PyTypeObject*>(f)->tp_name));
     if (f == T.no_grad.get() || f == T.enable_grad.get()) {
       auto ctx = std::make_shared<Value>();
       ctx->kind = VKind::GradCtx;

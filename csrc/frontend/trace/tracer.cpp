@@ -25,9 +25,10 @@ PyObject* code_attr(PyObject* code, const char* name) {  // new reference
   return PyObject_GetAttrString(code, name);
 }
 
+// Never destroyed: its references must not be released after the interpreter has shut down.
 std::unordered_map<std::string, PyRef>& specials() {
-  static std::unordered_map<std::string, PyRef> table;
-  return table;
+  static auto* table = new std::unordered_map<std::string, PyRef>();
+  return *table;
 }
 
 }  // namespace
@@ -41,12 +42,13 @@ PyObject* special_object(const char* role) {
 
 std::shared_ptr<const InstrStream> decoded(PyCodeObject* code) {
   // Code objects are immutable; keeping them alive here keeps the cache keys valid.
-  static std::unordered_map<PyCodeObject*, std::shared_ptr<const InstrStream>> cache;
-  auto it = cache.find(code);
-  if (it != cache.end()) return it->second;
+  // Never destroyed, like the code objects it keeps alive.
+  static auto* cache = new std::unordered_map<PyCodeObject*, std::shared_ptr<const InstrStream>>();
+  auto it = cache->find(code);
+  if (it != cache->end()) return it->second;
   auto stream = std::make_shared<const InstrStream>(decode(code));
   Py_INCREF(code);
-  cache.emplace(code, stream);
+  cache->emplace(code, stream);
   return stream;
 }
 

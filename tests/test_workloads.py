@@ -1,0 +1,34 @@
+"""The seed workloads W1-W9 (shared/ANCHORS.md) compile on CPU into 1 graph with 0 breaks, equal eager's
+results, and reuse their cache entry on a second call with fresh inputs of the same shapes."""
+import pytest
+import torch
+
+import fastcomp
+from benchmarks.workloads import WORKLOADS
+from fastcomp.testing import CompileCounter
+from tests.helpers import assert_same
+
+TOLERANCE = {torch.float32: (1e-5, 1e-5), torch.float16: (1e-2, 1e-2), torch.bfloat16: (1e-2, 1e-2)}
+
+
+@pytest.mark.parametrize("wid", sorted(WORKLOADS))
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
+def test_workload_compiles_to_one_graph_and_matches_eager(wid, grad):
+    w = WORKLOADS[wid]
+    torch.manual_seed(0)
+    model, make_inputs = w.make("cpu", w.quick_scale)
+    compiled = fastcomp.compile(model)
+    rtol, atol = TOLERANCE[w.dtype]
+    with CompileCounter() as cc, torch.set_grad_enabled(grad):
+        for _ in range(2):
+            inputs = make_inputs()
+            assert_same(compiled(*inputs), model(*inputs), rtol=rtol, atol=atol)
+    assert (cc.frame_count, cc.graph_count, cc.break_count) == (1, 1, 0), cc.records
+
+
+def test_explain_of_a_workload_reports_one_graph():
+    w = WORKLOADS["W7"]
+    model, make_inputs = w.make("cpu", w.quick_scale)
+    out = fastcomp.explain(model)(*make_inputs())
+    assert out.graph_count == 1 and out.graph_break_count == 0
+    assert len(out.ops_per_graph[0]) > 3

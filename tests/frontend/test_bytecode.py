@@ -440,3 +440,11 @@ def test_long_jumps_and_many_constants_use_extended_arg():
 def test_decode_rejects_non_code():
     with pytest.raises(TypeError, match="expected a code object"):
         T.decode(len)
+
+
+def test_malformed_tables_raise_clear_errors():
+    code = (lambda x: x).__code__
+    with pytest.raises(RuntimeError, match="truncated exception table"):
+        T.decode(code.replace(co_exceptiontable=b"\x82"))
+    with pytest.raises(RuntimeError, match="location table entry without its start bit"):
+        T.decode(code.replace(co_linetable=b"\x01"))

@@ -24,12 +24,11 @@ struct Layout {
   std::vector<int32_t> end_unit;       // one past its last inline cache
   std::vector<int32_t> index_of_unit;  // the instruction each unit belongs to
 
-  // The instruction that starts exactly at `unit` (`unit` == the code's length gives the instruction count).
+  // The instruction that starts exactly at `unit`; the end of the code gives the instruction count.
   int32_t instr_at(int64_t unit, const char* what) const {
-    const int32_t n = static_cast<int32_t>(first_unit.size());
-    if (unit == static_cast<int64_t>(index_of_unit.size())) return n;
-    if (unit < 0 || unit > static_cast<int64_t>(index_of_unit.size()) ||
-        first_unit[index_of_unit[unit]] != unit)
+    const int64_t end = static_cast<int64_t>(index_of_unit.size());
+    if (unit == end) return static_cast<int32_t>(first_unit.size());
+    if (unit < 0 || unit > end || first_unit[index_of_unit[unit]] != unit)
       throw BytecodeError("fastcomp.decode: " + std::string(what) + " at byte offset " +
                           std::to_string(unit * 2) + " is not the start of an instruction");
     return index_of_unit[unit];

@@ -15,11 +15,17 @@ struct BytecodeError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/** Decodes `code` (its unquickened co_code, exception table and line table) into one Instr per real instruction. */
+/** Decodes `code` (borrowed; the stream keeps a reference) into one Instr per real instruction, reading its
+    unquickened co_code, exception table and location table. Needs the GIL (the first call reads the opcode
+    tables from the `opcode` module). */
 InstrStream decode(PyCodeObject* code);
 
-/** Encodes a stream back into co_code bytes, the exception table and the line table of this CPython version.
-    decode() followed by encode() reproduces the original three byte strings exactly. */
+/** Encodes a stream into co_code bytes, the exception table and the location table of this CPython version;
+    decode() followed by encode() reproduces the original three byte strings exactly. Arguments come from the
+    neutral fields (op, arg, flags, target, kwnames, positions); raw_opcode only picks among opcodes with the
+    same meaning (LOAD_FAST_CHECK, JUMP_BACKWARD_NO_INTERRUPT, PRECALL...). An Instr fastcomp made has
+    raw_opcode 0 and gets the canonical opcode, and such a CALL also gets the KW_NAMES / PRECALL CPython
+    expects before it (a decoded CALL keeps its own, as the NOPs before it). Needs the GIL on first use. */
 struct EncodedCode {
   std::string co_code;
   std::string exception_table;

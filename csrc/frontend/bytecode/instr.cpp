@@ -130,6 +130,7 @@ std::string arg_text(const Instr& instr, PyCodeObject* code /* borrowed, may be 
 const char* op_name(Op op) { return kOpNames[static_cast<size_t>(op)]; }
 
 int InstrStream::index_of_offset(int byte_offset) const {
+  // Decoded streams list instructions in code order, so offsets ascend.
   auto it = std::lower_bound(instrs.begin(), instrs.end(), byte_offset,
                              [](const Instr& instr, int offset) { return instr.offset < offset; });
   return it != instrs.end() && it->offset == byte_offset ? static_cast<int>(it - instrs.begin()) : -1;

@@ -44,8 +44,6 @@ std::unique_ptr<OpcodeTable> build_table() {
   if (!module) throw_python_error("fastcomp: importing opcode");
   PyRef opmap = attr(module.get(), "opmap");
   PyRef cache_sizes = attr(module.get(), "_inline_cache_entries");
-  PyRef hasjrel = attr(module.get(), "hasjrel");
-  PyRef hasjabs = attr(module.get(), "hasjabs");
 
   auto table = std::make_unique<OpcodeTable>();
   table->by_op.resize(kOpCount);
@@ -68,12 +66,13 @@ std::unique_ptr<OpcodeTable> build_table() {
 
   // Every relative jump must decode through a jump row: an UNSUPPORTED jump would keep a stale distance when the
   // code around it moves. No supported version has absolute jumps.
-  auto check_jumps = [&](PyObject* list /* borrowed */, bool relative) {
-    Py_ssize_t n = PySequence_Size(list);
-    if (n < 0) throw_python_error("fastcomp: reading opcode.hasjrel");
+  auto check_jumps = [&](const char* name, bool relative) {
+    PyRef list = attr(module.get(), name);
+    Py_ssize_t n = PySequence_Size(list.get());
+    if (n < 0) throw_python_error(std::string("fastcomp: reading opcode.") + name);
     for (Py_ssize_t i = 0; i < n; ++i) {
-      PyRef item = PyRef::steal(PySequence_GetItem(list, i));
-      if (!item) throw_python_error("fastcomp: reading opcode.hasjrel");
+      PyRef item = PyRef::steal(PySequence_GetItem(list.get(), i));
+      if (!item) throw_python_error(std::string("fastcomp: reading opcode.") + name);
       long opcode = PyLong_AsLong(item.get());
       if (opcode < 0 || opcode > 255) {  // pseudo-ops (3.12) and errors; only real opcodes reach co_code
         PyErr_Clear();
@@ -85,8 +84,8 @@ std::unique_ptr<OpcodeTable> build_table() {
                                    " is a jump the decoder does not know");
     }
   };
-  check_jumps(hasjrel.get(), true);
-  check_jumps(hasjabs.get(), false);
+  check_jumps("hasjrel", true);
+  check_jumps("hasjabs", false);
   return table;
 }
 

@@ -3,8 +3,6 @@
 // CPython opcode *name*; opcode numbers and inline-cache sizes are read once from the running interpreter's
 // `opcode` module, so no opcode number is typed by hand and the table cannot drift from the interpreter.
 #pragma once
-#include <Python.h>
-
 #include <array>
 #include <span>
 #include <string>

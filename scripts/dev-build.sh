@@ -4,9 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=${PYTHON:-python3}
-if [ ! -f build/dev/build.ninja ]; then
-  cmake -S . -B build/dev -G Ninja -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-Release} \
+build=${BUILD_DIR:-build/dev}
+if [ ! -f "$build/build.ninja" ]; then
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-Release} \
     -DPython_EXECUTABLE="$(command -v "$py")" -Dpybind11_DIR="$("$py" -m pybind11 --cmakedir)" >/dev/null
 fi
-cmake --build build/dev
-cp -f build/dev/_C*.so python/fastcomp/
+cmake --build "$build"
+cp -f "$build"/_C*.so python/fastcomp/

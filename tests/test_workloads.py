@@ -14,9 +14,19 @@ TOLERANCE = {torch.float32: (1e-5, 1e-5), torch.float16: (1e-2, 1e-2), torch.bfl
 @pytest.mark.parametrize("wid", sorted(WORKLOADS))
 @pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
 def test_workload_compiles_to_one_graph_and_matches_eager(wid, grad):
+    check_workload(wid, grad, "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("wid", sorted(WORKLOADS))
+def test_workload_on_cuda_at_full_size(wid):
+    check_workload(wid, False, "cuda")
+
+
+def check_workload(wid, grad, device):
     w = WORKLOADS[wid]
     torch.manual_seed(0)
-    model, make_inputs = w.make("cpu", w.quick_scale)
+    model, make_inputs = w.make(device, w.quick_scale if device == "cpu" else 1.0)
     compiled = fastcomp.compile(model)
     rtol, atol = TOLERANCE[w.dtype]
     with CompileCounter() as cc, torch.set_grad_enabled(grad):

@@ -7,8 +7,6 @@
 namespace fastcomp::frontend {
 namespace {
 
-ValueRef const_int(Py_ssize_t i) { return make_const(PyRef::steal(PyLong_FromSsize_t(i))); }
-
 std::vector<ValueRef> module_children(Tracer& t, const ValueRef& module) {
   PyObject** dictptr = _PyObject_GetDictPtr(module->obj.get());
   PyObject* children = dictptr && *dictptr ? PyDict_GetItemString(*dictptr, "_modules") : nullptr;

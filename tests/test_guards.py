@@ -175,14 +175,40 @@ def test_train_eval_recompiles():
 
 
 def test_grad_mode_change():
+    x = torch.randn(3, requires_grad=True)
+    compiled = fastcomp.compile(add)
+    with CompileCounter() as cc:
+        assert compiled(x, x).requires_grad
+        with torch.no_grad():
+            assert not compiled(x, x).requires_grad
+    assert cc.frame_count == 2
+    assert "torch.is_grad_enabled() == True" in cc.recompile_reasons[0]
+
+
+def test_grad_mode_is_not_guarded_when_nothing_requires_grad():
     x = torch.randn(3)
     compiled = fastcomp.compile(add)
     with CompileCounter() as cc:
         compiled(x, x)
         with torch.no_grad():
             compiled(x, x)
+    assert cc.frame_count == 1
+
+
+def test_grad_mode_is_guarded_when_the_code_switches_it():
+    def f(x):
+        with torch.enable_grad():
+            y = x * 2
+        return y + torch.is_grad_enabled()
+
+    compiled = fastcomp.compile(f)
+    x = torch.randn(3)
+    with CompileCounter() as cc:
+        compiled(x)
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x), f(x))
+            assert not torch.is_grad_enabled()
     assert cc.frame_count == 2
-    assert "torch.is_grad_enabled() == True" in cc.recompile_reasons[0]
 
 
 def test_default_dtype_change():

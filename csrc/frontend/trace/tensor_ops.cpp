@@ -90,6 +90,7 @@ static ValueRef wrap_output(Tracer& t, graph::Node node, PyObject* out, PyObject
   if (T.is_tensor(out)) {
     node.type = graph::ValueType::Tensor;
     node.meta = meta_of_tensor(out, device);
+    t.note_requires_grad(node.meta.requires_grad);
     return tensor_value(t.graph().add(std::move(node)), out);
   }
   bool sequence = PyTuple_Check(out) || PyList_Check(out);
@@ -144,6 +145,7 @@ static ValueRef wrap_output(Tracer& t, graph::Node node, PyObject* out, PyObject
 ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std::vector<ValueRef>& args,
                             const std::vector<std::pair<std::string, ValueRef>>& kwargs) {
   const auto& T = torch_refs();
+  if (target == T.is_grad_enabled.get()) note_requires_grad(true);  // the code reads grad mode
   if (is_data_dependent(name))
     throw Unsupported(BreakCode::DataDependentValue, fmt::format("{}() needs the tensor's values", name));
   graph::Node node;
@@ -258,6 +260,7 @@ ValueRef Tracer::tensor_attr(const ValueRef& tensor, PyObject* name) {
 
 ValueRef Tracer::set_grad_mode(bool enabled) {
   const auto& T = torch_refs();
+  note_requires_grad(true);  // the graph restores a grad mode recorded now: guard it
   graph::Node node;
   node.kind = graph::NodeKind::Call;
   node.target = T.set_grad_enabled;

@@ -47,7 +47,10 @@ const TorchRefs& torch_refs() {
     r->enable_grad = attr(r->torch, "enable_grad");
     r->grad_mode_setter = attr(r->torch, "set_grad_enabled");
     r->get_default_dtype = attr(r->torch, "get_default_dtype");
-    r->is_autocast_enabled = attr(r->torch, "is_autocast_enabled");
+    // One call for every device where torch has it (2.4+); torch.is_autocast_enabled() otherwise.
+    PyObject* any_autocast = PyObject_GetAttrString(c.get(), "_is_any_autocast_enabled");
+    if (!any_autocast) PyErr_Clear();
+    r->is_any_autocast_enabled = any_autocast ? PyRef::steal(any_autocast) : attr(r->torch, "is_autocast_enabled");
     r->parse_to = attr(attr(c, "_nn"), "_parse_to");
     r->getitem = attr(operator_mod, "getitem");
     r->setitem = attr(operator_mod, "setitem");

@@ -24,7 +24,7 @@ struct TorchRefs {
   PyRef enable_grad;        // torch.enable_grad (class)
   PyRef grad_mode_setter;   // torch.set_grad_enabled (class usable as function and context manager)
   PyRef get_default_dtype;  // torch.get_default_dtype
-  PyRef is_autocast_enabled;// torch.is_autocast_enabled
+  PyRef is_any_autocast_enabled;  // torch._C._is_any_autocast_enabled (or a fallback with the same meaning)
   PyRef parse_to;           // torch._C._nn._parse_to
   PyRef getitem;            // operator.getitem
   PyRef setitem;            // operator.setitem

@@ -122,7 +122,12 @@ TraceResult Tracer::run() {
   }
 
   grad_enabled_at_start_ = grad_enabled_ = torch_refs().grad_enabled();
-  add_global_state_guards();
+  {
+    PyRef autocast = PyRef::steal(PyObject_CallNoArgs(torch_refs().is_any_autocast_enabled.get()));
+    if (!autocast) PyErr_Clear();
+    if (autocast.get() == Py_True)
+      throw Unsupported(BreakCode::UnsupportedValue, "autocast is enabled; fastcomp does not trace under autocast yet");
+  }
   ValueRef result;
   try {
     result = run_frame(f);
@@ -131,10 +136,13 @@ TraceResult Tracer::run() {
     throw;
   }
   graph_.output = to_output_arg(result);
+  add_global_state_guards(grad_mode_read_ || grad_enabled_ != grad_enabled_at_start_);
   return TraceResult{std::move(graph_), std::move(guards_)};
 }
 
-void Tracer::add_global_state_guards() {
+// Global state that changes what torch computes. Grad mode only matters when gradients can flow (a tensor
+// requires grad) or the code looked at it; the others are always checked.
+void Tracer::add_global_state_guards(bool grad_mode_matters) {
   const auto& T = torch_refs();
   auto add = [&](PyObject* fn, PyRef args, const char* what) {
     Guard g;
@@ -149,15 +157,12 @@ void Tracer::add_global_state_guards() {
     }
     guards_.guards.push_back(std::move(g));
   };
-  add(T.is_grad_enabled.get(), {}, "torch.is_grad_enabled()");
+  if (grad_mode_matters) add(T.is_grad_enabled.get(), {}, "torch.is_grad_enabled()");
   add(T.get_default_dtype.get(), {}, "torch.get_default_dtype()");
-  for (const char* device : {"cpu", "cuda"}) {
-    PyRef args = PyRef::steal(Py_BuildValue("(s)", device));
-    add(T.is_autocast_enabled.get(), args, device[1] == 'p' ? "torch.is_autocast_enabled('cpu')" : "torch.is_autocast_enabled('cuda')");
-    if (guards_.guards.back().expected.get() == Py_True)
-      throw Unsupported(BreakCode::UnsupportedValue, "autocast is enabled; fastcomp does not trace under autocast yet");
-  }
+  add(T.is_any_autocast_enabled.get(), {}, "torch._C._is_any_autocast_enabled()");
 }
+
+void Tracer::note_requires_grad(bool requires_grad) { grad_mode_read_ |= requires_grad; }
 
 graph::Arg Tracer::to_output_arg(const ValueRef& v) {
   switch (v->kind) {
@@ -454,7 +459,11 @@ void Tracer::step(TraceFrame& f, const Instr& in, bool* returned, ValueRef* resu
   step_build_or_call(*this, f, in);
 }
 
-TraceResult Tracer::take_partial() { return TraceResult{std::move(graph_), std::move(guards_), {}, {}}; }
+TraceResult Tracer::take_partial() {
+  // The decisions made so far depended on the global state too.
+  add_global_state_guards(true);
+  return TraceResult{std::move(graph_), std::move(guards_), {}, {}};
+}
 
 TraceResult trace_frame(const cpython::FrameView& frame) {
   Tracer tracer(frame);

@@ -81,6 +81,7 @@ class Tracer {
   ValueRef tensor_attr(const ValueRef& tensor, PyObject* name);
   ValueRef set_grad_mode(bool enabled);  // records and applies a grad-mode switch
   bool grad_enabled() const { return grad_enabled_; }
+  void note_requires_grad(bool requires_grad);  // a tensor that requires grad makes grad mode matter
   ValueRef call_module(const ValueRef& module, std::vector<ValueRef> args,
                        std::vector<std::pair<std::string, ValueRef>> kwargs);
 
@@ -114,7 +115,7 @@ class Tracer {
  private:
   void step(TraceFrame& f, const Instr& in, bool* returned, ValueRef* result);
   void realize_local(TraceFrame& f, int slot);
-  void add_global_state_guards();
+  void add_global_state_guards(bool grad_mode_matters);
   graph::Arg to_output_arg(const ValueRef& v);
 
   cpython::FrameView root_;
@@ -126,6 +127,7 @@ class Tracer {
   std::unordered_map<int, ValueRef> by_source_;       // each source is wrapped once
   std::unordered_map<PyObject*, ValueRef> tensor_by_object_;  // aliasing between sources
   bool module_hook_guards_added_ = false;
+  bool grad_mode_read_ = false;  // grad mode influenced the trace (see add_global_state_guards)
   friend struct TracerAccess;
 };
 

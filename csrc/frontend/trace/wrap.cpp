@@ -90,6 +90,7 @@ ValueRef Tracer::tensor_input(PyObject* tensor, int source) {
     return alias->second;
   }
   graph::TensorMeta meta = meta_of_tensor(tensor, nullptr);
+  note_requires_grad(meta.requires_grad);
   graph::Node node;
   node.kind = graph::NodeKind::Input;
   node.type = graph::ValueType::Tensor;

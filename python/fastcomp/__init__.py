@@ -2,7 +2,8 @@
 
 Public API: compile, disable, reset, is_compiling, explain, set_logs, config, errors.
 """
-from fastcomp import _C, _events, config, errors  # noqa: F401
+from fastcomp import _C, _events, _logging, config, errors  # noqa: F401
+from fastcomp._logging import set_logs
 from fastcomp.api import OptimizedModule, compile, disable, is_compiling, reset
 from fastcomp.errors import FastcompError, InternalError, RecompileLimitExceeded, Unsupported
 from fastcomp.explain import ExplainOutput, explain
@@ -11,6 +12,8 @@ _C.register_special("Unsupported", Unsupported)
 _C.register_special("RecompileLimitExceeded", RecompileLimitExceeded)
 _C.register_special("InternalError", InternalError)
 
-__all__ = ["compile", "disable", "reset", "is_compiling", "explain", "config", "errors", "OptimizedModule",
+__all__ = ["compile", "set_logs", "disable", "reset", "is_compiling", "explain", "config", "errors", "OptimizedModule",
            "ExplainOutput", "FastcompError", "Unsupported", "RecompileLimitExceeded", "InternalError"]
 __version__ = "0.1.0"
+
+_logging.init_from_env()

@@ -1,0 +1,94 @@
+// The loop-level IR of the CUDA backend: one fused kernel = an iteration space, operands addressed by strides
+// over it, and a scalar expression DAG evaluated per element. Lowering (graph -> Kernel) decides fusion;
+// emit_cuda (Kernel -> CUDA C) decides nothing but how to write it fast.
+//
+// Two kernel shapes cover the seed workloads:
+//  - Pointwise: every element of `shape` is independent.
+//  - RowReduce: the last dimension of `shape` is a row; Reduce expressions combine a row into one value that
+//    later expressions (the epilogue) use for every element of that row (softmax, layer_norm, rmsnorm, sums).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fastcomp::codegen {
+
+// Element types the emitter knows; compute happens in the `compute` type of each expression.
+enum class DType : uint8_t { Bool, U8, I8, I16, I32, I64, F16, BF16, F32, F64 };
+const char* dtype_name(DType t);      // "f32"
+const char* dtype_c_type(DType t);    // "float", "__half", "__nv_bfloat16", "int64_t", ...
+int dtype_size(DType t);
+
+enum class ExprOp : uint8_t {
+  // leaves
+  Load,      // element of input `operand` at the current index
+  Constant,  // `constant` (exactly representable in `dtype`)
+  RowIndex,  // index of the element along the row (RowReduce) or the flat element index (Pointwise), as i64
+  // unary
+  Neg, Abs, Exp, Log, Sqrt, Rsqrt, Sigmoid, Tanh, Relu, Erf, Sin, Cos, GeluErf, GeluTanh, Silu, Not, Cast,
+  // binary
+  Add, Sub, Mul, Div, Pow, Max, Min, Lt, Le, Gt, Ge, Eq, Ne, And, Or,
+  // ternary
+  Where,     // operands: condition, if-true, if-false
+  // row reductions (RowReduce kernels only): reduce operand 0 over the row; result is per row
+  ReduceSum, ReduceMax, ReduceMin,
+};
+const char* expr_op_name(ExprOp op);
+
+struct Expr {
+  ExprOp op = ExprOp::Constant;
+  DType dtype = DType::F32;   // type of the value (for Cast: the target type)
+  std::vector<int> args;      // indices of earlier Exprs
+  int operand = -1;           // Load: index into Kernel::inputs
+  double constant = 0;        // Constant
+};
+
+// A tensor the kernel reads or writes, addressed as base + storage_offset + sum(index[d] * strides[d]) over the
+// kernel's `shape` (a stride of 0 broadcasts). For RowReduce kernels an output of a per-row value has stride
+// 0 in the last dimension.
+struct Operand {
+  DType dtype = DType::F32;
+  std::vector<int64_t> strides;  // in elements, one per dimension of Kernel::shape
+  int64_t storage_offset = 0;    // in elements
+};
+
+struct Store {
+  int expr = -1;   // which expression to write
+  int output = -1; // index into Kernel::outputs
+};
+
+struct Kernel {
+  enum class Kind : uint8_t { Pointwise, RowReduce } kind = Kind::Pointwise;
+  std::string name;                // unique within one program, a valid C identifier
+  std::vector<int64_t> shape;      // iteration space
+  std::vector<Operand> inputs;     // kernel parameters, in order, then outputs
+  std::vector<Operand> outputs;
+  std::vector<Expr> exprs;         // in evaluation order
+  std::vector<Store> stores;
+
+  std::string to_string() const;   // stable text for dumps and golden tests
+};
+
+// What emit_cuda produces for a kernel: source plus what the runtime needs to launch it.
+struct KernelSource {
+  std::string name;
+  std::string code;        // CUDA C of one __global__ function (extern "C", no name mangling)
+  int block = 256;         // threads per block
+  int64_t grid = 1;        // blocks
+  int shared_bytes = 0;    // dynamic shared memory
+  bool needs_fp16 = false; // includes cuda_fp16.h
+  bool needs_bf16 = false; // includes cuda_bf16.h
+};
+
+struct DeviceLimits {
+  int sm_count = 132;
+  int max_threads_per_block = 1024;
+};
+
+/** Emits the CUDA C of one kernel. Kernel parameters: one pointer per input then per output, in order. */
+KernelSource emit_cuda(const Kernel& kernel, const DeviceLimits& limits);
+
+/** One NVRTC program for all kernels of a graph: the common prelude once, then every kernel. */
+std::string emit_program(const std::vector<KernelSource>& kernels);
+
+}  // namespace fastcomp::codegen

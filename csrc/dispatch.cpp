@@ -6,18 +6,13 @@
 #include "runtime/cache.h"
 #include "support/config.h"
 #include "support/log.h"
+#include "support/pystr.h"
 
 namespace fastcomp {
 namespace {
 
 thread_local DispatchContext* tl_active = nullptr;
 PyRef* g_observer = new PyRef();  // never destroyed: released references must not outlive Python
-
-std::string utf8(PyObject* s) {
-  const char* c = s ? PyUnicode_AsUTF8(s) : nullptr;
-  if (!c) PyErr_Clear();
-  return c ? c : "?";
-}
 
 std::string where(PyCodeObject* code) {
   return fmt::format("{} ({}:{})", utf8(code->co_qualname), utf8(code->co_filename), code->co_firstlineno);

@@ -2,28 +2,10 @@
 
 #include <fmt/format.h>
 
+#include "support/pystr.h"
+
 namespace fastcomp::graph {
 namespace {
-
-std::string repr(PyObject* o) {
-  PyRef r = PyRef::steal(PyObject_Repr(o));
-  if (!r) {
-    PyErr_Clear();
-    return "<unprintable>";
-  }
-  const char* s = PyUnicode_AsUTF8(r.get());
-  return s ? s : "<unprintable>";
-}
-
-std::string str(PyObject* o) {
-  PyRef r = PyRef::steal(PyObject_Str(o));
-  if (!r) {
-    PyErr_Clear();
-    return "<unprintable>";
-  }
-  const char* s = PyUnicode_AsUTF8(r.get());
-  return s ? s : "<unprintable>";
-}
 
 std::string join_ints(const std::vector<int64_t>& v) {
   std::string out;
@@ -34,7 +16,7 @@ std::string join_ints(const std::vector<int64_t>& v) {
 std::string arg_to_string(const Arg& a) {
   switch (a.kind) {
     case Arg::Kind::Node: return fmt::format("%{}", a.node);
-    case Arg::Kind::Const: return repr(a.value.get());
+    case Arg::Kind::Const: return py_repr(a.value.get());
     case Arg::Kind::Tuple:
     case Arg::Kind::List: {
       std::string out = a.kind == Arg::Kind::Tuple ? "(" : "[";
@@ -45,7 +27,7 @@ std::string arg_to_string(const Arg& a) {
     case Arg::Kind::Dict: {
       std::string out = "{";
       for (size_t i = 0; i < a.items.size(); ++i)
-        out += (i ? ", " : "") + repr(a.keys[i].get()) + ": " + arg_to_string(a.items[i]);
+        out += (i ? ", " : "") + py_repr(a.keys[i].get()) + ": " + arg_to_string(a.items[i]);
       return out + "}";
     }
   }
@@ -60,7 +42,7 @@ std::string dtype_short_name(PyObject* dtype) {
       {"torch.bfloat16", "bf16"}, {"torch.int64", "i64"}, {"torch.int32", "i32"},
       {"torch.int16", "i16"}, {"torch.int8", "i8"}, {"torch.uint8", "u8"}, {"torch.bool", "b8"},
       {"torch.complex64", "c64"}, {"torch.complex128", "c128"}};
-  std::string s = str(dtype);
+  std::string s = py_str(dtype);
   for (auto& [full, short_name] : kNames)
     if (s == full) return short_name;
   return s;
@@ -76,7 +58,7 @@ std::string TensorMeta::to_string() const {
     expected *= sizes[i];
   }
   if (!contiguous) out += fmt::format(" stride=({})", join_ints(strides));
-  if (device) out += " " + str(device.get());
+  if (device) out += " " + py_str(device.get());
   if (requires_grad) out += " requires_grad";
   return out;
 }
@@ -120,7 +102,7 @@ std::string Graph::to_string() const {
     for (const Arg& a : n.args) args += (args.empty() ? "" : ", ") + arg_to_string(a);
     if (n.kwnames) {
       for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(n.kwnames.get()); ++i)
-        args += (args.empty() ? "" : ", ") + str(PyTuple_GET_ITEM(n.kwnames.get(), i)) + "=" +
+        args += (args.empty() ? "" : ", ") + py_str(PyTuple_GET_ITEM(n.kwnames.get(), i)) + "=" +
                 arg_to_string(n.kwargs[i]);
     }
     out += fmt::format("%{} = {}({})  # {}{}\n", n.id, n.target_name, args, type,

@@ -2,26 +2,10 @@
 
 #include <fmt/format.h>
 
+#include "support/pystr.h"
+
 namespace fastcomp::frontend {
 namespace {
-
-std::string py_str(PyObject* o) {
-  PyRef s = PyRef::steal(PyObject_Str(o));
-  if (!s) {
-    PyErr_Clear();
-    return "?";
-  }
-  return PyUnicode_AsUTF8(s.get());
-}
-
-std::string py_repr(PyObject* o) {
-  PyRef s = PyRef::steal(PyObject_Repr(o));
-  if (!s) {
-    PyErr_Clear();
-    return "?";
-  }
-  return PyUnicode_AsUTF8(s.get());
-}
 
 bool same_key(PyObject* a, PyObject* b) {
   if (a == b) return true;

@@ -64,7 +64,8 @@ int first_mismatch(PyObject* seq, const std::vector<int64_t>& expected, bool* ra
     return 0;
   }
   for (Py_ssize_t i = 0; i < n; ++i) {
-    if (PyLong_AsLongLong(PyTuple_GET_ITEM(seq, i)) != expected[i]) return static_cast<int>(i);
+    int overflow = 0;
+    if (PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(seq, i), &overflow) != expected[i]) return static_cast<int>(i);
   }
   return -1;
 }
@@ -75,27 +76,52 @@ std::vector<int64_t> to_ints(PyObject* seq) {
   return out;
 }
 
-// Checks a tensor against its guard. `reason` (nullable) gets Dynamo's wording on failure.
+// Reads tensor metadata through TensorBase's own getset and method descriptors, skipping instance-dict and
+// MRO lookups: the type guard has already established that the object is a plain Tensor or Parameter.
+struct TensorReader {
+  getter dtype = nullptr, shape = nullptr, device = nullptr, requires_grad = nullptr;
+  void *dtype_closure = nullptr, *shape_closure = nullptr, *device_closure = nullptr, *requires_grad_closure = nullptr;
+  PyObject* stride = nullptr;  // method descriptor, called with the tensor as self
+
+  static const TensorReader& get(PyTypeObject* tensor_type) {
+    static TensorReader* r = [&] {
+      auto* reader = new TensorReader();
+      auto getset = [&](const char* name, getter* fn, void** closure) {
+        PyObject* d = _PyType_Lookup(tensor_type, PyRef::steal(PyUnicode_FromString(name)).get());
+        if (d && Py_TYPE(d) == &PyGetSetDescr_Type) {
+          *fn = reinterpret_cast<PyGetSetDescrObject*>(d)->d_getset->get;
+          *closure = reinterpret_cast<PyGetSetDescrObject*>(d)->d_getset->closure;
+        }
+      };
+      getset("dtype", &reader->dtype, &reader->dtype_closure);
+      getset("shape", &reader->shape, &reader->shape_closure);
+      getset("device", &reader->device, &reader->device_closure);
+      getset("requires_grad", &reader->requires_grad, &reader->requires_grad_closure);
+      reader->stride = _PyType_Lookup(tensor_type, PyRef::steal(PyUnicode_FromString("stride")).get());
+      Py_XINCREF(reader->stride);
+      return reader;
+    }();
+    return *r;
+  }
+  static PyObject* read(PyObject* t, getter fn, void* closure, const char* name) {  // new reference
+    return fn ? fn(t, closure) : PyObject_GetAttrString(t, name);
+  }
+  PyObject* strides(PyObject* t) const {  // new reference
+    return stride ? PyObject_Vectorcall(stride, &t, 1, nullptr) : PyObject_CallMethod(t, "stride", nullptr);
+  }
+};
+
+// Checks a tensor against its guard, cheapest and likeliest-to-fail properties first. `reason` (nullable) gets
+// Dynamo's wording on failure.
 bool check_tensor(PyObject* t, const TensorGuard& g, const std::string& name, std::string* reason) {
-  static PyObject* kDtype = interned("dtype");
-  static PyObject* kDevice = interned("device");
-  static PyObject* kShape = interned("shape");
-  static PyObject* kStride = interned("stride");
-  static PyObject* kRequiresGrad = interned("requires_grad");
   auto fail = [&](const std::string& what) {
     if (reason) *reason = fmt::format("tensor '{}' {}", name, what);
     return false;
   };
   if (Py_TYPE(t) != g.type)
     return fail(fmt::format("type mismatch. expected {}, actual {}", g.type->tp_name, Py_TYPE(t)->tp_name));
-  PyRef dtype = PyRef::steal(PyObject_GetAttr(t, kDtype));
-  if (dtype.get() != g.meta.dtype.get())
-    return fail(fmt::format("dtype mismatch. expected {}, actual {}", py_str(g.meta.dtype.get()),
-                            dtype ? py_str(dtype.get()) : "?"));
-  PyRef requires_grad = PyRef::steal(PyObject_GetAttr(t, kRequiresGrad));
-  if ((requires_grad.get() == Py_True) != g.meta.requires_grad)
-    return fail(fmt::format("requires_grad mismatch. expected requires_grad={}", int(g.meta.requires_grad)));
-  PyRef shape = PyRef::steal(PyObject_GetAttr(t, kShape));
+  const TensorReader& r = TensorReader::get(g.type);
+  PyRef shape = PyRef::steal(TensorReader::read(t, r.shape, r.shape_closure, "shape"));
   if (!shape || !PyTuple_Check(shape.get())) return fail("has no shape");
   bool rank_mismatch = false;
   int i = first_mismatch(shape.get(), g.meta.sizes, &rank_mismatch);
@@ -104,13 +130,20 @@ bool check_tensor(PyObject* t, const TensorGuard& g, const std::string& name, st
   if (i >= 0)
     return fail(fmt::format("size mismatch at index {}. expected {}, actual {}", i, g.meta.sizes[i],
                             to_ints(shape.get())[i]));
-  PyRef strides = PyRef::steal(PyObject_CallMethodNoArgs(t, kStride));
+  PyRef dtype = PyRef::steal(TensorReader::read(t, r.dtype, r.dtype_closure, "dtype"));
+  if (dtype.get() != g.meta.dtype.get())
+    return fail(fmt::format("dtype mismatch. expected {}, actual {}", py_str(g.meta.dtype.get()),
+                            dtype ? py_str(dtype.get()) : "?"));
+  PyRef requires_grad = PyRef::steal(TensorReader::read(t, r.requires_grad, r.requires_grad_closure, "requires_grad"));
+  if ((requires_grad.get() == Py_True) != g.meta.requires_grad)
+    return fail(fmt::format("requires_grad mismatch. expected requires_grad={}", int(g.meta.requires_grad)));
+  PyRef strides = PyRef::steal(r.strides(t));
   if (!strides || !PyTuple_Check(strides.get())) return fail("has no strides");
   i = first_mismatch(strides.get(), g.meta.strides, &rank_mismatch);
   if (i >= 0)
     return fail(fmt::format("stride mismatch at index {}. expected {}, actual {}", i, g.meta.strides[i],
                             to_ints(strides.get())[i]));
-  PyRef device = PyRef::steal(PyObject_GetAttr(t, kDevice));
+  PyRef device = PyRef::steal(TensorReader::read(t, r.device, r.device_closure, "device"));
   int same_device = device ? PyObject_RichCompareBool(device.get(), g.meta.device.get(), Py_EQ) : -1;
   if (same_device != 1)
     return fail(fmt::format("device mismatch. expected {}, actual {}", py_str(g.meta.device.get()),

@@ -3,11 +3,16 @@
 Sections:
 - `workloads`: W1–W9 on the run's device at full size (quick size on a CPU), every mode, cold and warm.
 - `overhead`: guard/dispatch and graph-break cases (overhead_cases.py) on the run's device, cold only.
-- `cpu`: W1–W9 on the CPU at quick size against Dynamo's capture alone (`tc-eager`): trace time and per-call
-  overhead, with no GPU needed.
+- `cpu`: the tracker issue's CPU measurements, with no GPU needed: W1 (per-call overhead), W5 and W7 (cold
+  compile and trace time) at full size on the CPU against Dynamo's capture alone (`tc-eager`); any W id with
+  `--workloads`.
+
+`--part K/N` runs the K-th of N slices of the plan, cut between cases (a case's modes stay together, so each
+part's report has eager beside its compilers) so that the parts' estimated times are about equal.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from benchmarks.modes import MODES
@@ -17,6 +22,7 @@ from benchmarks.workloads import WORKLOADS
 SECTIONS = ("workloads", "overhead", "cpu")
 GPU_MODES = ("eager", "tc", "tc-ro", "fc", "fc-ro")
 CPU_MODES = ("eager", "tc-eager", "fc")
+CPU_WORKLOADS = ("W1", "W5", "W7")  # the tracker issue's CPU section
 
 # --quick: a CPU smoke run for CI, small enough to finish in well under a minute on two cores.
 QUICK_SECTIONS = ("cpu", "overhead")
@@ -39,29 +45,86 @@ class Job:
 
 
 def default_sections(device: str) -> tuple[str, ...]:
-    return ("workloads", "overhead") if device.startswith("cuda") else ("cpu", "overhead")
+    return ("workloads", "overhead", "cpu") if device.startswith("cuda") else ("cpu", "overhead")
 
 
 def default_modes(section: str, device: str) -> tuple[str, ...]:
     return GPU_MODES if device.startswith("cuda") and section != "cpu" else CPU_MODES
 
 
-def make_plan(sections, workloads, overhead_cases, modes, device: str, scale: float | None) -> list[Job]:
-    """Rows in the order they run; `modes` or `scale` None means each section's default."""
+def make_plan(sections, workloads, overhead_cases, modes, device: str, scale: float | None,
+              quick: bool = False) -> list[Job]:
+    """Rows in the order they run; `workloads`, `modes` or `scale` None means each section's default.
+
+    Default sizes: full size on a GPU and in the `cpu` section, each workload's quick scale for the
+    `workloads` section on a CPU and everywhere with `quick`.
+    """
     jobs = []
     for section in sections:
         section_device = "cpu" if section == "cpu" else device
-        for case in (overhead_cases if section == "overhead" else workloads):
+        if section == "overhead":
+            cases = overhead_cases
+        else:
+            cases = workloads or (CPU_WORKLOADS if section == "cpu" else tuple(WORKLOADS))
+        for case in cases:
             if section == "overhead":
                 case_scale = None
             elif scale is not None:
                 case_scale = scale
+            elif quick or (section == "workloads" and not section_device.startswith("cuda")):
+                case_scale = WORKLOADS[case].quick_scale
             else:
-                case_scale = 1.0 if section_device.startswith("cuda") else WORKLOADS[case].quick_scale
+                case_scale = 1.0
             for mode in modes or default_modes(section, section_device):
                 warm = MODES[mode].has_disk_cache and section != "overhead"
                 jobs.append(Job(section, case, mode, section_device, case_scale, warm))
     return jobs
+
+
+# Rough seconds per measurement process, for balancing parts and for the budget before a mode has run:
+# starting Python and torch, building the case, timing it; plus the compiler's cold and warm compiles.
+PROCESS_S = {"cpu": 3.0, "cuda": 5.0}
+COLD_COMPILE_S = {"eager": 0.0, "tc": 6.0, "tc-ro": 6.0, "tc-eager": 2.5, "fc": 5.0, "fc-ro": 5.0}
+WARM_COMPILE_S = {"tc": 2.0, "tc-ro": 2.0, "fc": 1.0, "fc-ro": 1.0}
+
+
+def estimated_seconds(job: Job) -> float:
+    per_process = PROCESS_S["cuda" if job.device.startswith("cuda") else "cpu"]
+    seconds = per_process + COLD_COMPILE_S.get(job.mode, 5.0)
+    if job.warm:
+        seconds += per_process + WARM_COMPILE_S.get(job.mode, 1.0)
+    return seconds
+
+
+def parse_part(text: str) -> tuple[int, int]:
+    """'2/3' -> (2, 3); raises ValueError otherwise."""
+    try:
+        k, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise ValueError(f"--part wants K/N, e.g. 1/3, not {text!r}") from None
+    if not 1 <= k <= n:
+        raise ValueError(f"--part {text}: K must be between 1 and N")
+    return k, n
+
+
+def select_part(jobs: list[Job], k: int, n: int) -> list[Job]:
+    """The k-th (1-based) of n contiguous slices of the plan, cut only between (section, case) groups.
+
+    A group belongs to the slice in which the midpoint of its estimated time falls, so slices take about
+    total/n seconds each and every group lands in exactly one slice.
+    """
+    groups: dict[tuple[str, str], list[Job]] = {}
+    for job in jobs:
+        groups.setdefault((job.section, job.case), []).append(job)
+    total = sum(estimated_seconds(j) for j in jobs) or 1.0
+    chosen, elapsed = [], 0.0
+    for group in groups.values():
+        cost = sum(estimated_seconds(j) for j in group)
+        part = min(n, math.floor((elapsed + cost / 2) / total * n) + 1)
+        if part == k:
+            chosen += group
+        elapsed += cost
+    return chosen
 
 
 def check_names(kind: str, names, known) -> None:

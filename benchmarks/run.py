@@ -222,12 +222,12 @@ def main(argv: list[str] | None = None) -> int:
         suffix = f"_part{part[0]}of{part[1]}" if part else ""
         reports = Reports(results, output_stem(args.out, date, output_slug(device, device_name), suffix))
         done = iter(range(1, len(jobs) + 1))
-        seconds_by_mode: dict[str, float] = {}  # the longest row of each mode so far: the budget's forecast
+        seconds_by_mode: dict[tuple, float] = {}  # longest row per (device, mode) so far: the budget's forecast
 
         def run_job(index: int) -> None:
             job = jobs[index]
             start = time.perf_counter()
-            forecast = seconds_by_mode.get(job.mode, plan.estimated_seconds(job))
+            forecast = seconds_by_mode.get((job.device, job.mode), plan.estimated_seconds(job))
             if deadline - start < forecast:
                 with reports.lock:
                     results["meta"]["skipped"].append(
@@ -240,7 +240,8 @@ def main(argv: list[str] | None = None) -> int:
             elapsed = time.perf_counter() - start
             reports.add_row(index, row)
             with reports.lock:
-                seconds_by_mode[job.mode] = max(elapsed, seconds_by_mode.get(job.mode, 0.0))
+                key = (job.device, job.mode)
+                seconds_by_mode[key] = max(elapsed, seconds_by_mode.get(key, 0.0))
                 line = progress_line(next(done), len(jobs), row)
             print(f"{line}  ({elapsed:.1f} s)", file=sys.stderr, flush=True)
 

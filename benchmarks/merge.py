@@ -38,7 +38,7 @@ def merge(parts: list[dict], names: list[str]) -> dict:
     rows: dict[tuple, dict] = {}
     for name, part in zip(names, parts):
         for note in part["meta"].get("notes", []):
-            if not note.startswith("Part ") and note not in notes:  # "Part k of n" is true of a part only
+            if not note.startswith("Part") and note not in notes:  # "Part k of n" is true of a part only
                 notes.append(note)
         meta["plan"] += [key for key in part["meta"].get("plan", []) if key not in meta["plan"]]
         meta["skipped"] += part["meta"].get("skipped") or []
@@ -79,7 +79,7 @@ def merge(parts: list[dict], names: list[str]) -> dict:
 
 def default_stem(first_path: Path, results: dict) -> Path:
     """The first file's name without its `_partKofN` (and `_2`...) suffix, made unique in its folder."""
-    match = re.match(r"(\d{4}-\d{2}-\d{2})_(.+?)(_part\d+of\d+)?(_\d+)?$", first_path.stem)
+    match = re.match(r"(\d{4}-\d{2}-\d{2})_(.+?)(_part\d+of\d+|_redo)?(_\d+)?$", first_path.stem)
     date, slug = (match.group(1), match.group(2)) if match else (results["meta"]["date"], "merged")
     return run.output_stem(first_path.parent, date, slug)
 

@@ -90,7 +90,10 @@ WARM_COMPILE_S = {"tc": 2.0, "tc-ro": 2.0, "fc": 1.0, "fc-ro": 1.0}
 
 def estimated_seconds(job: Job) -> float:
     per_process = PROCESS_S["cuda" if job.device.startswith("cuda") else "cpu"]
-    seconds = per_process + COLD_COMPILE_S.get(job.mode, 5.0)
+    compile_s = COLD_COMPILE_S.get(job.mode, 5.0)
+    if job.section == "overhead":  # one compile per cache entry; later ones skip the compiler's start-up
+        compile_s *= 1 + 0.3 * (OVERHEAD_CASES[job.case].cache_entries - 1)
+    seconds = per_process + compile_s
     if job.warm:
         seconds += per_process + WARM_COMPILE_S.get(job.mode, 1.0)
     return seconds

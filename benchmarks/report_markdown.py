@@ -136,7 +136,8 @@ def _header(results: dict) -> list[str]:
         f"# fastcomp benchmarks: {meta['date']}, {env.get('device_name', meta['device'])}", "",
         "| | |", "|---|---|",
         f"| device | {device} |",
-        f"| host | {env.get('cpu')}, {env.get('cpu_count')} cores, {env.get('torch_threads')} torch threads |",
+        f"| host | {env.get('cpu')}, {env.get('cpu_count')} cores, {env.get('torch_threads')} torch threads"
+        f"{_load(env)} |",
         f"| torch | {env.get('torch')}, CUDA {env.get('cuda')}, triton {env.get('triton')} |",
         f"| Python | {env.get('python')} |",
         f"| fastcomp | {fastcomp} |",
@@ -151,6 +152,11 @@ def _header(results: dict) -> list[str]:
 def _mode_text(name: str) -> str:
     mode = MODES[name]
     return f"{name}: {mode.description}" + (f" († {mode.caveat})" if mode.caveat else "")
+
+
+def _load(env: dict) -> str:
+    load = env.get("load_average")
+    return f", load average {load[0]:g} / {load[1]:g} / {load[2]:g} (1 / 5 / 15 min) at the start" if load else ""
 
 
 def modes_in(results: dict) -> list[str]:

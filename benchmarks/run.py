@@ -52,11 +52,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, help="seconds per process (default 600; 120 with --quick)")
     parser.add_argument("--jobs", type=int, help="processes at once (default 1; 2 with --quick); more than one "
                                                  "distorts timings")
+    parser.add_argument("--threads", type=int, help="OMP_NUM_THREADS of every measurement process (default: "
+                                                    "torch's own choice; cores / jobs with --jobs above 1)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT})")
     parser.add_argument("--part", help="K/N: measure only the K-th of N slices of the plan (cut between cases, "
                                        "about equal estimated time); merge the parts with python -m benchmarks.merge")
     parser.add_argument("--budget-s", type=float, help="start no row that would end later than this many seconds "
                                                        "after the start; rows left out are listed in the reports")
+    parser.add_argument("--redo-skipped", type=Path, nargs="+", metavar="JSON",
+                        help="measure only the rows that these earlier runs left out for their --budget-s (files "
+                             "`..._redo.*`; merge them with the earlier files)")
     parser.add_argument("--note", action="append", default=[], help="a line for the report's notes (repeatable)")
     return parser.parse_args(argv)
 
@@ -180,12 +185,23 @@ def main(argv: list[str] | None = None) -> int:
     planned = len(jobs)
     if part:
         jobs = plan.select_part(jobs, *part)
+    if args.redo_skipped:
+        try:
+            jobs = [plan.Job(**entry["job"]) for path in args.redo_skipped
+                    for entry in json.loads(path.read_text())["meta"].get("skipped", [])]
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            print(f"python -m benchmarks: --redo-skipped: {error}", file=sys.stderr)
+            return 2
+        sections = list(dict.fromkeys(job.section for job in jobs))
+        if not jobs:
+            print("python -m benchmarks: --redo-skipped: those runs skipped no rows", file=sys.stderr)
+            return 0
     effort = timing.QUICK if args.quick else timing.FULL
     if args.repeats:
         effort = dataclasses.replace(effort, repeats=args.repeats)
     timeout_s = args.timeout or (QUICK_TIMEOUT_S if args.quick else DEFAULT_TIMEOUT_S)
     n_jobs = args.jobs or (2 if args.quick else 1)
-    threads = max(1, (os.cpu_count() or 1) // n_jobs) if n_jobs > 1 else None
+    threads = args.threads or (max(1, (os.cpu_count() or 1) // n_jobs) if n_jobs > 1 else None)
     deadline = started + args.budget_s if args.budget_s else math.inf
 
     notes = list(args.note)
@@ -194,7 +210,13 @@ def main(argv: list[str] | None = None) -> int:
     if n_jobs > 1:
         notes.append(f"{n_jobs} processes ran at once ({threads} CPU threads each), so the timings disturb "
                      "each other.")
-    if part:
+    elif args.threads:
+        notes.append(f"--threads {args.threads}: every measurement process ran with OMP_NUM_THREADS="
+                     f"{args.threads}.")
+    if args.redo_skipped:
+        notes.append(f"Part: the {len(jobs)} rows that {', '.join(p.name for p in args.redo_skipped)} left out "
+                     "for their --budget-s.")
+    elif part:
         notes.append(f"Part {part[0]} of {part[1]}: {len(jobs)} of the {planned} planned rows; "
                      "`python -m benchmarks.merge` joins the parts into one report.")
     date = datetime.date.today().isoformat()
@@ -214,12 +236,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"probing {device} ...", file=sys.stderr)
         probe = isolation.run_child({"kind": "probe", "device": device,
                                      "copy_ceiling": any(job.section == "workloads" for job in jobs),
-                                     "effort": dataclasses.asdict(effort)}, scratch / "probe", timeout_s)
+                                     "effort": dataclasses.asdict(effort)}, scratch / "probe", timeout_s, threads)
         if probe["status"] != "ok":
             notes.append(f"device probe {probe['status']}: {probe.get('error')}")
         results["environment"], results["copy_ceiling"] = probe.get("environment"), probe.get("copy_ceiling")
         device_name = (results["environment"] or {}).get("device_name", device)
-        suffix = f"_part{part[0]}of{part[1]}" if part else ""
+        suffix = "_redo" if args.redo_skipped else f"_part{part[0]}of{part[1]}" if part else ""
         reports = Reports(results, output_stem(args.out, date, output_slug(device, device_name), suffix))
         done = iter(range(1, len(jobs) + 1))
         seconds_by_mode: dict[tuple, float] = {}  # longest row per (device, mode) so far: the budget's forecast
@@ -231,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
             if deadline - start < forecast:
                 with reports.lock:
                     results["meta"]["skipped"].append(
-                        {"section": job.section, "case": job.case, "mode": job.mode,
+                        {"section": job.section, "case": job.case, "mode": job.mode, "job": dataclasses.asdict(job),
                          "reason": f"--budget-s: {max(0.0, deadline - start):.0f} s left, ~{forecast:.0f} s needed"})
                     print(f"[{next(done)}/{len(jobs)}] {' '.join(job.key)}: skipped, budget spent",
                           file=sys.stderr, flush=True)
@@ -248,7 +270,13 @@ def main(argv: list[str] | None = None) -> int:
         with ThreadPoolExecutor(max_workers=n_jobs) as pool:
             list(pool.map(run_job, range(len(jobs))))
 
-    return finish(results, reports)
+    status = finish(results, reports)
+    if part:
+        others = [reports.stem.name.replace(f"_part{part[0]}of{part[1]}", f"_part{k}of{part[1]}")
+                  for k in range(1, part[1] + 1)]
+        print("when every part is done, merge them with:\n  python -m benchmarks.merge "
+              + " ".join(str(reports.stem.parent / f"{name}.json") for name in others), file=sys.stderr)
+    return status
 
 
 def finish(results: dict, reports: Reports) -> int:

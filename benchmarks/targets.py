@@ -7,7 +7,9 @@
   ahead of the best of eager, tc and tc-ro present in the run; W2, W3, W8 within 15% of the copy floor; W1
   under 8 µs; cold compile under 150 ms and warm under 20 ms; exactly 1 graph and 0 breaks.
 
-A check whose numbers are missing (a failed row, a mode not in the run) is reported as not measured.
+A check whose numbers are missing (a failed row, a mode not in the run) is reported as not measured. The
+verdict is on the cold numbers (a fresh process); the CPU trace checks also show the re-trace after the
+compiler's reset() in the same process, which leaves out one-time start-up costs, for diagnosis only.
 """
 from __future__ import annotations
 
@@ -89,16 +91,21 @@ def _cpu_checks(section_rows: dict) -> list[dict]:
         row = section_rows[(case, FASTCOMP_MODE)]
         scale = "" if row.get("scale") in (None, 1.0) else f", scale {row['scale']:g}"
         fc_trace = d(case, FASTCOMP_MODE).get("trace_ms")
+        fc_retrace = d(case, FASTCOMP_MODE).get("retrace_ms")
         first_call = d(case, FASTCOMP_MODE).get("cold_compile_ms")
+        retrace_text = "" if fc_retrace is None else f"; re-trace after reset() {_fmt_ms(fc_retrace)}"
         checks.append(_check("cpu", case, FASTCOMP_MODE, f"trace ≤ {CPU_TRACE_MAX_MS:g} ms", "max", CPU_TRACE_MAX_MS,
-                             fc_trace, f"{_fmt_ms(fc_trace)} (cold compile incl. first call "
-                                       f"{_fmt_ms(first_call)}{scale})"))
+                             fc_trace, f"{_fmt_ms(fc_trace)} (first call {_fmt_ms(first_call)}{retrace_text}{scale})"))
         for peer in peers:
-            peer_trace = d(case, peer).get("trace_ms")
+            peer_trace, peer_retrace = d(case, peer).get("trace_ms"), d(case, peer).get("retrace_ms")
             speedup = _ratio(peer_trace, fc_trace)
+            retrace_speedup = _ratio(peer_retrace, fc_retrace)
+            retrace_text = ("" if retrace_speedup is None else f"; re-traces {retrace_speedup:.3g}× "
+                            f"({_fmt_ms(fc_retrace)} vs {_fmt_ms(peer_retrace)})")
             checks.append(_check("cpu", case, FASTCOMP_MODE, f"trace ≥ {CPU_TRACE_MIN_SPEEDUP_VS_TC:g}× faster than "
                                  f"{peer}'s", "min", CPU_TRACE_MIN_SPEEDUP_VS_TC, speedup,
-                                 f"{speedup:.3g}× ({_fmt_ms(fc_trace)} vs {_fmt_ms(peer_trace)})" if speedup else None))
+                                 f"{speedup:.3g}× ({_fmt_ms(fc_trace)} vs {_fmt_ms(peer_trace)}{retrace_text})"
+                                 if speedup else None))
     return checks
 
 

@@ -215,3 +215,20 @@ def test_merge_joins_parts_and_keeps_the_later_duplicate(tmp_path):
     assert merged["meta"]["skipped"] == b["meta"]["skipped"]
     markdown = (tmp_path / "2026-01-01_cpu-x.md").read_text()
     assert "| W5 | eager |" in markdown and "Not measured" in markdown and "more than one file" in markdown
+
+
+def test_gpu_targets_judge_fc_against_the_best_peer_and_anchors_limits():
+    rows = []
+    for mode, us in (("eager", 10.2), ("tc", 30.0), ("tc-ro", 71.9), ("fc", 7.0)):
+        row = _fake_row("workloads", "W1", mode, us, None if mode == "eager" else 5.0, None if mode == "eager" else 1)
+        row["device"] = "cuda"
+        rows.append(row)
+    rows[-1]["cold"]["compile_s"] = 0.2  # 200 ms: over the 150 ms target
+    results = _fake_results(rows)
+    summary.derive_all(results)
+    checks = {c["target"]: c for c in results["targets"]}
+    assert checks["µs/call ahead of the best of eager, tc, tc-ro"]["met"] is True
+    assert checks["µs/call < 8 µs"]["met"] is True
+    assert checks["cold compile < 150 ms"]["verdict"] == "missed by 33% (over the limit)"
+    assert checks["warm compile < 20 ms"]["met"] is None  # no warm start in these rows
+    assert checks["1 graph, 0 breaks"]["met"] is True

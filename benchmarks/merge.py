@@ -47,7 +47,7 @@ def merge(parts: list[dict], names: list[str]) -> dict:
             if key in rows:
                 notes.append(f"{' '.join(key)} was measured in more than one file; the row from {name} is kept.")
             rows[key] = row
-    measured = set(rows)
+    measured = {key for key, row in rows.items() if not (row.get("cold") or {}).get("budget_cut")}
     meta["skipped"] = [s for s in meta["skipped"] if (s["section"], s["case"], s["mode"]) not in measured]
     meta["started"] = min((p["meta"].get("started") or "" for p in parts), default=None) or None
 

@@ -136,7 +136,7 @@ def _header(results: dict) -> list[str]:
         f"# fastcomp benchmarks: {meta['date']}, {env.get('device_name', meta['device'])}", "",
         "| | |", "|---|---|",
         f"| device | {device} |",
-        f"| host | {env.get('cpu')}, {env.get('cpu_count')} cores, {env.get('torch_threads')} torch threads"
+        f"| host | {env.get('cpu')}, {env.get('cpu_count')} cores, torch threads: {env.get('torch_threads')}"
         f"{_load(env)} |",
         f"| torch | {env.get('torch')}, CUDA {env.get('cuda')}, triton {env.get('triton')} |",
         f"| Python | {env.get('python')} |",
@@ -209,7 +209,8 @@ def _skipped(results: dict) -> list[str]:
     skipped = results["meta"].get("skipped") or []
     if not skipped:
         return []
-    return ["## Not measured", "", f"{len(skipped)} planned rows were not started: " +
+    return ["## Not measured", "", f"{len(skipped)} planned rows were left out (or cut short) for the budget; "
+            "`python -m benchmarks --redo-skipped <this JSON>` measures them: " +
             "; ".join(f"{s['section']} {s['case']} {s['mode']} ({s['reason']})" for s in skipped), ""]
 
 

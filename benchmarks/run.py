@@ -115,7 +115,10 @@ def measure_row(job: plan.Job, effort: timing.Effort, scratch: Path, timeout_s: 
             "scale": job.scale, "effort": dataclasses.asdict(effort)}
     cache_dir = scratch / "-".join(job.key)
     left = lambda: deadline - time.perf_counter()  # noqa: E731
-    cold = isolation.run_child(spec | {"phase": "cold"}, cache_dir, max(1.0, min(timeout_s, left())), threads)
+    cold_timeout_s = max(1.0, min(timeout_s, left()))
+    cold = isolation.run_child(spec | {"phase": "cold"}, cache_dir, cold_timeout_s, threads)
+    if cold["status"] == "timeout" and cold_timeout_s < timeout_s:
+        cold["budget_cut"] = True  # the budget ended it, not --timeout: --redo-skipped measures it again
     warm = None
     if job.warm and cold["status"] == "ok":
         if left() >= MIN_WARM_START_S:
@@ -260,6 +263,11 @@ def main(argv: list[str] | None = None) -> int:
                 return
             row = measure_row(job, effort, scratch, timeout_s, threads, deadline)
             elapsed = time.perf_counter() - start
+            if row["cold"].get("budget_cut"):
+                with reports.lock:
+                    results["meta"]["skipped"].append(
+                        {"section": job.section, "case": job.case, "mode": job.mode, "job": dataclasses.asdict(job),
+                         "reason": f"--budget-s: stopped after {elapsed:.0f} s when the budget ran out"})
             reports.add_row(index, row)
             with reports.lock:
                 key = (job.device, job.mode)

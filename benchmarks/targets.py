@@ -47,8 +47,8 @@ def _verdict(value: float | None, bound: str, limit: float) -> tuple[bool | None
         met = value >= limit
         factor = value / limit if met else (limit / value if value > 0 else float("inf"))
     if met:
-        return True, f"met ({_factor_text(factor)} to spare)"
-    return False, f"missed by {_factor_text(factor)}" + (" (over the limit)" if bound == "max" else " (short)")
+        return True, f"met, {_factor_text(factor)} to spare"
+    return False, f"missed: {_factor_text(factor)} " + ("over" if bound == "max" else "short")
 
 
 def _check(section, case, mode, target, bound, limit, value, measured) -> dict:

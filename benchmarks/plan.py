@@ -8,7 +8,8 @@ Sections:
   `--workloads`.
 
 `--part K/N` runs the K-th of N slices of the plan, cut between cases (a case's modes stay together, so each
-part's report has eager beside its compilers) so that the parts' estimated times are about equal.
+part's report has eager beside its compilers) so that the longest part's estimated time is as short as it
+can be.
 """
 from __future__ import annotations
 
@@ -113,21 +114,39 @@ def parse_part(text: str) -> tuple[int, int]:
 def select_part(jobs: list[Job], k: int, n: int) -> list[Job]:
     """The k-th (1-based) of n contiguous slices of the plan, cut only between (section, case) groups.
 
-    A group belongs to the slice in which the midpoint of its estimated time falls, so slices take about
-    total/n seconds each and every group lands in exactly one slice.
+    The cuts make the longest slice's estimated time as short as possible (a linear partition), so a
+    command per slice fits the least time; every group lands in exactly one slice, and with fewer groups
+    than slices some slices are empty.
     """
     groups: dict[tuple[str, str], list[Job]] = {}
     for job in jobs:
         groups.setdefault((job.section, job.case), []).append(job)
-    total = sum(estimated_seconds(j) for j in jobs) or 1.0
-    chosen, elapsed = [], 0.0
-    for group in groups.values():
-        cost = sum(estimated_seconds(j) for j in group)
-        part = min(n, math.floor((elapsed + cost / 2) / total * n) + 1)
-        if part == k:
-            chosen += group
-        elapsed += cost
-    return chosen
+    group_list = list(groups.values())
+    costs = [sum(estimated_seconds(j) for j in group) for group in group_list]
+    return [job for group in group_list[slice(*_partition(costs, n)[k - 1])] for job in group]
+
+
+def _partition(costs: list[float], n: int) -> list[tuple[int, int]]:
+    """(start, stop) of n contiguous ranges of `costs` whose largest sum is the smallest possible."""
+    m = len(costs)
+    prefix = [0.0]
+    for cost in costs:
+        prefix.append(prefix[-1] + cost)
+    # best[p][i]: the smallest largest-sum of splitting the first i costs into p ranges; cut[p][i]: its last cut
+    best = [[math.inf] * (m + 1) for _ in range(n + 1)]
+    cut = [[0] * (m + 1) for _ in range(n + 1)]
+    best[0][0] = 0.0
+    for p in range(1, n + 1):
+        for i in range(m + 1):
+            for j in range(i + 1):  # the p-th range is costs[j:i], possibly empty
+                value = max(best[p - 1][j], prefix[i] - prefix[j])
+                if value < best[p][i]:
+                    best[p][i], cut[p][i] = value, j
+    ranges, stop = [], m
+    for p in range(n, 0, -1):
+        ranges.append((cut[p][stop], stop))
+        stop = cut[p][stop]
+    return ranges[::-1]
 
 
 def check_names(kind: str, names, known) -> None:

@@ -56,7 +56,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                                                     "torch's own choice; cores / jobs with --jobs above 1)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT})")
     parser.add_argument("--part", help="K/N: measure only the K-th of N slices of the plan (cut between cases, "
-                                       "about equal estimated time); merge the parts with python -m benchmarks.merge")
+                                       "the longest part as short as the estimates allow); merge the parts with "
+                                       "python -m benchmarks.merge")
     parser.add_argument("--budget-s", type=float, help="start no row that would end later than this many seconds "
                                                        "after the start; rows left out are listed in the reports")
     parser.add_argument("--redo-skipped", type=Path, nargs="+", metavar="JSON",

@@ -36,6 +36,14 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def load_average() -> list[float] | None:
+    """1, 5 and 15 minute load averages: how busy a shared host was when the run started."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
 def fastcomp_build() -> dict:
     """Version and location of the fastcomp this process imports, or why it cannot."""
     try:
@@ -56,6 +64,7 @@ def describe(device: torch.device) -> dict:
         "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
+        "load_average": load_average(),
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
         "matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
     }

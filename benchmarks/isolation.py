@@ -32,7 +32,7 @@ def child_environment(cache_dir: Path, threads: int | None) -> dict:
     env = dict(os.environ)
     env.update({name: str(cache_dir / sub) for name, sub in CACHE_VARIABLES.items()})
     if threads:  # processes running side by side must not oversubscribe the cores (OpenMP spins)
-        env.setdefault("OMP_NUM_THREADS", str(threads))
+        env["OMP_NUM_THREADS"] = str(threads)
     # The harness itself, and a developer build of fastcomp (scripts/dev-build.sh) when there is one.
     paths = [str(REPO)]
     if any((REPO / "python" / "fastcomp").glob("_C*.so")):

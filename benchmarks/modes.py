@@ -3,6 +3,15 @@
 Compilers are imported only when a mode is measured (`compiler_module`, timed as part of the cold start), so
 a missing or half-written fastcomp fails that mode's measurement, which the harness records with its error,
 instead of the import of the harness.
+
+Each compiling mode also reports what it compiled (`start_stats`): graphs, graph breaks and the time the
+compiler itself says it spent compiling frames ("trace" in the reports):
+- fastcomp: a `fastcomp.testing.CompileCounter` held open for the whole process; graphs = records with status
+  `compiled`, breaks = records with status `unsupported`, trace = the sum of the records' `compile_time_s`.
+- torch.compile: Dynamo's process-wide counters (`unique_graphs`, the `graph_break` reasons) and its timer
+  `compilation_time_metrics["_compile.compile_inner"]`, the whole compile of each frame: Dynamo's capture and
+  guards plus the backend (a no-op for `tc-eager`, so there it is Dynamo's trace; Inductor's code generation
+  for `tc` and `tc-ro`). Dynamo's bytecode tracing alone is kept in the JSON as `dynamo_bytecode_tracing_s`.
 """
 from __future__ import annotations
 
@@ -10,6 +19,12 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
+
+# torch._dynamo.utils.compilation_time_metrics keys: the whole frame compile, and Dynamo's trace within it.
+DYNAMO_COMPILE_TIMER = "_compile.compile_inner"
+DYNAMO_TRACE_TIMER = "bytecode_tracing"
+FASTCOMP_RECORD_KEYS = ("name", "status", "compile_time_s", "recompile_reasons", "break_code", "break_reason",
+                        "user_loc", "user_error")
 
 
 @dataclass(frozen=True)
@@ -20,15 +35,63 @@ class Mode:
     compile: Callable  # (fn, dynamic) -> compiled fn; raises if the compiler is missing
     disable: Callable  # () -> the compiler's decorator that keeps a function out of its graphs
     has_disk_cache: bool  # a warm start (second process, same cache dir) means something
+    start_stats: Callable  # () -> CompileStats of this process (after compiler_module is imported)
+    reset: Callable  # () -> None: forget every compiled function (torch._dynamo.reset / fastcomp.reset)
+    caveat: str | None = None  # shown beside every row of the mode: what it does not do yet
+
+
+class CompileStats:
+    """What a compiler compiled in this process so far; `snapshot()` may be taken any number of times."""
+
+    def snapshot(self) -> dict | None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+class FastcompStats(CompileStats):
+    def __init__(self):
+        from fastcomp.testing import CompileCounter
+        self.counter = CompileCounter().__enter__()
+
+    def snapshot(self) -> dict:
+        records = self.counter.records
+        return {"graphs": self.counter.graph_count, "graph_breaks": self.counter.break_count,
+                "frames": self.counter.frame_count,
+                "trace_s": sum(r.get("compile_time_s") or 0.0 for r in records),
+                "records": [{k: r[k] for k in FASTCOMP_RECORD_KEYS if k in r} | {"n_ops": len(r.get("ops") or ()),
+                                                                                 "n_guards": len(r.get("guards") or ())}
+                            for r in records]}
+
+    def close(self) -> None:
+        self.counter.__exit__(None, None, None)
+
+
+class DynamoStats(CompileStats):
+    def snapshot(self) -> dict:
+        from torch._dynamo.utils import compilation_time_metrics, counters
+        compile_times = compilation_time_metrics.get(DYNAMO_COMPILE_TIMER)
+        trace_times = compilation_time_metrics.get(DYNAMO_TRACE_TIMER)
+        return {"graphs": int(counters["stats"]["unique_graphs"]),
+                "graph_breaks": int(sum(counters["graph_break"].values())),
+                "frames": int(counters["frames"]["total"]),
+                "trace_s": sum(compile_times) if compile_times is not None else None,
+                "dynamo_bytecode_tracing_s": sum(trace_times) if trace_times is not None else None,
+                "trace_timer": DYNAMO_COMPILE_TIMER if compile_times is not None else "missing in this torch"}
 
 
 def _torch_mode(name: str, description: str, has_disk_cache: bool, **options) -> Mode:
     def compile(fn, dynamic=None):
         return torch.compile(fn, dynamic=dynamic, **options)
-    return Mode(name, description, "torch._dynamo", compile, lambda: torch.compiler.disable, has_disk_cache)
+
+    def reset():
+        torch._dynamo.reset()
+    return Mode(name, description, "torch._dynamo", compile, lambda: torch.compiler.disable, has_disk_cache,
+                DynamoStats, reset)
 
 
-def _fastcomp_mode(name: str, description: str, **options) -> Mode:
+def _fastcomp_mode(name: str, description: str, caveat: str | None = None, **options) -> Mode:
     def compile(fn, dynamic=None):
         import fastcomp
         return fastcomp.compile(fn, dynamic=dynamic, **options)
@@ -36,12 +99,20 @@ def _fastcomp_mode(name: str, description: str, **options) -> Mode:
     def disable():
         import fastcomp
         return fastcomp.disable
-    return Mode(name, description, "fastcomp", compile, disable, has_disk_cache=True)
+
+    def reset():
+        import fastcomp
+        fastcomp.reset()
+    return Mode(name, description, "fastcomp", compile, disable, True, FastcompStats, reset, caveat)
 
 
 def _eager_mode() -> Mode:
-    return Mode("eager", "plain PyTorch", None, lambda fn, dynamic=None: fn, lambda: (lambda fn: fn), False)
+    return Mode("eager", "plain PyTorch", None, lambda fn, dynamic=None: fn, lambda: (lambda fn: fn), False,
+                CompileStats, lambda: None)
 
+
+# Remove the caveat once fastcomp's reduce-overhead mode does something of its own (CUDA graphs).
+FC_RO_CAVEAT = "reduce-overhead not implemented yet: fastcomp compiles it like the default mode (no CUDA graphs)"
 
 MODES: dict[str, Mode] = {m.name: m for m in [
     _eager_mode(),
@@ -49,14 +120,5 @@ MODES: dict[str, Mode] = {m.name: m for m in [
     _torch_mode("tc-ro", 'torch.compile(mode="reduce-overhead")', True, mode="reduce-overhead"),
     _torch_mode("tc-eager", 'torch.compile(backend="eager"): Dynamo capture only', False, backend="eager"),
     _fastcomp_mode("fc", "fastcomp.compile()"),
-    _fastcomp_mode("fc-ro", 'fastcomp.compile(mode="reduce-overhead")', mode="reduce-overhead"),
+    _fastcomp_mode("fc-ro", 'fastcomp.compile(mode="reduce-overhead")', FC_RO_CAVEAT, mode="reduce-overhead"),
 ]}
-
-
-def graph_counts(mode: Mode) -> dict | None:
-    """Graphs and graph breaks the compiler reports for this process, where it reports them."""
-    if not mode.name.startswith("tc"):
-        return None  # fastcomp has no counters API yet
-    from torch._dynamo.utils import counters
-    return {"graphs": int(counters["stats"]["unique_graphs"]),
-            "graph_breaks": int(sum(counters["graph_break"].values()))}

@@ -3,11 +3,17 @@
 Sections:
 - `workloads`: W1–W9 on the run's device at full size (quick size on a CPU), every mode, cold and warm.
 - `overhead`: guard/dispatch and graph-break cases (overhead_cases.py) on the run's device, cold only.
-- `cpu`: W1–W9 on the CPU at quick size against Dynamo's capture alone (`tc-eager`): trace time and per-call
-  overhead, with no GPU needed.
+- `cpu`: the tracker issue's CPU measurements, with no GPU needed: W1 (per-call overhead), W5 and W7 (cold
+  compile and trace time) at full size on the CPU against Dynamo's capture alone (`tc-eager`); any W id with
+  `--workloads`.
+
+`--part K/N` runs the K-th of N slices of the plan, cut between cases (a case's modes stay together, so each
+part's report has eager beside its compilers) so that the longest part's estimated time is as short as it
+can be.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from benchmarks.modes import MODES
@@ -17,6 +23,7 @@ from benchmarks.workloads import WORKLOADS
 SECTIONS = ("workloads", "overhead", "cpu")
 GPU_MODES = ("eager", "tc", "tc-ro", "fc", "fc-ro")
 CPU_MODES = ("eager", "tc-eager", "fc")
+CPU_WORKLOADS = ("W1", "W5", "W7")  # the tracker issue's CPU section
 
 # --quick: a CPU smoke run for CI, small enough to finish in well under a minute on two cores.
 QUICK_SECTIONS = ("cpu", "overhead")
@@ -39,29 +46,107 @@ class Job:
 
 
 def default_sections(device: str) -> tuple[str, ...]:
-    return ("workloads", "overhead") if device.startswith("cuda") else ("cpu", "overhead")
+    return ("workloads", "overhead", "cpu") if device.startswith("cuda") else ("cpu", "overhead")
 
 
 def default_modes(section: str, device: str) -> tuple[str, ...]:
     return GPU_MODES if device.startswith("cuda") and section != "cpu" else CPU_MODES
 
 
-def make_plan(sections, workloads, overhead_cases, modes, device: str, scale: float | None) -> list[Job]:
-    """Rows in the order they run; `modes` or `scale` None means each section's default."""
+def make_plan(sections, workloads, overhead_cases, modes, device: str, scale: float | None,
+              quick: bool = False) -> list[Job]:
+    """Rows in the order they run; `workloads`, `modes` or `scale` None means each section's default.
+
+    Default sizes: full size on a GPU and in the `cpu` section, each workload's quick scale for the
+    `workloads` section on a CPU and everywhere with `quick`.
+    """
     jobs = []
     for section in sections:
         section_device = "cpu" if section == "cpu" else device
-        for case in (overhead_cases if section == "overhead" else workloads):
+        if section == "overhead":
+            cases = overhead_cases
+        else:
+            cases = workloads or (CPU_WORKLOADS if section == "cpu" else tuple(WORKLOADS))
+        for case in cases:
             if section == "overhead":
                 case_scale = None
             elif scale is not None:
                 case_scale = scale
+            elif quick or (section == "workloads" and not section_device.startswith("cuda")):
+                case_scale = WORKLOADS[case].quick_scale
             else:
-                case_scale = 1.0 if section_device.startswith("cuda") else WORKLOADS[case].quick_scale
+                case_scale = 1.0
             for mode in modes or default_modes(section, section_device):
                 warm = MODES[mode].has_disk_cache and section != "overhead"
                 jobs.append(Job(section, case, mode, section_device, case_scale, warm))
     return jobs
+
+
+# Rough seconds per measurement process, for balancing parts and for the budget before a mode has run:
+# starting Python and torch, building the case, timing it; plus the compiler's cold and warm compiles.
+PROCESS_S = {"cpu": 3.0, "cuda": 5.0}
+COLD_COMPILE_S = {"eager": 0.0, "tc": 6.0, "tc-ro": 6.0, "tc-eager": 2.5, "fc": 5.0, "fc-ro": 5.0}
+WARM_COMPILE_S = {"tc": 2.0, "tc-ro": 2.0, "fc": 1.0, "fc-ro": 1.0}
+
+
+def estimated_seconds(job: Job) -> float:
+    per_process = PROCESS_S["cuda" if job.device.startswith("cuda") else "cpu"]
+    compile_s = COLD_COMPILE_S.get(job.mode, 5.0)
+    if job.section == "overhead":  # one compile per cache entry; later ones skip the compiler's start-up
+        compile_s *= 1 + 0.3 * (OVERHEAD_CASES[job.case].cache_entries - 1)
+    seconds = per_process + compile_s
+    if job.warm:
+        seconds += per_process + WARM_COMPILE_S.get(job.mode, 1.0)
+    return seconds
+
+
+def parse_part(text: str) -> tuple[int, int]:
+    """'2/3' -> (2, 3); raises ValueError otherwise."""
+    try:
+        k, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise ValueError(f"--part wants K/N, e.g. 1/3, not {text!r}") from None
+    if not 1 <= k <= n:
+        raise ValueError(f"--part {text}: K must be between 1 and N")
+    return k, n
+
+
+def select_part(jobs: list[Job], k: int, n: int) -> list[Job]:
+    """The k-th (1-based) of n contiguous slices of the plan, cut only between (section, case) groups.
+
+    The cuts make the longest slice's estimated time as short as possible (a linear partition), so a
+    command per slice fits the least time; every group lands in exactly one slice, and with fewer groups
+    than slices some slices are empty.
+    """
+    groups: dict[tuple[str, str], list[Job]] = {}
+    for job in jobs:
+        groups.setdefault((job.section, job.case), []).append(job)
+    group_list = list(groups.values())
+    costs = [sum(estimated_seconds(j) for j in group) for group in group_list]
+    return [job for group in group_list[slice(*_partition(costs, n)[k - 1])] for job in group]
+
+
+def _partition(costs: list[float], n: int) -> list[tuple[int, int]]:
+    """(start, stop) of n contiguous ranges of `costs` whose largest sum is the smallest possible."""
+    m = len(costs)
+    prefix = [0.0]
+    for cost in costs:
+        prefix.append(prefix[-1] + cost)
+    # best[p][i]: the smallest largest-sum of splitting the first i costs into p ranges; cut[p][i]: its last cut
+    best = [[math.inf] * (m + 1) for _ in range(n + 1)]
+    cut = [[0] * (m + 1) for _ in range(n + 1)]
+    best[0][0] = 0.0
+    for p in range(1, n + 1):
+        for i in range(m + 1):
+            for j in range(i + 1):  # the p-th range is costs[j:i], possibly empty
+                value = max(best[p - 1][j], prefix[i] - prefix[j])
+                if value < best[p][i]:
+                    best[p][i], cut[p][i] = value, j
+    ranges, stop = [], m
+    for p in range(n, 0, -1):
+        ranges.append((cut[p][stop], stop))
+        stop = cut[p][stop]
+    return ranges[::-1]
 
 
 def check_names(kind: str, names, known) -> None:

@@ -26,7 +26,12 @@ def derive(row: dict, eager_us: float | None, copy_gb_per_s: float | None) -> di
         "speedup_vs_eager": eager_us / us if us and eager_us else None,
         "overhead_us_vs_eager": us - eager_us if us is not None and eager_us is not None else None,
         "cold_compile_ms": None if is_eager else _ms(_get(row, "cold", "compile_s")),
+        "trace_ms": _ms(_get(row, "cold", "trace_s")),
         "warm_compile_ms": _ms(_get(row, "warm", "compile_s")) if _get(row, "warm", "status") == "ok" else None,
+        "warm_trace_ms": _ms(_get(row, "warm", "trace_s")) if _get(row, "warm", "status") == "ok" else None,
+        "retrace_ms": _ms(_get(row, "cold", "retrace", "trace_s")),
+        "retrace_compile_ms": _ms(_get(row, "cold", "retrace", "compile_s")),
+        "heavy_imports": _get(row, "cold", "imported_by_first_call", "heavy"),
         "latency_us": _get(row, "cold", "latency", "median_us"),
         "rel_err": _get(row, "cold", "accuracy", "rel_err"),
         "accurate": _get(row, "cold", "accuracy", "within_tolerance"),
@@ -44,11 +49,13 @@ def derive(row: dict, eager_us: float | None, copy_gb_per_s: float | None) -> di
 
 
 def derive_all(results: dict) -> None:
-    """Fills row["derived"] for every row of the results."""
+    """Fills row["derived"] for every row of the results, and results["targets"] (targets.py)."""
+    from benchmarks import targets
     eager = {(r["section"], r["case"]): us_per_call(r) for r in results["rows"] if r["mode"] == "eager"}
     copy_gb_per_s = _get(results, "copy_ceiling", "gb_per_s")
     for row in results["rows"]:
         row["derived"] = derive(row, eager.get((row["section"], row["case"])), copy_gb_per_s)
+    results["targets"] = targets.evaluate(results["rows"])
 
 
 def _ms(seconds: float | None) -> float | None:

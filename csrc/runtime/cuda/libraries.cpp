@@ -43,14 +43,16 @@ const LibrarySpec& spec(Library library) {
 
 // A directory that may hold a CUDA installation: a toolkit (lib64/, include/) or a wheel folder such as
 // site-packages/nvidia/cu13 (lib/, include/).
+// A root with an empty path is a place that could not be searched, kept so that the error message can say why
+// ("CUDA_HOME: not set").
 struct Root {
   fs::path path;
   std::string origin;  // why it is searched, for error messages: "FASTCOMP_CUDA_HOME", "sys.path", ...
+  std::string not_searched = {};
 };
 
 // Every place to search, read from the environment and sys.path at the time of the call.
 struct SearchRoots {
-  std::vector<std::string> notes;  // places that were not searched and why ("CUDA_HOME: not set")
   std::vector<Root> explicit_roots;  // searched before the already-loaded copy
   std::vector<Root> roots;           // searched after it
 };
@@ -86,19 +88,19 @@ std::vector<std::string> python_path_entries() {
   return entries;
 }
 
-void add_env_root(SearchRoots& out, std::vector<Root>& into, const char* variable) {
+void add_env_root(std::vector<Root>& into, const char* variable) {
   const char* value = std::getenv(variable);
   if (!value || !*value)
-    out.notes.push_back(std::string(variable) + ": not set");
+    into.push_back({{}, variable, "not set"});
   else
     into.push_back({value, variable});
 }
 
 SearchRoots search_roots() {
   SearchRoots out;
-  add_env_root(out, out.explicit_roots, "FASTCOMP_CUDA_HOME");
-  add_env_root(out, out.roots, "CUDA_HOME");
-  add_env_root(out, out.roots, "CUDA_PATH");
+  add_env_root(out.explicit_roots, "FASTCOMP_CUDA_HOME");
+  add_env_root(out.roots, "CUDA_HOME");
+  add_env_root(out.roots, "CUDA_PATH");
   std::vector<std::string> without_wheels;
   for (const std::string& entry : python_path_entries()) {
     fs::path nvidia = fs::path(entry) / "nvidia";
@@ -116,9 +118,9 @@ SearchRoots search_roots() {
     for (auto& other : others) out.roots.push_back({std::move(other), "sys.path"});
   }
   if (!without_wheels.empty()) {
-    std::string note = "sys.path entries without an nvidia/ folder:";
-    for (const auto& e : without_wheels) note += " " + e;
-    out.notes.push_back(std::move(note));
+    std::string entries;
+    for (const auto& e : without_wheels) entries += (entries.empty() ? "" : ", ") + e;
+    out.roots.push_back({{}, "sys.path", "no nvidia/ folder in " + entries});
   }
   out.roots.push_back({"/usr/local/cuda", "default toolkit location"});
   return out;
@@ -142,6 +144,10 @@ class Search {
 
   std::optional<LoadedLibrary> in_roots(const std::vector<Root>& roots) {
     for (const Root& root : roots) {
+      if (root.path.empty()) {
+        lines_.push_back(root.origin + ": " + root.not_searched);
+        continue;
+      }
       if (!is_dir(root.path)) {
         lines_.push_back(root.path.string() + " (" + root.origin + "): no such directory");
         continue;
@@ -179,12 +185,11 @@ class Search {
     return std::nullopt;
   }
 
-  std::string failure(const std::string& what, const std::vector<std::string>& notes, const std::string& fix) const {
+  std::string failure(const std::string& what, const std::string& fix) const {
     std::string names;
     for (const auto& s : sonames_) names += (names.empty() ? "" : " or ") + s;
     std::string message = "fastcomp could not load " + what + " (" + names + "); searched:";
     for (const auto& line : lines_) message += "\n  " + line;
-    for (const auto& note : notes) message += "\n  " + note;
     return message + "\nto fix: " + fix;
   }
 
@@ -215,7 +220,7 @@ LoadedLibrary search(const std::string& what, const std::vector<std::string>& so
   if (auto lib = s.already_loaded()) return *lib;
   if (auto lib = s.in_roots(roots.roots)) return *lib;
   if (auto lib = s.loader_path()) return *lib;
-  throw CudaLibraryError(s.failure(what, roots.notes, fix));
+  throw CudaLibraryError(s.failure(what, fix));
 }
 
 // The outcome of each library's one search. `done` is set last (release), so a reader that sees it set sees
@@ -272,7 +277,8 @@ std::optional<fs::path> cuda_include_dir(std::vector<std::string>* searched) {
     candidates.push_back(fs::path(nvrtc.loaded->path).parent_path().parent_path() / "include");
   SearchRoots roots = search_roots();
   for (const auto* list : {&roots.explicit_roots, &roots.roots})
-    for (const Root& root : *list) candidates.push_back(root.path / "include");
+    for (const Root& root : *list)
+      if (!root.path.empty()) candidates.push_back(root.path / "include");
   for (const fs::path& dir : candidates) {
     if (searched) searched->push_back(dir.string());
     if (is_file(dir / "cuda_fp16.h")) return dir;

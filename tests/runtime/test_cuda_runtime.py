@@ -280,7 +280,6 @@ def test_cache_disk_hit_in_a_new_process(cache_dir):
     assert bytes.fromhex(binary_hex) == first
 
 
-@needs_nvrtc
 def test_cache_dir_follows_xdg_cache_home(tmp_path):
     out = run_python("""
         from fastcomp._C import _testing as T
@@ -381,6 +380,118 @@ def test_memory_only_cache_writes_no_files(tmp_path, monkeypatch):
         assert os.listdir(tmp_path) == []
     finally:
         T.kernel_cache_reset()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The driver path on the CPU: a stand-in libcuda.so.1 that runs `scale_add` on host memory, so that CI checks the
+# function table, the context handling, argument passing and the CUDA error messages without a GPU.
+
+FAKE_DRIVER = r"""
+#include <stddef.h>
+#include <string.h>
+typedef int CUresult;
+static int initialized, primary;
+static __thread void* current;
+static const char* known(CUresult e, int text) {
+  switch (e) {
+    case 0: return text ? "no error" : "CUDA_SUCCESS";
+    case 101: return text ? "invalid device ordinal" : "CUDA_ERROR_INVALID_DEVICE";
+    case 200: return text ? "device kernel image is invalid" : "CUDA_ERROR_INVALID_IMAGE";
+    case 201: return text ? "invalid device context" : "CUDA_ERROR_INVALID_CONTEXT";
+    case 500: return text ? "named symbol not found" : "CUDA_ERROR_NOT_FOUND";
+  }
+  return NULL;
+}
+CUresult cuGetErrorName(CUresult e, const char** s) { *s = known(e, 0); return *s ? 0 : 1; }
+CUresult cuGetErrorString(CUresult e, const char** s) { *s = known(e, 1); return *s ? 0 : 1; }
+CUresult cuInit(unsigned flags) { initialized = 1; return 0; }
+CUresult cuGetExportTable(const void** table, const void* id) { return 801; }  /* NVRTC asks; "not supported" */
+CUresult cuDeviceGet(int* d, int ordinal) { *d = ordinal; return initialized ? (ordinal == 0 ? 0 : 101) : 3; }
+CUresult cuDeviceGetAttribute(int* v, int attribute, int d) { *v = attribute == 75 ? 9 : 0; return 0; }
+CUresult cuDevicePrimaryCtxRetain(void** c, int d) { *c = &primary; return 0; }
+CUresult cuCtxGetCurrent(void** c) { *c = current; return 0; }
+CUresult cuCtxSetCurrent(void* c) { current = c; return 0; }
+void* fake_current_context(void) { return current; }
+CUresult cuModuleLoadData(void** m, const void* image) {
+  if (current != &primary) return 201;
+  if (memcmp(image, "\x7f" "ELF", 4) != 0) return 200;
+  *m = (void*)image;
+  return 0;
+}
+CUresult cuModuleUnload(void* m) { return 0; }
+CUresult cuModuleGetFunction(void** f, void* m, const char* name) {
+  *f = (void*)1;
+  return strcmp(name, "scale_add") == 0 ? 0 : 500;
+}
+CUresult cuFuncSetAttribute(void* f, int attribute, int value) { return 0; }
+CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                        unsigned shared, void* stream, void** params, void** extra) {
+  if (current != &primary) return 201;
+  const float* a = *(const float**)params[0];
+  float* out = *(float**)params[1];
+  int n = *(const int*)params[2];
+  for (unsigned i = 0; i < gx * bx; ++i)
+    if ((int)i < n) out[i] = a[i] * 2.0f + 1.0f;
+  return 0;
+}
+CUresult cuStreamSynchronize(void* stream) { return 0; }
+"""
+
+
+@needs_nvrtc
+def test_driver_table_context_arguments_and_errors_with_a_stand_in_driver(tmp_path):
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler to build the stand-in driver")
+    (tmp_path / "fake_cuda.c").write_text(FAKE_DRIVER)
+    subprocess.run([compiler, "-shared", "-fPIC", "-o", str(tmp_path / "libcuda.so.1"), str(tmp_path / "fake_cuda.c")],
+                   check=True)
+    out = run_python(f"""
+        import ctypes
+        import torch
+        from fastcomp._C import _testing as T
+        driver = next(s for s in T.cuda_libraries_status() if s["name"] == "CUDA driver")
+        print("driver:", driver["path"])
+        print("arch:", T.cuda_device_arch(0))
+        cubin = T.nvrtc_compile({SCALE_ADD!r}, "scale_add.cu", 9, 0, kind="cubin")
+        a = torch.randn(1000)
+        out = torch.zeros(1000)
+        T.load_and_launch(cubin, "scale_add", (4, 1, 1), (256, 1, 1), [a.data_ptr(), out.data_ptr(), 1000], 0)
+        print("equal:", torch.equal(out, a * 2 + 1))
+        fake_current_context = ctypes.CDLL("libcuda.so.1").fake_current_context
+        fake_current_context.restype = ctypes.c_void_p
+        print("context restored:", fake_current_context() is None)
+        for call in [lambda: T.cuda_device_arch(3),
+                     lambda: T.load_and_launch(b"not a cubin", "scale_add", (1, 1, 1), (1, 1, 1), [], 0),
+                     lambda: T.load_and_launch(cubin, "scale_ad", (1, 1, 1), (1, 1, 1), [], 0),
+                     lambda: T.load_and_launch(cubin, "scale_add", (1, 1, 1), (1, 1, 1), ["x"], 0)]:
+            try:
+                call()
+            except (T.CudaError, TypeError) as e:
+                print(type(e).__name__ + ":", e)
+        """, LD_LIBRARY_PATH=str(tmp_path))
+    lines = out.splitlines()
+    assert lines[0] == f"driver: {tmp_path / 'libcuda.so.1'}"
+    assert lines[1:4] == ["arch: (9, 0)", "equal: True", "context restored: True"]
+    assert lines[4] == ("CudaError: fastcomp::runtime::cuda::CudaArch::of_device(): cuDeviceGet(&handle, device) "
+                        "failed: CUDA_ERROR_INVALID_DEVICE (invalid device ordinal)")
+    assert lines[5] == ("CudaError: fastcomp::runtime::cuda::LoadedModule::LoadedModule(): cuModuleLoadData(&module_, "
+                        "image.c_str()) failed: CUDA_ERROR_INVALID_IMAGE (device kernel image is invalid)")
+    assert lines[6].startswith("CudaError: fastcomp::runtime::cuda::LoadedModule::get_function(): the module has no "
+                               "kernel named 'scale_ad'")
+    assert lines[7] == "TypeError: kernel arguments must be int or float, not <class 'str'>"
+
+
+def test_missing_driver_says_to_install_it():
+    driver = next(s for s in T.cuda_libraries_status() if s["name"] == "CUDA driver")
+    if driver["path"] is not None:
+        pytest.skip(f"a CUDA driver is installed ({driver['path']})")
+    with pytest.raises(T.CudaLibraryError) as info:
+        T.cuda_device_arch(0)
+    message = str(info.value)
+    assert message.startswith("fastcomp could not load CUDA driver (libcuda.so.1); searched:")
+    assert "to fix: install the NVIDIA driver" in message
+    assert "FASTCOMP_CUDA_HOME" not in message  # the driver never comes from a toolkit or wheel
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -53,7 +53,8 @@ void load_and_launch(const std::string& image, const std::string& function, Dim3
     else if (py::isinstance<py::int_>(arg))
       slots[i].i = arg.cast<int64_t>();
     else
-      throw py::type_error("kernel arguments must be int or float, not " + std::string(py::str(py::type::handle_of(arg))));
+      throw py::type_error("kernel arguments must be int or float, not " +
+                           std::string(py::str(py::type::handle_of(arg))));
     pointers[i] = &slots[i];
   }
   py::gil_scoped_release release;

@@ -13,10 +13,9 @@ std::string name_and_text(const DriverApi& api, CUresult code) {
   const char* name = nullptr;
   const char* text = nullptr;
   // Either lookup fails for a code this driver does not know; say which number it was instead.
-  if (!api.cuGetErrorName || api.cuGetErrorName(code, &name) != CUDA_SUCCESS || !name)
-    return "CUresult " + std::to_string(code);
+  if (api.cuGetErrorName(code, &name) != CUDA_SUCCESS || !name) return "CUresult " + std::to_string(code);
   std::string out = name;
-  if (api.cuGetErrorString && api.cuGetErrorString(code, &text) == CUDA_SUCCESS && text) out += " (" + std::string(text) + ")";
+  if (api.cuGetErrorString(code, &text) == CUDA_SUCCESS && text) out += " (" + std::string(text) + ")";
   return out;
 }
 

@@ -42,9 +42,8 @@ const LibrarySpec& spec(Library library) {
 }
 
 // A directory that may hold a CUDA installation: a toolkit (lib64/, include/) or a wheel folder such as
-// site-packages/nvidia/cu13 (lib/, include/).
-// A root with an empty path is a place that could not be searched, kept so that the error message can say why
-// ("CUDA_HOME: not set").
+// site-packages/nvidia/cu13 (lib/, include/). A root with an empty path is a place that could not be searched,
+// kept so that the error message can say why ("CUDA_HOME: not set").
 struct Root {
   fs::path path;
   std::string origin;  // why it is searched, for error messages: "FASTCOMP_CUDA_HOME", "sys.path", ...
@@ -159,7 +158,8 @@ class Search {
         if (!is_dir(dir)) continue;
         any = true;
         std::error_code ec;
-        if (!seen_.insert(fs::canonical(dir, ec).string()).second) continue;
+        fs::path real = fs::canonical(dir, ec);
+        if (!seen_.insert(ec ? dir.string() : real.string()).second) continue;
         if (auto lib = in_dir(dir, root.origin)) return lib;
       }
       if (!any) lines_.push_back(root.path.string() + " (" + root.origin + "): no lib64/ or lib/ folder");
@@ -168,9 +168,9 @@ class Search {
   }
 
   std::optional<LoadedLibrary> already_loaded() {
-    for (const std::string& soname : sonames_) {
-      if (void* handle = dlopen(soname.c_str(), RTLD_NOW | RTLD_NOLOAD)) return LoadedLibrary{handle, loaded_path(handle, soname)};
-    }
+    for (const std::string& soname : sonames_)
+      if (void* handle = dlopen(soname.c_str(), RTLD_NOW | RTLD_NOLOAD))
+        return LoadedLibrary{handle, loaded_path(handle, soname)};
     lines_.push_back("already loaded in this process: no");
     return std::nullopt;
   }
@@ -195,7 +195,6 @@ class Search {
 
  private:
   std::optional<LoadedLibrary> in_dir(const fs::path& dir, const std::string& origin) {
-    std::string missing;
     for (const std::string& soname : sonames_) {
       fs::path file = dir / soname;
       if (!is_file(file)) continue;

@@ -36,15 +36,18 @@ struct Nvrtc {
 void load_builtins(const fs::path& nvrtc_path, NvrtcVersion version) {
   std::string soname = "libnvrtc-builtins.so." + version.to_string();
   fs::path beside = nvrtc_path.parent_path() / soname;
+  const char* fix =
+      "\nto fix: reinstall the nvidia-cuda-nvrtc wheel, or set FASTCOMP_CUDA_HOME to a complete CUDA toolkit";
   std::error_code ec;
-  if (fs::exists(beside, ec) && dlopen(beside.c_str(), RTLD_NOW)) return;
+  if (fs::exists(beside, ec)) {
+    if (dlopen(beside.c_str(), RTLD_NOW)) return;
+    throw CudaLibraryError("fastcomp: cannot load " + beside.string() + ", which NVRTC " + version.to_string() +
+                           " needs: " + dlerror() + fix);
+  }
   if (dlopen(soname.c_str(), RTLD_NOW)) return;
-  const char* error = dlerror();
   throw CudaLibraryError("fastcomp: NVRTC " + version.to_string() + " at " + nvrtc_path.string() + " needs " +
                          soname + ", which is neither in " + nvrtc_path.parent_path().string() +
-                         " nor on the loader path (" + (error ? error : "not found") +
-                         ")\nto fix: reinstall the nvidia-cuda-nvrtc wheel, or set FASTCOMP_CUDA_HOME to a complete "
-                         "CUDA toolkit");
+                         " nor on the loader path (" + dlerror() + ")" + fix);
 }
 
 Nvrtc load_nvrtc() {

@@ -1,0 +1,61 @@
+// Compiling CUDA C++ with NVRTC, opened at first use. The only place that asks NVRTC its version, so every
+// flag that depends on it is decided in nvrtc.cpp.
+#pragma once
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/cuda/arch.h"
+
+namespace fastcomp::runtime::cuda {
+
+struct NvrtcVersion {
+  int major = 0;
+  int minor = 0;
+  std::string to_string() const;  // "13.0"
+};
+
+// One NVRTC program's output: a program may hold many kernels (all kernels of a graph go into one, since each
+// compile costs ~50 ms however small). `binary` is PTX text (no trailing NUL) or cubin bytes.
+struct CompiledKernel {
+  std::string program_name;
+  CudaArch arch;
+  Output kind = Output::Ptx;
+  std::string binary;
+  std::string log;  // NVRTC's warnings; empty when it had nothing to say
+  NvrtcVersion nvrtc_version;
+};
+
+// NVRTC rejected a program, or cannot target the requested arch. `log` is NVRTC's full log; the caller adds
+// the path of the dumped .cu when there is one.
+struct NvrtcError : std::runtime_error {
+  NvrtcError(std::string program_name, std::string log, const std::string& message)
+      : std::runtime_error(message), program_name(std::move(program_name)), log(std::move(log)) {}
+  std::string program_name;
+  std::string log;
+};
+
+// The loaded NVRTC's version. Throws CudaLibraryError when NVRTC cannot be loaded.
+NvrtcVersion nvrtc_version();
+
+// Every option compile_cuda passes to NVRTC for this source: the arch, -std=c++17, -default-device (so helper
+// functions need no __device__), -I<CUDA include dir> when the source has an #include (cuda_fp16.h and
+// friends are not built into NVRTC), then `extra_options` (e.g. -lineinfo). IEEE float semantics: no
+// --use_fast_math unless the caller adds it. Part of the kernel cache key.
+std::vector<std::string> nvrtc_options(std::string_view source, CudaArch arch, Output kind,
+                                       const std::vector<std::string>& extra_options);
+
+// Compiles `source` (named `program_name` in NVRTC's messages) for `arch`. Thread-safe; takes ~50 ms, so
+// callers release the GIL. Throws NvrtcError (with NVRTC's log) or CudaLibraryError.
+CompiledKernel compile_cuda(const std::string& source, const std::string& program_name, CudaArch arch, Output kind,
+                            const std::vector<std::string>& extra_options);
+
+// compile_cuda's binary through the process's kernel cache (memory, then disk), keyed by the source, the
+// program name, the NVRTC version and nvrtc_options(): any change to what could change the binary misses.
+std::shared_ptr<const std::string> compile_cuda_cached(const std::string& source, const std::string& program_name,
+                                                       CudaArch arch, Output kind,
+                                                       const std::vector<std::string>& extra_options);
+
+}  // namespace fastcomp::runtime::cuda

@@ -13,5 +13,9 @@ namespace fastcomp::frontend {
 graph::TensorMeta meta_of_tensor(PyObject* tensor, PyObject* device);
 // A meta tensor with `meta`'s dtype, sizes, strides and requires_grad. New reference.
 PyRef make_meta_tensor(const graph::TensorMeta& meta);
+// The same, standing for an op's result: one that requires grad is made a non-leaf (as an op's result is), so
+// later in-place ops on it trace as they run eagerly. Call with torch's grad mode on when it requires grad.
+// New reference.
+PyRef make_meta_result(const graph::TensorMeta& meta);
 
 }  // namespace fastcomp::frontend

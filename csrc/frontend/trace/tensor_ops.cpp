@@ -4,6 +4,7 @@
 
 #include <string_view>
 
+#include "frontend/trace/elementwise_meta.h"
 #include "frontend/trace/meta.h"
 #include "frontend/trace/torch_refs.h"
 #include "frontend/trace/tracer.h"
@@ -76,7 +77,9 @@ static Converted convert_arg(Tracer& t, const ValueRef& v, PyObject** device) {
 }
 
 // Turns the meta output of a recorded node into Values (with extra getitem nodes for tuple outputs).
-static ValueRef wrap_output(Tracer& t, graph::Node node, PyObject* out, PyObject* device) {
+// `known` (nullable) is the output's metadata when it was computed without reading `out`.
+static ValueRef wrap_output(Tracer& t, graph::Node node, PyObject* out, PyObject* device,
+                            const graph::TensorMeta* known) {
   const auto& T = torch_refs();
   auto tensor_value = [&](graph::NodeId id, PyObject* meta_tensor) {
     auto v = std::make_shared<Value>();
@@ -89,7 +92,12 @@ static ValueRef wrap_output(Tracer& t, graph::Node node, PyObject* out, PyObject
   };
   if (T.is_tensor(out)) {
     node.type = graph::ValueType::Tensor;
-    node.meta = meta_of_tensor(out, device);
+    if (known) {
+      node.meta = *known;
+      node.meta.device = PyRef::borrow(device);
+    } else {
+      node.meta = meta_of_tensor(out, device);
+    }
     return tensor_value(t.graph().add(std::move(node)), out);
   }
   bool sequence = PyTuple_Check(out) || PyList_Check(out);
@@ -185,6 +193,7 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
 
   // Device-moving methods: compute the real device here and run the meta call without a device.
   PyRef meta_out;
+  std::optional<ElementwiseOut> fast;
   if (name == "Tensor.to" || name == "Tensor.cuda" || name == "Tensor.cpu") {
     PyRef rest = PyRef::steal(PyTuple_GetSlice(meta_args.get(), 1, PyTuple_GET_SIZE(meta_args.get())));
     PyRef parsed;
@@ -204,6 +213,8 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
                                              : PyRef::steal(PyObject_CallFunction(T.device_type.get(), "s", "cuda"));
       meta_out = PyRef::borrow(PyTuple_GET_ITEM(meta_args.get(), 0));
     }
+  } else if ((fast = elementwise_meta(target, meta_args.get(), meta_kwargs.get(), grad_enabled_))) {
+    meta_out = fast->alias ? PyRef::borrow(fast->alias) : make_meta_result(fast->meta);
   } else {
     meta_out = PyRef::steal(PyObject_Call(target, meta_args.get(), meta_kwargs.get()));
   }
@@ -221,7 +232,7 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
     throw UserCodeError(fmt::format("{} raised: {}", name, msg.substr(0, 300)));
   }
   PyObject* out_device = explicit_device ? explicit_device.get() : (device ? device : T.cpu_device.get());
-  return wrap_output(*this, std::move(node), meta_out.get(), out_device);
+  return wrap_output(*this, std::move(node), meta_out.get(), out_device, fast ? &fast->meta : nullptr);
 }
 
 ValueRef Tracer::tensor_attr(const ValueRef& tensor, PyObject* name) {

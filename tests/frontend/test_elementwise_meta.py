@@ -379,3 +379,95 @@ def test_a_fresh_process_never_imports_torch_dynamo():
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+nn_meta = _C._testing.nn_meta
+
+
+def check_nn(fn, args, kwargs=None, grad=False):
+    """check() for the non-elementwise fast path."""
+    kwargs = kwargs or {}
+    got = nn_meta(fn, args, kwargs or None, grad)
+    if got is None:
+        return False
+    where = f"{getattr(fn, '__qualname__', fn)}{tuple(describe(a) for a in args)} {kwargs} grad={grad}"
+    meta_args = tuple(on_meta(a) if not isinstance(a, (list, tuple)) else type(a)(on_meta(t) for t in a)
+                      for a in args)
+    meta_kwargs = {k: on_meta(v) for k, v in kwargs.items()}
+    on_meta_tensors = run(fn, meta_args, meta_kwargs, grad)
+    assert on_meta_tensors is not None, f"fast path answered where the meta call raises: {where} -> {got}"
+    assert got == on_meta_tensors, f"{where}: fast path {got}, meta call {on_meta_tensors}"
+    on_cpu = run(fn, args, kwargs, grad)
+    assert on_cpu is None or got == on_cpu, f"{where}: fast path {got}, CPU {on_cpu}"
+    return True
+
+
+def nn_case(rng):
+    nd = rng.randint(1, 4)
+    shape = tuple(rng.choice([1, 2, 3, 5]) for _ in range(nd))
+    dtype = rng.choice([torch.float32, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.bool])
+    layout = rng.choice(["contiguous"] * 4 + ["sliced", "step", "transposed", "expanded", "odd_unit_stride"])
+    x = make_tensor(shape, dtype, rng, layout)
+    if dtype.is_floating_point and rng.random() < 0.3:
+        x = x.detach().requires_grad_()
+    kind = rng.choice(["linear", "layer_norm", "sum", "mean", "cat"])
+    fdt = dtype if rng.random() < 0.8 else torch.float64
+    if kind == "linear":
+        w = make_tensor((4, shape[-1] if rng.random() < 0.9 else 7), fdt, rng,
+                        rng.choice(["contiguous", "transposed", "step"]))
+        b = make_tensor((4,), fdt, rng) if rng.random() < 0.6 else None
+        return F.linear, (x, w, b), {}
+    if kind == "layer_norm":
+        k = rng.randint(1, nd)
+        norm = list(shape[nd - k:]) if rng.random() < 0.9 else [9]
+        w = make_tensor(tuple(norm), fdt, rng) if rng.random() < 0.5 else None
+        return F.layer_norm, (x, norm, w, w), {"eps": 1e-5} if rng.random() < 0.5 else {}
+    if kind in ("sum", "mean"):
+        fn = rng.choice([getattr(torch, kind), getattr(T, kind)])
+        dims = rng.choice([None, rng.randrange(-nd, nd), tuple(rng.sample(range(nd), rng.randint(1, nd))), [0, 0]])
+        if dims is None and rng.random() < 0.5:
+            return fn, (x,), {}
+        return fn, (x, dims), {"keepdim": rng.random() < 0.5} if rng.random() < 0.7 else {}
+    other = make_tensor(tuple(d if rng.random() < 0.8 else d + 1 for d in shape),
+                        dtype if rng.random() < 0.9 else torch.float64, rng, rng.choice(["contiguous", "sliced"]))
+    return torch.cat, ([x, other],), {"dim": rng.randrange(-nd, nd)}
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_nn_ops_match_torch(seed):
+    rng = random.Random(1000 + seed)
+    answered = 0
+    for _ in range(700):
+        fn, args, kwargs = nn_case(rng)
+        answered += check_nn(fn, args, kwargs, grad=rng.random() < 0.5)
+    assert answered > 150
+
+
+@pytest.mark.parametrize("fn, args, kwargs", [
+    (F.linear, (torch.ones(3, 4, dtype=torch.int64), torch.ones(2, 4, dtype=torch.int64)), {}),
+    (F.linear, (torch.ones(3, 4), torch.ones(2, 5)), {}),
+    (torch.sum, (torch.ones(3, 4), 1), {"dtype": torch.float64}),
+    (torch.sum, (torch.ones(3, 4), []), {}),
+    (torch.mean, (torch.ones(3, dtype=torch.int32),), {}),
+    (torch.cat, ([torch.ones(3), torch.ones(3, dtype=torch.float64)],), {}),
+    (torch.cat, ([],), {}),
+])
+def test_nn_meta_declines_what_it_does_not_model(fn, args, kwargs):
+    assert nn_meta(fn, args, kwargs or None) is None
+
+
+@pytest.mark.parametrize("wid", ["W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9"])
+def test_workloads_trace_without_torch_dynamo(wid):
+    script = textwrap.dedent(f"""
+        import sys, torch, fastcomp
+        from benchmarks.workloads import WORKLOADS
+        w = WORKLOADS["{wid}"]
+        model, make_inputs = w.make("cpu", w.quick_scale)
+        fastcomp.compile(model)(*make_inputs())
+        print("torch._dynamo" in sys.modules)
+    """)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root] + sys.path))
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"

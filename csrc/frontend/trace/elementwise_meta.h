@@ -8,19 +8,14 @@
 
 #include <optional>
 
-#include "graph/ir.h"
+#include "frontend/trace/meta.h"
 
 namespace fastcomp::frontend {
-
-struct ElementwiseOut {
-  graph::TensorMeta meta;    // dtype, sizes, strides, storage_offset, requires_grad; device left null
-  PyObject* alias = nullptr; // borrowed: the argument the op returns itself (in-place ops, no-op casts)
-};
 
 /** The output of `target(*args, **kwargs)` when target is a covered elementwise op and every argument is a
  * (meta or real) tensor or a Python scalar it handles; nullopt otherwise, and whenever torch would raise.
  * `args` is a tuple and `kwargs` a dict or null (both borrowed); `grad_enabled` is the trace's grad mode.
  * Never leaves a Python error set. */
-std::optional<ElementwiseOut> elementwise_meta(PyObject* target, PyObject* args, PyObject* kwargs, bool grad_enabled);
+std::optional<ComputedMeta> elementwise_meta(PyObject* target, PyObject* args, PyObject* kwargs, bool grad_enabled);
 
 }  // namespace fastcomp::frontend

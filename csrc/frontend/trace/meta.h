@@ -8,6 +8,12 @@
 
 namespace fastcomp::frontend {
 
+// An op's output metadata computed without a meta call (elementwise_meta.h, nn_meta.h).
+struct ComputedMeta {
+  graph::TensorMeta meta;     // dtype, sizes, strides, storage_offset, requires_grad; device left null
+  PyObject* alias = nullptr;  // borrowed: the argument the op returns itself (in-place ops, no-op casts)
+};
+
 // Reads dtype, sizes, strides, offset and requires_grad of a (real or meta) tensor. `device` (borrowed,
 // nullable) overrides the tensor's own device, for meta tensors standing in for real ones.
 graph::TensorMeta meta_of_tensor(PyObject* tensor, PyObject* device);

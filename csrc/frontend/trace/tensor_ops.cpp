@@ -1,11 +1,13 @@
 // Recording torch calls as graph nodes. Output metadata comes from running the same call on meta tensors,
-// so every torch op works without an op table; devices are tracked beside the meta tensors.
+// so every torch op works without an op table; devices are tracked beside the meta tensors. Common ops whose
+// meta implementations are slow Python (elementwise_meta.h, nn_meta.h) are computed in C++ instead.
 #include <fmt/format.h>
 
 #include <string_view>
 
 #include "frontend/trace/elementwise_meta.h"
 #include "frontend/trace/meta.h"
+#include "frontend/trace/nn_meta.h"
 #include "frontend/trace/torch_refs.h"
 #include "frontend/trace/tracer.h"
 
@@ -193,7 +195,7 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
 
   // Device-moving methods: compute the real device here and run the meta call without a device.
   PyRef meta_out;
-  std::optional<ElementwiseOut> fast;
+  std::optional<ComputedMeta> fast;
   if (name == "Tensor.to" || name == "Tensor.cuda" || name == "Tensor.cpu") {
     PyRef rest = PyRef::steal(PyTuple_GetSlice(meta_args.get(), 1, PyTuple_GET_SIZE(meta_args.get())));
     PyRef parsed;
@@ -213,7 +215,8 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
                                              : PyRef::steal(PyObject_CallFunction(T.device_type.get(), "s", "cuda"));
       meta_out = PyRef::borrow(PyTuple_GET_ITEM(meta_args.get(), 0));
     }
-  } else if ((fast = elementwise_meta(target, meta_args.get(), meta_kwargs.get(), grad_enabled_))) {
+  } else if ((fast = elementwise_meta(target, meta_args.get(), meta_kwargs.get(), grad_enabled_)) ||
+             (fast = nn_meta(target, meta_args.get(), meta_kwargs.get(), grad_enabled_))) {
     meta_out = fast->alias ? PyRef::borrow(fast->alias) : make_meta_result(fast->meta);
   } else {
     meta_out = PyRef::steal(PyObject_Call(target, meta_args.get(), meta_kwargs.get()));

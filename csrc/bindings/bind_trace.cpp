@@ -1,5 +1,6 @@
 // _C._testing entry points for the tracer's helpers: the fast metadata paths that stand in for meta calls.
 #include "bindings/bind.h"
+#include "frontend/trace/attention_meta.h"
 #include "frontend/trace/elementwise_meta.h"
 #include "frontend/trace/nn_meta.h"
 
@@ -8,9 +9,8 @@ namespace {
 
 using FastPath = std::optional<frontend::ComputedMeta> (*)(PyObject*, PyObject*, PyObject*, bool);
 
-// (dtype, shape, strides, requires_grad, returns_an_argument), or None where the path defers to a meta call.
-py::object run(FastPath path, py::handle fn, py::tuple args, py::object kwargs, bool grad_enabled) {
-  auto out = path(fn.ptr(), args.ptr(), kwargs.is_none() ? nullptr : kwargs.ptr(), grad_enabled);
+// (dtype, shape, strides, requires_grad, returns_an_argument).
+py::object describe(const std::optional<frontend::ComputedMeta>& out) {
   if (!out) return py::none();
   py::tuple sizes(out->meta.sizes.size()), strides(out->meta.strides.size());
   for (size_t i = 0; i < out->meta.sizes.size(); ++i) {
@@ -19,6 +19,11 @@ py::object run(FastPath path, py::handle fn, py::tuple args, py::object kwargs, 
   }
   return py::make_tuple(py::reinterpret_borrow<py::object>(out->meta.dtype.get()), sizes, strides,
                         out->meta.requires_grad, out->alias != nullptr);
+}
+
+// describe() of the path's answer, or None where the path defers to a meta call.
+py::object run(FastPath path, py::handle fn, py::tuple args, py::object kwargs, bool grad_enabled) {
+  return describe(path(fn.ptr(), args.ptr(), kwargs.is_none() ? nullptr : kwargs.ptr(), grad_enabled));
 }
 
 }  // namespace
@@ -39,6 +44,15 @@ void bind_trace(py::module_& m) {
         return run(frontend::nn_meta, fn, args, kwargs, grad);
       },
       py::arg("fn"), py::arg("args"), py::arg("kwargs") = py::none(), py::arg("grad_enabled") = false, doc);
+  m.def(
+      "attention_meta",
+      [](py::handle fn, py::tuple args, py::object kwargs, bool grad) -> py::object {
+        auto out = frontend::attention_meta(fn.ptr(), args.ptr(), kwargs.is_none() ? nullptr : kwargs.ptr(), grad);
+        if (!out) return py::none();
+        return py::make_tuple(describe(out->output), describe(out->weights));
+      },
+      py::arg("fn"), py::arg("args"), py::arg("kwargs") = py::none(), py::arg("grad_enabled") = false,
+      "(describe(attn_output), describe(attn_weights) or None) as the tracer computes them, or None.");
 }
 
 }  // namespace fastcomp::bindings

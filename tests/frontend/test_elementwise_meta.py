@@ -471,3 +471,55 @@ def test_workloads_trace_without_torch_dynamo(wid):
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+attention_meta = _C._testing.attention_meta
+
+
+def mha_case(rng):
+    E, H = rng.choice([(8, 2), (12, 3), (8, 1)])
+    L, S, N = rng.randint(1, 4), rng.randint(1, 4), rng.randint(1, 3)
+    dtype = rng.choice([torch.float32, torch.float64])
+    batched = rng.random() < 0.7
+    q = torch.randn((L, N, E) if batched else (L, E), dtype=dtype)
+    if batched and rng.random() < 0.5:
+        q = torch.randn(N, L, E, dtype=dtype).transpose(0, 1)  # batch_first inputs
+    kv = q if rng.random() < 0.5 else torch.randn((S, N, E) if batched else (S, E), dtype=dtype)
+    in_w = torch.randn(3 * E, E, dtype=dtype, requires_grad=rng.random() < 0.5)
+    in_b = torch.randn(3 * E, dtype=dtype) if rng.random() < 0.7 else None
+    out_w = torch.randn(E, E, dtype=dtype if rng.random() < 0.9 else torch.float16)
+    out_b = torch.randn(E, dtype=dtype) if rng.random() < 0.7 else None
+    args = (q, kv, kv, E if rng.random() < 0.95 else E + 1, H, in_w, in_b, None, None, False, 0.0, out_w, out_b)
+    kwargs = {"training": False}
+    for name in ("need_weights", "average_attn_weights"):
+        if rng.random() < 0.5:
+            kwargs[name] = rng.random() < 0.5
+    if rng.random() < 0.1:
+        kwargs["attn_mask"] = torch.zeros(L, S)
+    return args, kwargs
+
+
+def describe_out(t):
+    return None if t is None else (t.dtype, tuple(t.shape), t.stride(), t.requires_grad, False)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_random_attention_matches_torch(seed):
+    rng = random.Random(2000 + seed)
+    answered = 0
+    for _ in range(60):
+        args, kwargs = mha_case(rng)
+        grad = rng.random() < 0.5
+        got = attention_meta(F.multi_head_attention_forward, args, kwargs, grad)
+        with torch.set_grad_enabled(grad):
+            try:
+                out, weights = F.multi_head_attention_forward(*args, **kwargs)
+            except Exception:
+                assert got is None, (args, kwargs)
+                continue
+        if got is None:
+            assert "attn_mask" in kwargs or args[11].dtype != args[0].dtype
+            continue
+        assert got == (describe_out(out), describe_out(weights)), (got, kwargs)
+        answered += 1
+    assert answered > 25

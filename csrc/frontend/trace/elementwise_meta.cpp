@@ -194,6 +194,60 @@ bool broadcast(const std::vector<const Arg*>& ops, std::vector<int64_t>* out) {
   return true;
 }
 
+// Whether `t`'s strides, seen against the broadcast output shape `out` (0 on broadcast dimensions), never ask
+// for a dimension order other than the output's own: every pair of dimensions with non-zero strides has the
+// outer one strided more, or equally with an inner one no longer than the outer. Those are the comparisons
+// both TensorIterator (reorder_dimensions) and the reference implementations
+// (compute_elementwise_output_logical_to_physical_perm) sort dimensions by.
+bool orders_like_output(const Arg& t, const std::vector<int64_t>& out) {
+  size_t off = out.size() - t.sizes.size();
+  auto stride = [&](size_t d) -> int64_t {
+    if (d < off) return 0;
+    return t.sizes[d - off] == 1 && out[d] != 1 ? 0 : t.strides[d - off];
+  };
+  for (size_t outer = 0; outer < out.size(); ++outer)
+    for (size_t inner = outer + 1; inner < out.size(); ++inner) {
+      int64_t so = stride(outer), si = stride(inner);
+      if (so == 0 || si == 0) continue;
+      if (si > so || (si == so && out[inner] > out[outer])) return false;
+    }
+  return true;
+}
+
+// torch's is_contiguous(): strides of size-1 dimensions do not count.
+bool is_contiguous(const Arg& t) {
+  int64_t expected = 1;
+  for (size_t i = t.sizes.size(); i-- > 0;) {
+    if (t.sizes[i] == 1) continue;
+    if (t.strides[i] != expected) return false;
+    expected *= t.sizes[i];
+  }
+  return true;
+}
+
+// Whether torch gives this op's output contiguous strides, on CPU and on meta tensors alike. Row-major inputs
+// always do (see meta_args.h). Otherwise it takes two tensors or more, since the reference implementations
+// keep a lone dense input's strides (size-1 dimensions included) where TensorIterator makes them contiguous,
+// and no 4-d output, where channels-last inputs take other shortcuts. Then either every operand is a
+// contiguous tensor of the output's shape (both take a contiguous shortcut before looking at strides; a
+// Python scalar would keep TensorIterator off its shortcut), or the tensors agree on the output's order.
+bool contiguous_output(const std::vector<const Arg*>& ops, const std::vector<int64_t>& out) {
+  int tensors = 0;
+  bool all_row_major = true, all_contiguous_alike = true;
+  for (const Arg* o : ops) {
+    all_contiguous_alike &= o->tensor && o->sizes == out && is_contiguous(*o);
+    if (!o->tensor) continue;
+    ++tensors;
+    all_row_major &= row_major(o->sizes, o->strides);
+  }
+  if (all_row_major) return true;
+  if (tensors < 2 || out.size() == 4) return false;
+  if (all_contiguous_alike) return true;
+  for (const Arg* o : ops)
+    if (o->tensor && !orders_like_output(*o, out)) return false;
+  return true;
+}
+
 bool kwargs_ok(const OpSpec& spec, PyObject* kwargs) {
   if (!kwargs || PyDict_GET_SIZE(kwargs) == 0) return true;
   if (!spec.kwarg || PyDict_GET_SIZE(kwargs) != 1) return false;
@@ -257,7 +311,7 @@ std::optional<ComputedMeta> elementwise_meta(PyObject* target, PyObject* args, P
   std::vector<const Arg*> refs;
   bool any_tensor = false, any_requires_grad = false;
   for (size_t i = 0; i < ops.size(); ++i) {
-    if (!read_arg(PyTuple_GET_ITEM(args, i), &ops[i])) return std::nullopt;
+    if (!read_arg(PyTuple_GET_ITEM(args, i), &ops[i], /*any_layout=*/true)) return std::nullopt;
     if (ops[i].tensor) {
       any_tensor = true;
       any_requires_grad |= ops[i].requires_grad;
@@ -272,7 +326,15 @@ std::optional<ComputedMeta> elementwise_meta(PyObject* target, PyObject* args, P
   if (dt == kNone || !broadcast(refs, &sizes)) return std::nullopt;
 
   const Arg& self = ops[0];
-  if (spec.inplace && self.tensor) {
+  bool writes_self = spec.inplace && self.tensor;
+  if (writes_self || spec.rule == Rule::Cast) {
+    // In-place ops check their destination for overlap, and casts keep dense layouts: row-major only.
+    for (const Arg& o : ops)
+      if (o.tensor && !row_major(o.sizes, o.strides)) return std::nullopt;
+  } else if (!contiguous_output(refs, sizes)) {
+    return std::nullopt;
+  }
+  if (writes_self) {
     // Torch refuses results it cannot write back, broadcasting the destination, and (with grad on) in-place
     // changes to tensors that autograd tracks; the meta call reproduces those errors and autograd's state.
     if (!can_cast(dt, self.dt) || sizes != self.sizes || (grad_enabled && any_requires_grad)) return std::nullopt;

@@ -1,5 +1,8 @@
 #include "frontend/trace/meta_args.h"
 
+#include <algorithm>
+#include <string_view>
+
 #include "frontend/trace/torch_refs.h"
 
 namespace fastcomp::frontend::meta_args {
@@ -64,6 +67,30 @@ const Dtypes& dtypes() {
   return *dt;
 }
 
+bool bind_args(PyObject* args, PyObject* kwargs, std::initializer_list<const char*> names, size_t required,
+               std::vector<PyObject*>* out) {
+  size_t n = PyTuple_GET_SIZE(args);
+  if (n > names.size()) return false;
+  out->assign(names.size(), nullptr);
+  for (size_t i = 0; i < n; ++i) (*out)[i] = PyTuple_GET_ITEM(args, i);
+  Py_ssize_t pos = 0;
+  PyObject *key, *value;
+  while (kwargs && PyDict_Next(kwargs, &pos, &key, &value)) {
+    const char* k = PyUnicode_AsUTF8(key);
+    if (!k) {
+      PyErr_Clear();
+      return false;
+    }
+    auto it = std::find_if(names.begin(), names.end(), [&](const char* name) { return std::string_view(name) == k; });
+    size_t i = it - names.begin();
+    if (it == names.end() || (*out)[i]) return false;
+    (*out)[i] = value;
+  }
+  for (size_t i = 0; i < required; ++i)
+    if (!(*out)[i]) return false;
+  return true;
+}
+
 PyObject* lookup(PyObject* owner, const char* name) {
   PyObject* o = owner ? PyObject_GetAttrString(owner, name) : nullptr;
   if (!o) PyErr_Clear();
@@ -117,7 +144,7 @@ bool read_tensor(PyObject* o, Arg* out, bool any_layout) {
   return any_layout || row_major(out->sizes, out->strides);
 }
 
-bool read_arg(PyObject* o, Arg* out) {
+bool read_arg(PyObject* o, Arg* out, bool any_layout) {
   if (PyBool_Check(o)) {
     out->dt = kBool;
   } else if (PyLong_CheckExact(o)) {
@@ -128,7 +155,7 @@ bool read_arg(PyObject* o, Arg* out) {
   } else if (PyFloat_CheckExact(o)) {
     out->dt = dtypes().default_dtype();
   } else {
-    return read_tensor(o, out);
+    return read_tensor(o, out, any_layout);
   }
   out->obj = o;
   return out->dt != kNone;

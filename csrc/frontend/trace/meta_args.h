@@ -5,6 +5,7 @@
 #include <Python.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <vector>
 
@@ -41,8 +42,8 @@ struct Arg {
 // A plain Tensor or Parameter (borrowed) of a known dtype with no zero-size dimension, laid out row-major (see
 // row_major) unless `any_layout`. False for anything else.
 bool read_tensor(PyObject* o, Arg* out, bool any_layout = false);
-// read_tensor, or a Python bool / int (fitting int64) / float.
-bool read_arg(PyObject* o, Arg* out);
+// read_tensor (with `any_layout`), or a Python bool / int (fitting int64) / float.
+bool read_arg(PyObject* o, Arg* out, bool any_layout = false);
 
 // Row-major with possible gaps (a contiguous tensor, or a slice of one such as x[..., :k]): each dimension's
 // stride covers the whole of the dimensions to its right, and size-1 dimensions carry exactly that stride. For
@@ -56,6 +57,12 @@ std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes);
 ComputedMeta fresh_result(int8_t dt, std::vector<int64_t> sizes, bool requires_grad);
 // The argument itself as the result (in-place ops, no-op casts).
 std::optional<ComputedMeta> same_object(const Arg& self);
+
+// Positional and keyword arguments (`args` a tuple, `kwargs` a dict or null; borrowed) matched to a signature's
+// names, null where not given; false when an argument is unknown, given twice, or one of the first `required`
+// is missing.
+bool bind_args(PyObject* args, PyObject* kwargs, std::initializer_list<const char*> names, size_t required,
+               std::vector<PyObject*>* out);
 
 // `owner.name` as a new reference, or null (error cleared) when this torch lacks it.
 PyObject* lookup(PyObject* owner, const char* name);

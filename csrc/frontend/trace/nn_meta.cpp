@@ -1,7 +1,5 @@
 #include "frontend/trace/nn_meta.h"
 
-#include <algorithm>
-#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -40,32 +38,6 @@ const std::unordered_map<PyObject*, Op>& table() {
   return *tb;
 }
 
-// Positional and keyword arguments matched to a signature's names; false when an argument is unknown, given
-// twice or missing (at least `required` of them).
-bool bind(PyObject* args, PyObject* kwargs, std::initializer_list<const char*> names, size_t required,
-          std::vector<PyObject*>* out) {
-  size_t n = PyTuple_GET_SIZE(args);
-  if (n > names.size()) return false;
-  out->assign(names.size(), nullptr);
-  for (size_t i = 0; i < n; ++i) (*out)[i] = PyTuple_GET_ITEM(args, i);
-  Py_ssize_t pos = 0;
-  PyObject *key, *value;
-  while (kwargs && PyDict_Next(kwargs, &pos, &key, &value)) {
-    const char* k = PyUnicode_AsUTF8(key);
-    if (!k) {
-      PyErr_Clear();
-      return false;
-    }
-    auto it = std::find_if(names.begin(), names.end(), [&](const char* name) { return std::string_view(name) == k; });
-    size_t i = it - names.begin();
-    if (it == names.end() || (*out)[i]) return false;
-    (*out)[i] = value;
-  }
-  for (size_t i = 0; i < required; ++i)
-    if (!(*out)[i]) return false;
-  return true;
-}
-
 // A dimension index in [0, ndim), or -1 when out of range.
 int64_t wrap_dim(PyObject* o, size_t ndim) {
   if (!PyLong_CheckExact(o)) return -1;
@@ -99,7 +71,7 @@ std::optional<ComputedMeta> linear(PyObject* args, PyObject* kwargs, bool grad) 
   Arg x, w, b;
   // The output is contiguous whatever the input's layout (inputs of more than 2 dimensions are reshaped to
   // 2 for mm) for row-major weights and their transposes (nn.Linear's and x @ w.T's).
-  if (!bind(args, kwargs, {"input", "weight", "bias"}, 2, &a) || !read_tensor(a[0], &x, /*any_layout=*/true) ||
+  if (!bind_args(args, kwargs, {"input", "weight", "bias"}, 2, &a) || !read_tensor(a[0], &x, /*any_layout=*/true) ||
       !read_tensor(a[1], &w, /*any_layout=*/true) || x.sizes.empty() || w.sizes.size() != 2)
     return std::nullopt;
   if (!row_major(w.sizes, w.strides) && !row_major({w.sizes[1], w.sizes[0]}, {w.strides[1], w.strides[0]}))
@@ -117,7 +89,7 @@ std::optional<ComputedMeta> layer_norm(PyObject* args, PyObject* kwargs, bool gr
   std::vector<PyObject*> a;
   Arg x, w, b;
   std::vector<int64_t> shape;
-  if (!bind(args, kwargs, {"input", "normalized_shape", "weight", "bias", "eps"}, 2, &a) || !read_tensor(a[0], &x) ||
+  if (!bind_args(args, kwargs, {"input", "normalized_shape", "weight", "bias", "eps"}, 2, &a) || !read_tensor(a[0], &x) ||
       !is_float(x.dt) || !read_ints(a[1], &shape) || shape.empty() || shape.size() > x.sizes.size() ||
       !std::equal(shape.begin(), shape.end(), x.sizes.end() - shape.size()))
     return std::nullopt;
@@ -131,7 +103,7 @@ std::optional<ComputedMeta> layer_norm(PyObject* args, PyObject* kwargs, bool gr
 std::optional<ComputedMeta> reduction(Op op, PyObject* args, PyObject* kwargs, bool grad) {
   std::vector<PyObject*> a;
   Arg x;
-  if (!bind(args, kwargs, {"input", "dim", "keepdim"}, 1, &a) || !read_tensor(a[0], &x)) return std::nullopt;
+  if (!bind_args(args, kwargs, {"input", "dim", "keepdim"}, 1, &a) || !read_tensor(a[0], &x)) return std::nullopt;
   if (a[2] && !PyBool_Check(a[2])) return std::nullopt;
   bool keepdim = a[2] == Py_True;
   size_t ndim = x.sizes.size();
@@ -166,7 +138,7 @@ std::optional<ComputedMeta> reduction(Op op, PyObject* args, PyObject* kwargs, b
 // cat(tensors, dim=0) of tensors of one dtype and rank.
 std::optional<ComputedMeta> cat(PyObject* args, PyObject* kwargs, bool grad) {
   std::vector<PyObject*> a;
-  if (!bind(args, kwargs, {"tensors", "dim"}, 1, &a) || !(PyTuple_Check(a[0]) || PyList_Check(a[0])) ||
+  if (!bind_args(args, kwargs, {"tensors", "dim"}, 1, &a) || !(PyTuple_Check(a[0]) || PyList_Check(a[0])) ||
       PySequence_Fast_GET_SIZE(a[0]) == 0)
     return std::nullopt;
   std::vector<int64_t> sizes;

@@ -1,10 +1,11 @@
 // Recording torch calls as graph nodes. Output metadata comes from running the same call on meta tensors,
 // so every torch op works without an op table; devices are tracked beside the meta tensors. Common ops whose
-// meta implementations are slow Python (elementwise_meta.h, nn_meta.h) are computed in C++ instead.
+// meta implementations are slow Python (elementwise_meta.h, nn_meta.h, attention_meta.h) are computed in C++.
 #include <fmt/format.h>
 
 #include <string_view>
 
+#include "frontend/trace/attention_meta.h"
 #include "frontend/trace/elementwise_meta.h"
 #include "frontend/trace/meta.h"
 #include "frontend/trace/nn_meta.h"
@@ -218,6 +219,10 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
   } else if ((fast = elementwise_meta(target, meta_args.get(), meta_kwargs.get(), grad_enabled_)) ||
              (fast = nn_meta(target, meta_args.get(), meta_kwargs.get(), grad_enabled_))) {
     meta_out = fast->alias ? PyRef::borrow(fast->alias) : make_meta_result(fast->meta);
+  } else if (auto attention = attention_meta(target, meta_args.get(), meta_kwargs.get(), grad_enabled_)) {
+    PyRef output = make_meta_result(attention->output.meta);
+    PyRef weights = attention->weights ? make_meta_result(attention->weights->meta) : PyRef::borrow(Py_None);
+    meta_out = PyRef::steal(PyTuple_Pack(2, output.get(), weights.get()));
   } else {
     meta_out = PyRef::steal(PyObject_Call(target, meta_args.get(), meta_kwargs.get()));
   }

@@ -410,13 +410,20 @@ def nn_case(rng):
     x = make_tensor(shape, dtype, rng, layout)
     if dtype.is_floating_point and rng.random() < 0.3:
         x = x.detach().requires_grad_()
-    kind = rng.choice(["linear", "layer_norm", "sum", "mean", "cat"])
+    kind = rng.choice(["linear", "matmul", "layer_norm", "sum", "mean", "cat"])
     fdt = dtype if rng.random() < 0.8 else torch.float64
     if kind == "linear":
         w = make_tensor((4, shape[-1] if rng.random() < 0.9 else 7), fdt, rng,
                         rng.choice(["contiguous", "transposed", "step"]))
         b = make_tensor((4,), fdt, rng) if rng.random() < 0.6 else None
         return F.linear, (x, w, b), {}
+    if kind == "matmul":
+        k = shape[-1] if rng.random() < 0.9 else 7
+        other_shape = tuple(rng.choice([1, 2, 3]) for _ in range(rng.randint(0, 2))) + (k,)
+        if rng.random() < 0.8:
+            other_shape += (rng.choice([1, 2, 4]),)
+        other = make_tensor(other_shape, fdt, rng, rng.choice(["contiguous", "transposed", "expanded"]))
+        return rng.choice([operator.matmul, torch.matmul, T.matmul]), (x, other), {}
     if kind == "layer_norm":
         k = rng.randint(1, nd)
         norm = list(shape[nd - k:]) if rng.random() < 0.9 else [9]

@@ -1,5 +1,6 @@
 #include "frontend/trace/nn_meta.h"
 
+#include <algorithm>
 #include <unordered_map>
 #include <vector>
 
@@ -11,7 +12,7 @@ namespace {
 
 using namespace meta_args;  // NOLINT: the fast paths share its vocabulary
 
-enum class Op : uint8_t { Linear, LayerNorm, Sum, Mean, Cat };
+enum class Op : uint8_t { Linear, Matmul, LayerNorm, Sum, Mean, Cat };
 
 const std::unordered_map<PyObject*, Op>& table() {
   static const auto* tb = [] {
@@ -26,6 +27,12 @@ const std::unordered_map<PyObject*, Op>& table() {
       if (PyObject* fn = lookup(owner, name)) t->emplace(fn, op);  // the reference stays with the table
     };
     add(nn_c.get(), "linear", Op::Linear);  // torch.nn.functional.linear
+    PyRef op_mod = PyRef::steal(PyImport_ImportModule("operator"));
+    PyErr_Clear();
+    add(op_mod.get(), "matmul", Op::Matmul);
+    add(torch, "matmul", Op::Matmul);
+    add(tensor, "matmul", Op::Matmul);
+    add(tensor, "__matmul__", Op::Matmul);
     add(functional.get(), "layer_norm", Op::LayerNorm);
     add(torch, "layer_norm", Op::LayerNorm);
     for (PyObject* owner : {torch, tensor}) {
@@ -82,6 +89,41 @@ std::optional<ComputedMeta> linear(PyObject* args, PyObject* kwargs, bool grad) 
   std::vector<int64_t> sizes(x.sizes.begin(), x.sizes.end() - 1);
   sizes.push_back(w.sizes[0]);
   return fresh_result(x.dt, std::move(sizes), grad && (x.requires_grad || w.requires_grad || b.requires_grad));
+}
+
+// matmul(a, b) of two tensors of one floating dtype: 1-d operands are a vector on their side, batch dimensions
+// broadcast. The output is contiguous for every layout of the operands (mm, bmm and the folding of batches
+// all write fresh outputs), except in two cases whose meta implementation shows other strides on size-1
+// dimensions, left to the meta call: a 1-d or 2-d `a` times a batched `b` (computed transposed), and batch
+// dimensions that broadcast (expanded differently when an operand requires grad).
+std::optional<ComputedMeta> matmul(PyObject* args, PyObject* kwargs, bool grad) {
+  std::vector<PyObject*> a;
+  Arg x, y;
+  if (!bind_args(args, kwargs, {"input", "other"}, 2, &a) || !read_tensor(a[0], &x, /*any_layout=*/true) ||
+      !read_tensor(a[1], &y, /*any_layout=*/true) || x.sizes.empty() || y.sizes.empty() || !is_float(x.dt) ||
+      y.dt != x.dt)
+    return std::nullopt;
+  size_t dx = x.sizes.size(), dy = y.sizes.size();
+  if (dx <= 2 && dy >= 3) return std::nullopt;
+  int64_t k = x.sizes.back();
+  if (k != (dy == 1 ? y.sizes[0] : y.sizes[dy - 2])) return std::nullopt;
+  std::vector<int64_t> bx(x.sizes.begin(), x.sizes.end() - std::min<size_t>(dx, 2));
+  std::vector<int64_t> by(y.sizes.begin(), y.sizes.end() - std::min<size_t>(dy, 2));
+  std::vector<int64_t> sizes(std::max(bx.size(), by.size()), 1);
+  if (dy >= 3 && bx != by) return std::nullopt;
+  for (const auto* batch : {&bx, &by}) {
+    size_t off = sizes.size() - batch->size();
+    for (size_t i = 0; i < batch->size(); ++i) {
+      int64_t& d = sizes[off + i];
+      int64_t s = (*batch)[i];
+      if (s == d || s == 1) continue;
+      if (d != 1) return std::nullopt;  // torch raises
+      d = s;
+    }
+  }
+  if (dx >= 2) sizes.push_back(x.sizes[dx - 2]);
+  if (dy >= 2) sizes.push_back(y.sizes.back());
+  return fresh_result(x.dt, std::move(sizes), grad && (x.requires_grad || y.requires_grad));
 }
 
 // layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5): input's shape and dtype.
@@ -172,6 +214,7 @@ std::optional<ComputedMeta> nn_meta(PyObject* target, PyObject* args, PyObject* 
   if (it == tb.end() || !PyTuple_Check(args) || PyTuple_GET_SIZE(args) == 0) return std::nullopt;
   switch (it->second) {
     case Op::Linear: return linear(args, kwargs, grad_enabled);
+    case Op::Matmul: return matmul(args, kwargs, grad_enabled);
     case Op::LayerNorm: return layer_norm(args, kwargs, grad_enabled);
     case Op::Sum:
     case Op::Mean: return reduction(it->second, args, kwargs, grad_enabled);

@@ -56,4 +56,15 @@ PyRef make_meta_tensor(const graph::TensorMeta& meta) {
   return t;
 }
 
+PyRef make_meta_result(const graph::TensorMeta& meta) {
+  PyRef t = make_meta_tensor(meta);
+  if (!meta.requires_grad) return t;
+  PyRef result = PyRef::steal(PyObject_CallMethod(t.get(), "clone", nullptr));
+  if (!result) {
+    PyErr_Clear();
+    throw std::runtime_error("fastcomp: could not create a meta tensor");
+  }
+  return result;
+}
+
 }  // namespace fastcomp::frontend

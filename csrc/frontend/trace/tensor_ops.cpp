@@ -1,10 +1,14 @@
 // Recording torch calls as graph nodes. Output metadata comes from running the same call on meta tensors,
-// so every torch op works without an op table; devices are tracked beside the meta tensors.
+// so every torch op works without an op table; devices are tracked beside the meta tensors. Common ops whose
+// meta implementations are slow Python (elementwise_meta.h, nn_meta.h, attention_meta.h) are computed in C++.
 #include <fmt/format.h>
 
 #include <string_view>
 
+#include "frontend/trace/attention_meta.h"
+#include "frontend/trace/elementwise_meta.h"
 #include "frontend/trace/meta.h"
+#include "frontend/trace/nn_meta.h"
 #include "frontend/trace/torch_refs.h"
 #include "frontend/trace/tracer.h"
 
@@ -76,7 +80,9 @@ static Converted convert_arg(Tracer& t, const ValueRef& v, PyObject** device) {
 }
 
 // Turns the meta output of a recorded node into Values (with extra getitem nodes for tuple outputs).
-static ValueRef wrap_output(Tracer& t, graph::Node node, PyObject* out, PyObject* device) {
+// `known` (nullable) is the output's metadata when it was computed without reading `out`.
+static ValueRef wrap_output(Tracer& t, graph::Node node, PyObject* out, PyObject* device,
+                            const graph::TensorMeta* known) {
   const auto& T = torch_refs();
   auto tensor_value = [&](graph::NodeId id, PyObject* meta_tensor) {
     auto v = std::make_shared<Value>();
@@ -89,7 +95,12 @@ static ValueRef wrap_output(Tracer& t, graph::Node node, PyObject* out, PyObject
   };
   if (T.is_tensor(out)) {
     node.type = graph::ValueType::Tensor;
-    node.meta = meta_of_tensor(out, device);
+    if (known) {
+      node.meta = *known;
+      node.meta.device = PyRef::borrow(device);
+    } else {
+      node.meta = meta_of_tensor(out, device);
+    }
     t.note_requires_grad(node.meta.requires_grad);
     return tensor_value(t.graph().add(std::move(node)), out);
   }
@@ -187,6 +198,7 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
 
   // Device-moving methods: compute the real device here and run the meta call without a device.
   PyRef meta_out;
+  std::optional<ComputedMeta> fast;
   if (name == "Tensor.to" || name == "Tensor.cuda" || name == "Tensor.cpu") {
     PyRef rest = PyRef::steal(PyTuple_GetSlice(meta_args.get(), 1, PyTuple_GET_SIZE(meta_args.get())));
     PyRef parsed;
@@ -206,6 +218,13 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
                                              : PyRef::steal(PyObject_CallFunction(T.device_type.get(), "s", "cuda"));
       meta_out = PyRef::borrow(PyTuple_GET_ITEM(meta_args.get(), 0));
     }
+  } else if ((fast = elementwise_meta(target, meta_args.get(), meta_kwargs.get(), grad_enabled_)) ||
+             (fast = nn_meta(target, meta_args.get(), meta_kwargs.get(), grad_enabled_))) {
+    meta_out = fast->alias ? PyRef::borrow(fast->alias) : make_meta_result(fast->meta);
+  } else if (auto attention = attention_meta(target, meta_args.get(), meta_kwargs.get(), grad_enabled_)) {
+    PyRef output = make_meta_result(attention->output.meta);
+    PyRef weights = attention->weights ? make_meta_result(attention->weights->meta) : PyRef::borrow(Py_None);
+    meta_out = PyRef::steal(PyTuple_Pack(2, output.get(), weights.get()));
   } else {
     meta_out = PyRef::steal(PyObject_Call(target, meta_args.get(), meta_kwargs.get()));
   }
@@ -223,7 +242,7 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
     throw UserCodeError(fmt::format("{} raised: {}", name, msg.substr(0, 300)));
   }
   PyObject* out_device = explicit_device ? explicit_device.get() : (device ? device : T.cpu_device.get());
-  return wrap_output(*this, std::move(node), meta_out.get(), out_device);
+  return wrap_output(*this, std::move(node), meta_out.get(), out_device, fast ? &fast->meta : nullptr);
 }
 
 ValueRef Tracer::tensor_attr(const ValueRef& tensor, PyObject* name) {

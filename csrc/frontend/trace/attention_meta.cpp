@@ -1,0 +1,89 @@
+#include "frontend/trace/attention_meta.h"
+
+#include <vector>
+
+#include "frontend/trace/meta_args.h"
+
+namespace fastcomp::frontend {
+namespace {
+
+using namespace meta_args;  // NOLINT: the fast paths share its vocabulary
+
+PyObject* mha_function() {  // owned for the process
+  static PyObject* fn = [] {
+    PyRef functional = PyRef::steal(PyImport_ImportModule("torch.nn.functional"));
+    if (!functional) PyErr_Clear();
+    return lookup(functional.get(), "multi_head_attention_forward");
+  }();
+  return fn;
+}
+
+bool none(PyObject* o) { return !o || o == Py_None; }
+bool is(PyObject* o, PyObject* value) { return o == value; }
+
+// An optional tensor argument: absent, or a tensor of dtype `dt` and exactly `sizes`.
+bool optional_tensor(PyObject* o, int8_t dt, std::vector<int64_t> sizes, Arg* out) {
+  return none(o) || (read_tensor(o, out, /*any_layout=*/true) && out->dt == dt && out->sizes == sizes);
+}
+
+}  // namespace
+
+std::optional<AttentionMeta> attention_meta(PyObject* target, PyObject* args, PyObject* kwargs, bool grad_enabled) {
+  if (target != mha_function() || !target || !PyTuple_Check(args)) return std::nullopt;
+  std::vector<PyObject*> a;
+  if (!bind_args(args, kwargs,
+                 {"query", "key", "value", "embed_dim_to_check", "num_heads", "in_proj_weight", "in_proj_bias",
+                  "bias_k", "bias_v", "add_zero_attn", "dropout_p", "out_proj_weight", "out_proj_bias", "training",
+                  "key_padding_mask", "need_weights", "attn_mask", "use_separate_proj_weight", "q_proj_weight",
+                  "k_proj_weight", "v_proj_weight", "static_k", "static_v", "average_attn_weights", "is_causal"},
+                 13, &a))
+    return std::nullopt;
+  enum { kQuery, kKey, kValue, kEmbed, kHeads, kInW, kInB, kBiasK, kBiasV, kZeroAttn, kDropout, kOutW, kOutB,
+         kTraining, kPadMask, kNeedWeights, kAttnMask, kSeparate, kQW, kKW, kVW, kStaticK, kStaticV, kAverage,
+         kCausal };
+  // The plain path only: no masks, no extra key/value biases or zero attention, packed projections.
+  for (int i : {kBiasK, kBiasV, kPadMask, kAttnMask, kQW, kKW, kVW, kStaticK, kStaticV})
+    if (!none(a[i])) return std::nullopt;
+  if (!is(a[kZeroAttn], Py_False) || (a[kSeparate] && !is(a[kSeparate], Py_False)) ||
+      (a[kCausal] && !is(a[kCausal], Py_False)))
+    return std::nullopt;
+  bool need_weights = !a[kNeedWeights] || is(a[kNeedWeights], Py_True);
+  bool average = !a[kAverage] || is(a[kAverage], Py_True);
+  if ((a[kNeedWeights] && !PyBool_Check(a[kNeedWeights])) || (a[kAverage] && !PyBool_Check(a[kAverage])) ||
+      (a[kTraining] && !PyBool_Check(a[kTraining])) || !PyFloat_CheckExact(a[kDropout]) ||
+      !PyLong_CheckExact(a[kEmbed]) || !PyLong_CheckExact(a[kHeads]))
+    return std::nullopt;
+
+  Arg q, k, v, in_w, in_b, out_w, out_b;
+  if (!read_tensor(a[kQuery], &q, true) || !read_tensor(a[kKey], &k, true) || !read_tensor(a[kValue], &v, true))
+    return std::nullopt;
+  size_t ndim = q.sizes.size();
+  if ((ndim != 3 && ndim != 2) || k.sizes.size() != ndim || k.sizes != v.sizes || !is_float(q.dt) ||
+      k.dt != q.dt || v.dt != q.dt)
+    return std::nullopt;
+  bool batched = ndim == 3;
+  int64_t L = q.sizes[0], S = k.sizes[0], N = batched ? q.sizes[1] : 1, E = q.sizes.back();
+  int64_t H = PyLong_AsLongLong(a[kHeads]);
+  if (PyLong_AsLongLong(a[kEmbed]) != E || k.sizes.back() != E || (batched && k.sizes[1] != N) || H <= 0 ||
+      E % H != 0) {
+    PyErr_Clear();
+    return std::nullopt;
+  }
+  if (!read_tensor(a[kInW], &in_w, true) || in_w.dt != q.dt || in_w.sizes != std::vector<int64_t>{3 * E, E} ||
+      !optional_tensor(a[kInB], q.dt, {3 * E}, &in_b) || !read_tensor(a[kOutW], &out_w, true) ||
+      out_w.dt != q.dt || out_w.sizes != std::vector<int64_t>{E, E} || !optional_tensor(a[kOutB], q.dt, {E}, &out_b))
+    return std::nullopt;
+
+  bool scores_grad = grad_enabled && (q.requires_grad || k.requires_grad || in_w.requires_grad || in_b.requires_grad);
+  bool out_grad = scores_grad || (grad_enabled && (v.requires_grad || out_w.requires_grad || out_b.requires_grad));
+  AttentionMeta out;
+  out.output = fresh_result(q.dt, batched ? std::vector<int64_t>{L, N, E} : std::vector<int64_t>{L, E}, out_grad);
+  if (need_weights) {
+    std::vector<int64_t> sizes = average ? std::vector<int64_t>{N, L, S} : std::vector<int64_t>{N, H, L, S};
+    if (!batched) sizes.erase(sizes.begin());
+    out.weights = fresh_result(q.dt, std::move(sizes), scores_grad);
+  }
+  return out;
+}
+
+}  // namespace fastcomp::frontend

@@ -1,0 +1,21 @@
+// Output metadata of common elementwise ops computed in C++, exactly as torch computes it: broadcasting, type
+// promotion (c10's ResultTypeState), op-specific dtype rules and requires_grad. The meta call it replaces
+// runs torch's Python reference implementations, whose first use imports torch._dynamo (seconds) and which
+// cost tens of microseconds per op; this path costs a few. Cases it is not sure about are left to the meta
+// call: it answers only for plain tensors laid out row-major and Python bool/int/float scalars.
+#pragma once
+#include <Python.h>
+
+#include <optional>
+
+#include "frontend/trace/meta.h"
+
+namespace fastcomp::frontend {
+
+/** The output of `target(*args, **kwargs)` when target is a covered elementwise op and every argument is a
+ * (meta or real) tensor or a Python scalar it handles; nullopt otherwise, and whenever torch would raise.
+ * `args` is a tuple and `kwargs` a dict or null (both borrowed); `grad_enabled` is the trace's grad mode.
+ * Never leaves a Python error set. */
+std::optional<ComputedMeta> elementwise_meta(PyObject* target, PyObject* args, PyObject* kwargs, bool grad_enabled);
+
+}  // namespace fastcomp::frontend

@@ -1,5 +1,6 @@
 #include "frontend/trace/elementwise_meta.h"
 
+#include <algorithm>
 #include <initializer_list>
 #include <unordered_map>
 #include <vector>

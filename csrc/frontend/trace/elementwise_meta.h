@@ -2,7 +2,8 @@
 // promotion (c10's ResultTypeState), op-specific dtype rules and requires_grad. The meta call it replaces
 // runs torch's Python reference implementations, whose first use imports torch._dynamo (seconds) and which
 // cost tens of microseconds per op; this path costs a few. Cases it is not sure about are left to the meta
-// call: it answers only for plain tensors laid out row-major and Python bool/int/float scalars.
+// call: it answers for plain tensors (laid out so that torch's output is contiguous, see contiguous_output in
+// the .cpp) and Python bool/int/float scalars.
 #pragma once
 #include <Python.h>
 

@@ -9,5 +9,6 @@ void bind_bytecode(py::module_& m);  // _C._testing.decode(...) and friends
 void bind_hook(py::module_& m);      // hook diagnostics for tests
 void bind_logging(py::module_& m);   // topic levels, Python sink
 void bind_api(py::module_& m);       // Dispatcher, reset, compile observer, config
+void bind_codegen(py::module_& m);   // _C._testing.emit_kernel / emit_program from kernel specs
 
 }  // namespace fastcomp::bindings

@@ -8,5 +8,6 @@ PYBIND11_MODULE(_C, m) {
   b::bind_logging(m);
   b::bind_bytecode(testing);
   b::bind_hook(testing);
+  b::bind_codegen(testing);
   b::bind_api(m);
 }

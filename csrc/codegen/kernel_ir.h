@@ -6,6 +6,10 @@
 //  - Pointwise: every element of `shape` is independent.
 //  - RowReduce: the last dimension of `shape` is a row; Reduce expressions combine a row into one value that
 //    later expressions (the epilogue) use for every element of that row (softmax, layer_norm, rmsnorm, sums).
+//
+// Value semantics (what emit_cuda guarantees, matching eager torch): an f16/bf16 value is computed in fp32 and
+// rounded to its dtype where it is produced, as eager rounds every op's result; integer values wrap in their
+// dtype; a Cast converts as C++ does (float -> int truncates, anything -> bool is != 0).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -25,8 +29,11 @@ enum class ExprOp : uint8_t {
   Constant,  // `constant` (exactly representable in `dtype`)
   RowIndex,  // index of the element along the row (RowReduce) or the flat element index (Pointwise), as i64
   // unary
+  // Exp..Silu need a floating dtype; Relu keeps NaN; Not is logical on bool and bitwise (~) on integers.
   Neg, Abs, Exp, Log, Sqrt, Rsqrt, Sigmoid, Tanh, Relu, Erf, Sin, Cos, GeluErf, GeluTanh, Silu, Not, Cast,
-  // binary
+  // binary. Div on integers is floor division (Python's //; by zero: unspecified, as torch on CUDA); Pow on
+  // integers is exact (negative exponents give 0 except for bases 1 and -1); Max/Min propagate NaN;
+  // comparisons yield bool; And/Or are logical on bool and bitwise on integers.
   Add, Sub, Mul, Div, Pow, Max, Min, Lt, Le, Gt, Ge, Eq, Ne, And, Or,
   // ternary
   Where,     // operands: condition, if-true, if-false
@@ -45,10 +52,10 @@ struct Expr {
 
 // A tensor the kernel reads or writes, addressed as base + storage_offset + sum(index[d] * strides[d]) over the
 // kernel's `shape` (a stride of 0 broadcasts). For RowReduce kernels an output of a per-row value has stride
-// 0 in the last dimension.
+// 0 in the last dimension. An output may alias an input only element for element (in-place ops).
 struct Operand {
   DType dtype = DType::F32;
-  std::vector<int64_t> strides;  // in elements, one per dimension of Kernel::shape
+  std::vector<int64_t> strides;  // in elements, >= 0, one per dimension of Kernel::shape
   int64_t storage_offset = 0;    // in elements
 };
 
@@ -69,7 +76,9 @@ struct Kernel {
   std::string to_string() const;   // stable text for dumps and golden tests
 };
 
-// What emit_cuda produces for a kernel: source plus what the runtime needs to launch it.
+// What emit_cuda produces for a kernel: source plus what the runtime needs to launch it. The kernel takes
+// exactly one pointer per input then per output: each operand's storage base (`storage_offset` is applied
+// inside). It checks pointer alignment itself, so any base works; 16-byte aligned ones take the vector path.
 struct KernelSource {
   std::string name;
   std::string code;        // CUDA C of one __global__ function (extern "C", no name mangling)
@@ -83,9 +92,11 @@ struct KernelSource {
 struct DeviceLimits {
   int sm_count = 132;
   int max_threads_per_block = 1024;
+  int max_threads_per_sm = 2048;  // resident threads per multiprocessor: sizes the persistent grid
 };
 
-/** Emits the CUDA C of one kernel. Kernel parameters: one pointer per input then per output, in order. */
+/** Emits the CUDA C of one kernel. Kernel parameters: one pointer per input then per output, in order.
+ *  Throws std::invalid_argument when the kernel breaks the rules above (bad indices, types or strides). */
 KernelSource emit_cuda(const Kernel& kernel, const DeviceLimits& limits);
 
 /** One NVRTC program for all kernels of a graph: the common prelude once, then every kernel. */

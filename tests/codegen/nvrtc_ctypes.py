@@ -1,0 +1,77 @@
+"""NVRTC through ctypes, for tests only (the project's own loader lives in csrc/runtime): compiles a program to
+PTX for compute_90 without a driver or a GPU. `find()` says why it cannot when NVRTC is missing."""
+import ctypes
+import glob
+import os
+import site
+import sys
+
+FALLBACK_PREFIX = "/root/.pyenv/versions/3.12.1/lib/python3.12/site-packages"
+
+
+def _candidate_roots():
+    dirs = list(sys.path)
+    try:
+        dirs += site.getsitepackages()
+    except AttributeError:
+        pass
+    dirs.append(FALLBACK_PREFIX)
+    seen = []
+    for d in dirs:
+        root = os.path.join(d, "nvidia", "cu13")
+        if root not in seen and os.path.isdir(os.path.join(root, "lib")):
+            seen.append(root)
+    return seen
+
+
+class Nvrtc:
+    def __init__(self, root):
+        lib = os.path.join(root, "lib")
+        # libnvrtc opens its builtins library by soname; loading it first, globally, makes that work without
+        # LD_LIBRARY_PATH.
+        for builtins in sorted(glob.glob(os.path.join(lib, "libnvrtc-builtins.so.*"))):
+            if ".alt." not in builtins:
+                ctypes.CDLL(builtins, mode=ctypes.RTLD_GLOBAL)
+        self.lib = ctypes.CDLL(os.path.join(lib, "libnvrtc.so.13"))
+        self.include = os.path.join(root, "include")
+
+    def compile(self, source, arch="compute_90", extra=()):
+        """Returns (ok, log, ptx)."""
+        lib = self.lib
+        prog = ctypes.c_void_p()
+        if lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), b"fastcomp.cu", 0, None, None) != 0:
+            return False, "nvrtcCreateProgram failed", None
+        try:
+            opts = [f"--gpu-architecture={arch}".encode(), f"-I{self.include}".encode(), b"-std=c++17",
+                    *[o.encode() for o in extra]]
+            rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
+            size = ctypes.c_size_t()
+            lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+            log = ctypes.create_string_buffer(size.value)
+            lib.nvrtcGetProgramLog(prog, log)
+            if rc != 0:
+                return False, log.value.decode(errors="replace"), None
+            lib.nvrtcGetPTXSize(prog, ctypes.byref(size))
+            ptx = ctypes.create_string_buffer(size.value)
+            lib.nvrtcGetPTX(prog, ptx)
+            return True, log.value.decode(errors="replace"), ptx.value.decode()
+        finally:
+            lib.nvrtcDestroyProgram(ctypes.byref(prog))
+
+
+_found = None
+
+
+def find():
+    """(Nvrtc, None) or (None, reason)."""
+    global _found
+    if _found is None:
+        roots = _candidate_roots()
+        if not roots:
+            _found = (None, f"no nvidia/cu13/lib with libnvrtc.so.13 on sys.path or under {FALLBACK_PREFIX}")
+        else:
+            try:
+                _found = (Nvrtc(roots[0]), None)
+            except OSError as e:
+                _found = (None, f"cannot load NVRTC from {roots[0]}: {e}")
+    return _found

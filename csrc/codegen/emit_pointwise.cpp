@@ -61,7 +61,8 @@ void choose_vector(const Kernel& k, Plan& p) {
       }
     }
   }
-  p.vec = vec;
+  // Groups pay off only through vector accesses; with none (everything broadcast) stay scalar.
+  if (std::find(p.lanes.begin(), p.lanes.end(), Lane::Vector) != p.lanes.end()) p.vec = vec;
 }
 
 // Statements computing every live expression of one element, given the text of each input's element.

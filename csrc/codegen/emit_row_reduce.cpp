@@ -185,9 +185,10 @@ std::string chunk_loop(const RowPlan& p, const std::string& body, const std::str
 // Loads `vec` elements of input o at column j of the row starting at `base` into `dst` (an array of vec).
 std::string load_chunk(const Kernel& k, const RowPlan& p, size_t o, const std::string& base, const std::string& dst,
                        const std::string& indent) {
-  if (p.vector_ok[o]) return fmt::format("{}fc_load<{}, kAligned>(in{} + {} + j, {});\n", indent, p.vec, o, base, dst);
+  const std::string at = base == "0" ? "" : base + " + ";  // a hoisted input of storage offset 0
+  if (p.vector_ok[o]) return fmt::format("{}fc_load<{}, kAligned>(in{} + {}j, {});\n", indent, p.vec, o, at, dst);
   const int64_t rs = p.row_stride[o];
-  return fmt::format("{}for (int u = 0; u < {}; ++u) {}[u] = in{}[{} + (j + u){}];\n", indent, p.vec, dst, o, base,
+  return fmt::format("{}for (int u = 0; u < {}; ++u) {}[u] = in{}[{}(j + u){}];\n", indent, p.vec, dst, o, at,
                      rs == 1 ? "" : " * " + index_literal(rs));
 }
 

@@ -9,31 +9,36 @@ import sys
 FALLBACK_PREFIX = "/root/.pyenv/versions/3.12.1/lib/python3.12/site-packages"
 
 
-def _candidate_roots():
+def _candidate_dirs():
+    """(library dir, include dir) pairs: pip's nvidia/cu13 on sys.path, the pyenv 3.12 one, then a toolkit."""
     dirs = list(sys.path)
     try:
         dirs += site.getsitepackages()
     except AttributeError:
         pass
     dirs.append(FALLBACK_PREFIX)
-    seen = []
+    out = []
     for d in dirs:
         root = os.path.join(d, "nvidia", "cu13")
-        if root not in seen and os.path.isdir(os.path.join(root, "lib")):
-            seen.append(root)
-    return seen
+        pair = (os.path.join(root, "lib"), os.path.join(root, "include"))
+        if pair not in out and os.path.exists(os.path.join(pair[0], "libnvrtc.so.13")):
+            out.append(pair)
+    for toolkit in (os.environ.get("CUDA_HOME", ""), "/usr/local/cuda"):
+        pair = (os.path.join(toolkit, "lib64"), os.path.join(toolkit, "include"))
+        if toolkit and os.path.exists(os.path.join(pair[0], "libnvrtc.so.13")):
+            out.append(pair)
+    return out
 
 
 class Nvrtc:
-    def __init__(self, root):
-        lib = os.path.join(root, "lib")
+    def __init__(self, lib, include):
         # libnvrtc opens its builtins library by soname; loading it first, globally, makes that work without
         # LD_LIBRARY_PATH.
         for builtins in sorted(glob.glob(os.path.join(lib, "libnvrtc-builtins.so.*"))):
             if ".alt." not in builtins:
                 ctypes.CDLL(builtins, mode=ctypes.RTLD_GLOBAL)
         self.lib = ctypes.CDLL(os.path.join(lib, "libnvrtc.so.13"))
-        self.include = os.path.join(root, "include")
+        self.include = include
 
     def compile(self, source, arch="compute_90", extra=()):
         """Returns (ok, log, ptx)."""
@@ -66,12 +71,13 @@ def find():
     """(Nvrtc, None) or (None, reason)."""
     global _found
     if _found is None:
-        roots = _candidate_roots()
-        if not roots:
-            _found = (None, f"no nvidia/cu13/lib with libnvrtc.so.13 on sys.path or under {FALLBACK_PREFIX}")
+        dirs = _candidate_dirs()
+        if not dirs:
+            _found = (None, f"no libnvrtc.so.13 in nvidia/cu13/lib on sys.path, under {FALLBACK_PREFIX} or in a "
+                            "CUDA toolkit")
         else:
             try:
-                _found = (Nvrtc(roots[0]), None)
+                _found = (Nvrtc(*dirs[0]), None)
             except OSError as e:
-                _found = (None, f"cannot load NVRTC from {roots[0]}: {e}")
+                _found = (None, f"cannot load NVRTC from {dirs[0][0]}: {e}")
     return _found

@@ -92,7 +92,7 @@ struct KernelSource {
 struct DeviceLimits {
   int sm_count = 132;
   int max_threads_per_block = 1024;
-  int max_threads_per_sm = 2048;  // resident threads per multiprocessor: sizes the persistent grid
+  int max_threads_per_sm = 2048;  // resident threads per multiprocessor: grids are sized in waves
 };
 
 /** Emits the CUDA C of one kernel. Kernel parameters: one pointer per input then per output, in order.

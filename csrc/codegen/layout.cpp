@@ -14,9 +14,9 @@ std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
   return out;
 }
 
-bool dim_used(const Collapsed& c, size_t d) {
+bool dim_used(const Collapsed& c, const std::vector<bool>& operands, size_t d) {
   for (size_t o = 0; o < c.strides.size(); ++o)
-    if (classify(c, o) == Access::Strided && c.strides[o][d] != 0) return true;
+    if (operands[o] && classify(c, o) == Access::Strided && c.strides[o][d] != 0) return true;
   return false;
 }
 
@@ -67,12 +67,12 @@ int64_t max_offset(const std::vector<int64_t>& shape, const Strides& strides, in
   return out;
 }
 
-std::string coordinate_decls(const Collapsed& c, const std::string& index, const std::string& prefix,
-                             const std::string& indent) {
+std::string coordinate_decls(const Collapsed& c, const std::vector<bool>& operands, const std::string& index,
+                             const std::string& prefix, const std::string& indent) {
   const std::vector<int64_t> span = contiguous_strides(c.shape);
   std::string out;
   for (size_t d = 0; d < c.shape.size(); ++d) {
-    if (!dim_used(c, d)) continue;
+    if (!dim_used(c, operands, d)) continue;
     std::string value = index;
     if (span[d] != 1) value += " / " + index_literal(span[d]);
     if (d != 0) value = (span[d] != 1 ? "(" + value + ")" : value) + " % " + index_literal(c.shape[d]);

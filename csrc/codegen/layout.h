@@ -29,10 +29,10 @@ int64_t numel(const std::vector<int64_t>& shape);
 // Largest element offset an operand reaches over `shape` (strides are >= 0).
 int64_t max_offset(const std::vector<int64_t>& shape, const Strides& strides, int64_t storage_offset);
 
-// Coordinates of linear index `index` over c.shape that Strided operands need, one `const idx_t <prefix><d> =
-// ...;` line each (dimensions nobody uses are skipped).
-std::string coordinate_decls(const Collapsed& c, const std::string& index, const std::string& prefix,
-                             const std::string& indent);
+// Coordinates of linear index `index` over c.shape that the Strided operands among `operands` need, one
+// `const idx_t <prefix><d> = ...;` line each (dimensions none of them uses are skipped).
+std::string coordinate_decls(const Collapsed& c, const std::vector<bool>& operands, const std::string& index,
+                             const std::string& prefix, const std::string& indent);
 // The element offset of `operand` at linear index `index`, storage offset included ("i", "i + 3", "c0 * 512 +
 // c1", "7").
 std::string offset_text(const Collapsed& c, size_t operand, const std::string& index, const std::string& prefix,

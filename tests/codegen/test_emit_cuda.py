@@ -59,27 +59,29 @@ def test_signature_names_every_operand_in_order():
 
 def test_broadcast_bias_collapses_and_vectorizes():
     code, grid, block, shared = emit(S.bias_add())
-    assert "pointwise over [16384, 512] (iteration space [32, 512, 512]), 4 elements per step" in code
-    assert "const idx_t c1 = i % 512;" in code            # the bias's offset: one modulo, no division chain
-    assert "fc_load<4, kAligned>(in0 + i, a0);" in code    # the contiguous input uses the linear index
-    assert "fc_load<4, kAligned>(in1 + c1, a1);" in code
+    assert ("pointwise over [16384, 512] (iteration space [32, 512, 512]), groups of 4 elements, 2 per thread and "
+            "step") in code
+    assert "const idx_t c1 = i % 512;" in code               # the bias's offset: one modulo, no division chain
+    assert "fc_load<4, kAligned>(in0 + i, a0[w]);" in code    # the contiguous input uses the linear index
+    assert "fc_load<4, kAligned>(in1 + c1, a1[w]);" in code
     assert "fc_store<4, kAligned>(out0 + i, r0);" in code
+    assert code.index("a1[w]);") < code.index("r0[u] =")      # both groups' loads come before any compute
     assert "if (fc_aligned(in0, 16) && fc_aligned(in1, 16) && fc_aligned(out0, 16))" in code
-    assert "bias_add_groups<false>" in code                # the same loop with scalar accesses when unaligned
-    assert (grid, block, shared) == (132 * 8, 256, 0)      # one resident wave, grid-stride
+    assert "bias_add_groups<false>" in code                   # the same loop with scalar accesses when unaligned
+    assert (grid, block, shared) == (8 * 1024 * 1024 // 4 // 512, 256, 0)
 
 
 def test_vector_width_is_16_bytes_of_the_widest_dtype():
-    assert "8 elements per step" in emit(S.unary("exp", "f16", shape=(4096,)))[0]
+    assert "groups of 8 elements" in emit(S.unary("exp", "f16", shape=(4096,)))[0]
     assert "fc_load<8, kAligned>" in emit(S.unary("exp", "bf16", shape=(4096,)))[0]
-    assert "2 elements per step" in emit(S.unary("exp", "f64", shape=(4096,)))[0]
-    assert "4 elements per step" in emit(S.cast("f16", "f32", shape=(4096,)))[0]  # f32 output decides
-    assert "16 elements per step" in emit(S.cast("u8", "bool", shape=(4096,)))[0]
+    assert "groups of 2 elements" in emit(S.unary("exp", "f64", shape=(4096,)))[0]
+    assert "groups of 4 elements" in emit(S.cast("f16", "f32", shape=(4096,)))[0]  # f32 output decides
+    assert "groups of 16 elements" in emit(S.cast("u8", "bool", shape=(4096,)))[0]
 
 
 def test_odd_sizes_get_a_scalar_tail():
     code, *_ = emit(S.unary("exp", "f32", shape=(1025,)))
-    assert "v < 256" in code
+    assert "v0 < 256" in code
     assert "for (idx_t i = 1024 + blockIdx.x * blockDim.x + threadIdx.x; i < 1025;" in code
 
 
@@ -89,7 +91,7 @@ def test_transposed_operand_takes_the_scalar_path_with_coordinates():
     b = s.load(s.input("f32", [1, 64]))  # x.t() of a [48, 64] tensor
     s.pointwise_output(s.op("add", "f32", a, b))
     code, *_ = emit(s.spec)
-    assert "1 element per step" in code and "_groups" not in code
+    assert "one element per thread and step" in code and "_groups" not in code
     assert "const idx_t c0 = i / 48;" in code and "const idx_t c1 = i % 48;" in code
     assert "in1[c0 + c1 * 64]" in code and "in0[i]" in code
 
@@ -117,11 +119,11 @@ def test_index_width_is_32_bit_unless_something_can_pass_int32():
 def test_launch_shape_follows_the_work_and_the_sm_count():
     assert emit(S.unary("neg", "f32", shape=(8,)))[1:3] == (1, 32)
     _, grid, block, _ = emit(S.w2_tiny_ops())
-    assert (grid, block) == (132 * 8, 256)
+    assert (grid, block) == ((1 << 24) // 4 // 512, 256)  # 2 float4 groups per thread: 8192 blocks < 8 waves
     _, grid, block, _ = emit(S.w2_tiny_ops(), sm_count=16)
-    assert (grid, block) == (16 * 8, 256)
+    assert (grid, block) == (16 * 8 * 8, 256)               # capped at 8 waves of 8 resident blocks per SM
     _, grid, block, _ = emit(S.unary("neg", "f32", shape=(4096 * 4,)))
-    assert (grid, block) == (16, 256)  # 4096 float4 groups: never more blocks than needed
+    assert (grid, block) == (8, 256)  # 4096 float4 groups: never more blocks than needed
 
 
 def test_zero_dim_and_empty_kernels():
@@ -159,7 +161,7 @@ def test_pow_by_small_constants_is_written_as_torch_does():
 
 def test_half_values_round_where_produced_and_compute_in_float():
     code, *_ = emit(S.binary("add", "f16", shape=(64,)))
-    assert "const float e0 = __half2float(a0[u]);" in code
+    assert "const float e0 = __half2float(a0[w][u]);" in code
     assert "const float e2 = fc_round_f16(e0 + e1);" in code
     assert "r0[u] = __float2half_rn(e2);" in code
 
@@ -179,10 +181,12 @@ def test_row_reduce_picks_warp_block_or_streaming_by_row_length():
     assert "one warp of 32 threads per row, 2 x 8 elements per thread in registers" in code
     assert (grid, block) == (132 * 8, 256) and "__shared__" not in code
     code, grid, block, _ = emit(S.w3_softmax())
-    assert "one block of 512 threads per row, 2 x 4 elements per thread in registers, 2 passes" in code
-    assert (grid, block) == (132 * 4, 512)
+    assert "one block of 256 threads per row, 4 x 4 elements per thread in registers, 2 passes" in code
+    assert (grid, block) == (4096, 256)  # a block per row: long rows run best with many blocks
+    _, grid, block, _ = emit(S.w3_softmax(rows=1 << 20, n=1024))
+    assert grid == 132 * (2048 // block) * 16  # ... up to 16 waves of resident blocks
     code, grid, block, _ = emit(S.w3_softmax(rows=8, n=1000))
-    assert "one block of 128 threads per row, 2 x 4 elements per thread in registers" in code
+    assert "one block of 64 threads per row, 4 x 4 elements per thread in registers" in code
     assert "if (j < 1000)" in code and grid == 8
     code, _, block, _ = emit(S.stable_softmax(rows=3, n=65537))
     assert "1024 threads per row, 65 x 1 elements per thread streamed, 3 passes" in code
@@ -194,16 +198,19 @@ def test_row_reduce_passes_follow_reduction_dependencies():
     max_at, sum_at = code.index("a1 = fc_warp_reduce(a1, fc_max_op())"), code.index("a4 = fc_warp_reduce(a4")
     assert max_at < code.index("const float e1 = a1;") < sum_at  # max finishes before exp(x - max) is summed
     assert code.count("__syncthreads();") == 2                    # one barrier per reduction pass
-    assert "__shared__ float s1[2][16];" in code                   # slots double-buffered by row parity
+    assert "__shared__ float s1[2][8];" in code                    # slots double-buffered by row parity
     assert "if (t == 0) out1[b2] = e1;" in code and "if (t == 0) out2[b3] = e4;" in code  # once per row
 
 
 def test_row_reduce_keeps_reused_inputs_and_row_invariant_weights_in_registers():
     code, *_ = emit(S.w8_rmsnorm())
-    before_rows = code[:code.index("for (idx_t row")]
-    assert "__nv_bfloat16 x1[1][8];" in before_rows                 # the weight: once per thread
-    assert "__nv_bfloat16 x0[1][8];" in code[code.index("for (idx_t row"):]  # x: once per row, read by 2 passes
+    rows_at = code.index("for (idx_t row")
+    assert "__nv_bfloat16 x0[2][8];" in code[rows_at:]   # x: once per row, read by 2 passes
     assert code.count("fc_load<8, kAligned>(in0") == 1
+    assert "__nv_bfloat16 y1[8];" in code                 # the weight: in the one pass that reads it
+    code, *_ = emit(S.layer_norm())                       # warp mode: each warp sees many rows
+    rows_at = code.index("for (idx_t row")
+    assert "__half x1[2][8];" in code[:rows_at]           # the weight: once per thread, before the row loop
 
 
 def test_row_reduce_reads_strided_rows_with_scalar_loads():

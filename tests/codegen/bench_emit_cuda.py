@@ -52,13 +52,22 @@ def main():
     copy_rate = 2 * src.numel() / copy_ms / 1e9
     print(f"{torch.cuda.get_device_name()}: copy {copy_rate:.2f} TB/s (256 MiB)")
     for spec in [S.w2_tiny_ops(), S.w3_softmax(), S.stable_softmax(), S.w8_rmsnorm(), S.layer_norm(),
-                 S.bias_add(), S.bias_add(dtype="f16", name="bias_add_f16"),
+                 S.layer_norm(rows=16384, n=4096, in_dtype="f32", out_dtype="f32", name="layer_norm_4096"),
+                 S.w3_softmax(rows=512, n=32768, name="softmax_streamed"), S.bias_add(),
+                 S.bias_add(dtype="f16", name="bias_add_f16"),
                  S.unary("exp", "bf16", shape=(1 << 26,), name="exp_bf16_64m")]:
         run, moved, launch = kernel_runner(spec)
         ms = time_ms(run)
         rate = moved / ms / 1e9
         print(f"{spec['name']:>16} grid,block={launch}: {ms * 1e3:8.1f} us  {rate:.2f} TB/s  "
               f"{100 * rate / copy_rate:5.1f}% of copy")
+
+
+    x = torch.randn(4096, 4096, device="cuda")
+    print(f"{'eager softmax':>16}: {time_ms(lambda: torch.softmax(x, -1)) * 1e3:8.1f} us")
+    x, w = torch.randn(8192, 4096, device="cuda", dtype=torch.bfloat16), torch.randn(4096, device="cuda")
+    eager_rms = lambda: (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6) * w).to(x.dtype)
+    print(f"{'eager W8 rmsnorm':>16}: {time_ms(eager_rms) * 1e3:8.1f} us")
 
 
 if __name__ == "__main__":

@@ -123,9 +123,24 @@ std::string kernel_args(const Kernel& k) {
   return out;
 }
 
+const Operand& operand(const Kernel& k, size_t o) {
+  return o < k.inputs.size() ? k.inputs[o] : k.outputs[o - k.inputs.size()];
+}
+
+std::string stored_value(const Kernel& k, const Store& s) {
+  const DType from = k.exprs[s.expr].dtype, to = k.outputs[s.output].dtype;
+  return to_memory(to, convert(from, to, value_name(s.expr)));
+}
+
+std::string join(const std::vector<int64_t>& sizes) {
+  std::string out;
+  for (size_t i = 0; i < sizes.size(); ++i) out += (i ? ", " : "") + std::to_string(sizes[i]);
+  return out;
+}
+
 std::string pointer_at(const Kernel& k, size_t o) {
   const bool input = o < k.inputs.size();
-  const Operand& op = input ? k.inputs[o] : k.outputs[o - k.inputs.size()];
+  const Operand& op = operand(k, o);
   std::string name = fmt::format("{}{}", input ? "in" : "out", input ? o : o - k.inputs.size());
   return op.storage_offset ? name + " + " + index_literal(op.storage_offset) : name;
 }

@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "codegen/kernel_ir.h"
 
@@ -10,6 +11,15 @@ namespace fastcomp::codegen::detail {
 // Both take a validated kernel.
 KernelSource emit_pointwise(const Kernel& k, const DeviceLimits& limits);
 KernelSource emit_row_reduce(const Kernel& k, const DeviceLimits& limits);
+
+// Operand o of the kernel, counting inputs then outputs.
+const Operand& operand(const Kernel& k, size_t o);
+
+// The memory element a store writes: its expression's value converted to the output's dtype.
+std::string stored_value(const Kernel& k, const Store& s);
+
+// "32, 512, 512"
+std::string join(const std::vector<int64_t>& sizes);
 
 // "const float* __restrict__ in0, ..., float* __restrict__ out0" and "in0, ..., out0".
 std::string kernel_params(const Kernel& k);

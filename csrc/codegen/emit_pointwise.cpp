@@ -3,8 +3,9 @@
 // When every operand keeps groups of `vec` consecutive elements together (contiguous over the space, fully
 // broadcast, or contiguous/broadcast along an innermost dimension that `vec` divides), each thread handles
 // 16 bytes of the widest dtype per group: one vector load per operand, `vec` scalar evaluations, one vector
-// store (and kGroupsPerThread groups per step, loads first). The group's offsets don't depend on pointer alignment, so the same loop is instantiated twice,
-// with vector or scalar memory accesses, and the kernel picks one from its pointers (a uniform branch).
+// store (and kGroupsPerThread groups per step, loads first). The group's offsets don't depend on pointer
+// alignment, so the same loop is instantiated twice, with vector or scalar memory accesses, and the kernel picks
+// one from its pointers (a uniform branch).
 // Leftover elements (when `vec` does not divide the element count) go through the scalar loop.
 #include <fmt/format.h>
 
@@ -37,10 +38,6 @@ struct Plan {
   std::vector<Lane> lanes;      // per operand, when vec > 1
   int64_t n = 0;                // elements
 };
-
-const Operand& operand(const Kernel& k, size_t o) {
-  return o < k.inputs.size() ? k.inputs[o] : k.outputs[o - k.inputs.size()];
-}
 
 // The widest group size every used operand allows, with the lane each operand takes; vec = 1 when none does.
 void choose_vector(const Kernel& k, Plan& p) {
@@ -83,11 +80,6 @@ std::string element_statements(const Kernel& k, const Plan& p, LoadText load, co
   return out;
 }
 
-std::string stored_value(const Kernel& k, const Store& s) {
-  const DType from = k.exprs[s.expr].dtype, to = k.outputs[s.output].dtype;
-  return to_memory(to, convert(from, to, value_name(s.expr)));
-}
-
 // The loop over groups of p.vec elements, as a template on whether the pointers allow vector accesses. Each
 // thread takes kGroupsPerThread groups one grid apart per step and issues all their loads before computing, so
 // several 16-byte loads per thread are in flight.
@@ -97,7 +89,8 @@ std::string vector_function(const Kernel& k, const Plan& p, const std::string& i
   const std::string n_groups = index_literal(p.n / p.vec);
   // The loop over this step's groups, with the first element's index and coordinates where `operands` need them.
   auto each_group = [&](const std::vector<bool>& operands, bool needs_index) {
-    for (size_t o = 0; o < operands.size(); ++o) needs_index |= operands[o] && classify(p.space, o) != Access::Broadcast;
+    for (size_t o = 0; o < operands.size(); ++o)
+      needs_index |= operands[o] && classify(p.space, o) != Access::Broadcast;
     return fmt::format("#pragma unroll\n    for (int w = 0; w < {}; ++w) {{\n"
                        "      const idx_t v = v0 + w * step;\n      if (v < {}) {{\n", groups, n_groups) +
            (needs_index ? fmt::format("        const idx_t i = v * {};\n", v) : "") +
@@ -160,12 +153,6 @@ std::string scalar_loop(const Kernel& k, const Plan& p, int64_t first) {
   return out + "  }\n";
 }
 
-std::string join(const std::vector<int64_t>& v) {
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
-  return out;
-}
-
 }  // namespace
 
 KernelSource emit_pointwise(const Kernel& k, const DeviceLimits& limits) {
@@ -187,7 +174,8 @@ KernelSource emit_pointwise(const Kernel& k, const DeviceLimits& limits) {
   const int64_t items = p.n / p.vec + (p.n % p.vec ? 1 : 0);
   const int block = static_cast<int>(std::min<int64_t>(kBlock, std::max<int64_t>(32, ceil_div(items, 32) * 32)));
   const int64_t resident = int64_t{limits.sm_count} * std::max(1, limits.max_threads_per_sm / block);
-  const int64_t grid = std::max<int64_t>(1, std::min(ceil_div(items, int64_t{block} * kGroupsPerThread), resident * kWaves));
+  const int64_t blocks_needed = ceil_div(items, int64_t{block} * kGroupsPerThread);
+  const int64_t grid = std::max<int64_t>(1, std::min(blocks_needed, resident * kWaves));
   KernelSource src = source_for(k, block, grid);
 
   // Loop variables overshoot n by one step of the grid at most.

@@ -10,8 +10,9 @@
 // so warps read whole 16-byte vectors, coalesced. When the thread's share of the row fits in registers
 // (at most 16 elements per input), inputs read by several passes are loaded once at the start of the row
 // ("cached"), inputs the same for every row (a layer_norm weight) are loaded once before the row loop
-// ("hoisted", when a thread sees several rows) while registers allow, and the rest are read in the one pass that needs them. Longer rows are
-// streamed: every pass reads what it needs again (from L2 for all but the first).
+// ("hoisted", when a thread sees several rows) while registers allow, and the rest are read in the one pass
+// that needs them. Longer rows are streamed: every pass reads what it needs again (from L2 for all but the
+// first).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -63,10 +64,6 @@ struct RowPlan {
   std::vector<bool> touched;         // per operand: read or written by the kernel
   std::vector<std::vector<int>> pass_exprs;  // per pass (reductions 1..passes, then outputs): element exprs
 };
-
-const Operand& operand(const Kernel& k, size_t o) {
-  return o < k.inputs.size() ? k.inputs[o] : k.outputs[o - k.inputs.size()];
-}
 
 // Reductions accumulate in float (f16/bf16/f32), double, int64 or int (narrower integers and bool).
 DType accumulator(DType t) {
@@ -181,7 +178,8 @@ std::string chunk_loop(const RowPlan& p, const std::string& body, const std::str
   const bool guard = p.chunks * step > p.len;
   std::string out = fmt::format("#pragma unroll\n{}for (int s = 0; s < {}; ++s) {{\n", indent, p.chunks);
   if (guard || body_uses_j) out += fmt::format("{}  const idx_t j = (s * {} + t) * {};\n", indent, p.threads, p.vec);
-  if (guard) return out + fmt::format("{0}  if (j < {1}) {{\n{2}{0}  }}\n{0}}}\n", indent, index_literal(p.len), body);
+  if (guard)
+    return out + fmt::format("{0}  if (j < {1}) {{\n{2}{0}  }}\n{0}}}\n", indent, index_literal(p.len), body);
   // No guard: the body moves up one level.
   std::string shifted;
   for (size_t at = 0; at < body.size();) {
@@ -209,8 +207,8 @@ std::string row_base(const Kernel& k, const RowPlan& p, size_t o) {
 
 // One pass over the row: stream in what it reads, evaluate `exprs` per element, then `per_element` (stores when
 // `writes`, else accumulation); `vector_outputs` are written as whole chunks.
-std::string pass_text(const Kernel& k, const RowPlan& p, const std::vector<int>& exprs, const std::string& per_element,
-                      bool writes, const std::vector<int>& vector_outputs) {
+std::string pass_text(const Kernel& k, const RowPlan& p, const std::vector<int>& exprs,
+                      const std::string& per_element, bool writes, const std::vector<int>& vector_outputs) {
   const std::string in = "        ";
   std::string body;
   std::vector<bool> streamed(k.inputs.size(), false);
@@ -225,23 +223,21 @@ std::string pass_text(const Kernel& k, const RowPlan& p, const std::vector<int>&
       body += fmt::format("{}{} y{}[{}];\n", in, dtype_c_type(k.inputs[o].dtype), o, p.vec);
       body += load_chunk(k, p, o, "b" + std::to_string(o), "y" + std::to_string(o), in);
     }
-  for (int out : vector_outputs) body += fmt::format("{}{} z{}[{}];\n", in, dtype_c_type(k.outputs[out].dtype), out, p.vec);
+  for (int out : vector_outputs)
+    body += fmt::format("{}{} z{}[{}];\n", in, dtype_c_type(k.outputs[out].dtype), out, p.vec);
   body += fmt::format("#pragma unroll\n{}for (int u = 0; u < {}; ++u) {{\n", in, p.vec);
   auto load = [&](int o) {
     return p.residence[o] == Residence::Streamed ? fmt::format("y{}[u]", o) : fmt::format("x{}[s][u]", o);
   };
-  for (int i : exprs)
-    body += in + "  " + expr_statement(k, i, k.exprs[i].op == ExprOp::Load ? load(k.exprs[i].operand) : "", "(int64_t)(j + u)") + "\n";
+  for (int i : exprs) {
+    const std::string loaded = k.exprs[i].op == ExprOp::Load ? load(k.exprs[i].operand) : "";
+    body += in + "  " + expr_statement(k, i, loaded, "(int64_t)(j + u)") + "\n";
+  }
   body += per_element + in + "}\n";
   const size_t n_in = k.inputs.size();
   for (int out : vector_outputs)
     body += fmt::format("{}fc_store<{}, kAligned>(out{} + b{} + j, z{});\n", in, p.vec, out, n_in + out, out);
   return chunk_loop(p, body, "    ", uses_j);
-}
-
-std::string stored_value(const Kernel& k, const Store& s) {
-  const DType from = k.exprs[s.expr].dtype, to = k.outputs[s.output].dtype;
-  return to_memory(to, convert(from, to, value_name(s.expr)));
 }
 
 std::string rows_function(const Kernel& k, const RowPlan& p, const std::string& idx_decl) {
@@ -260,7 +256,8 @@ std::string rows_function(const Kernel& k, const RowPlan& p, const std::string& 
     std::string out;
     for (size_t o = 0; o < n_in; ++o) {
       if (p.residence[o] != r) continue;
-      const std::string base = r == Residence::Hoisted ? index_literal(k.inputs[o].storage_offset) : fmt::format("b{}", o);
+      const std::string base =
+          r == Residence::Hoisted ? index_literal(k.inputs[o].storage_offset) : fmt::format("b{}", o);
       out += fmt::format("{}{} x{}[{}][{}];\n", indent, dtype_c_type(k.inputs[o].dtype), o, p.chunks, p.vec);
       out += chunk_loop(p, load_chunk(k, p, o, base, fmt::format("x{}[s]", o), indent + "    "), indent, true);
     }
@@ -269,9 +266,11 @@ std::string rows_function(const Kernel& k, const RowPlan& p, const std::string& 
   f += declare_cache(Residence::Hoisted, "  ");
   const bool parity = warps > 1 && p.passes > 0;
   if (parity) f += "  int parity = 0;\n";
-  f += p.warp_mode ? fmt::format("  for (idx_t row = blockIdx.x * {0} + (threadIdx.x >> 5); row < {1}; row += gridDim.x * {0}) {{\n",
-                                 p.block / 32, index_literal(p.rows))
-                   : fmt::format("  for (idx_t row = blockIdx.x; row < {}; row += gridDim.x) {{\n", index_literal(p.rows));
+  if (p.warp_mode)
+    f += fmt::format("  for (idx_t row = blockIdx.x * {0} + (threadIdx.x >> 5); row < {1}; "
+                     "row += gridDim.x * {0}) {{\n", p.block / 32, index_literal(p.rows));
+  else
+    f += fmt::format("  for (idx_t row = blockIdx.x; row < {}; row += gridDim.x) {{\n", index_literal(p.rows));
   f += coordinate_decls(p.outer, p.touched, "row", "r", "    ");
   for (size_t o = 0; o < n_ops; ++o)
     if (p.touched[o] && (o >= n_in || p.residence[o] != Residence::Hoisted))
@@ -282,7 +281,8 @@ std::string rows_function(const Kernel& k, const RowPlan& p, const std::string& 
     for (size_t i = 0; i < k.exprs.size(); ++i) {
       const Expr& e = k.exprs[i];
       if (!p.live[i] || !p.uniform[i] || p.level[i] != level || is_reduce(e.op)) continue;
-      out += "    " + expr_statement(k, static_cast<int>(i), e.op == ExprOp::Load ? fmt::format("in{}[b{}]", e.operand, e.operand) : "", "") + "\n";
+      const std::string loaded = e.op == ExprOp::Load ? fmt::format("in{}[b{}]", e.operand, e.operand) : "";
+      out += "    " + expr_statement(k, static_cast<int>(i), loaded, "") + "\n";
     }
     return out;
   };
@@ -294,7 +294,8 @@ std::string rows_function(const Kernel& k, const RowPlan& p, const std::string& 
       if (!p.live[i] || !is_reduce(e.op) || p.level[i] != level) continue;
       const DType acc = accumulator(e.dtype);
       const std::string a = "a" + std::to_string(i);
-      const std::string arg = convert(e.dtype, acc, convert(k.exprs[e.args[0]].dtype, e.dtype, value_name(e.args[0])));
+      const std::string arg =
+          convert(e.dtype, acc, convert(k.exprs[e.args[0]].dtype, e.dtype, value_name(e.args[0])));
       f += fmt::format("    {} {} = {};\n", value_type(acc), a, reduce_init(e.op, e.dtype));
       per_element += fmt::format("          {} = {}({}, {});\n", a, reduce_functor(e.op), a, arg);
       reduce += fmt::format("    {} = fc_warp_reduce({}, {});\n", a, a, reduce_functor(e.op));
@@ -302,7 +303,8 @@ std::string rows_function(const Kernel& k, const RowPlan& p, const std::string& 
         reduce += fmt::format("    if ((t & 31) == 0) s{}[parity][t >> 5] = {};\n", i, a);
         finish += fmt::format("    {} = fc_slots_reduce<{}>(s{}[parity], {});\n", a, warps, i, reduce_functor(e.op));
       }
-      finish += fmt::format("    const {} {} = {};\n", value_type(e.dtype), value_name(static_cast<int>(i)), convert(acc, e.dtype, a));
+      finish += fmt::format("    const {} {} = {};\n", value_type(e.dtype), value_name(static_cast<int>(i)),
+                            convert(acc, e.dtype, a));
     }
     f += pass_text(k, p, passes[level - 1], per_element, false, {}) + reduce;
     if (warps > 1) f += "    __syncthreads();\n";
@@ -323,16 +325,11 @@ std::string rows_function(const Kernel& k, const RowPlan& p, const std::string& 
                                  rs == 1 ? "" : " * " + index_literal(rs), stored_value(k, s));
     }
   }
-  if (!passes[p.passes].empty() || !per_element.empty()) f += pass_text(k, p, passes[p.passes], per_element, true, vector_outputs);
+  if (!passes[p.passes].empty() || !per_element.empty())
+    f += pass_text(k, p, passes[p.passes], per_element, true, vector_outputs);
   f += per_row;
   if (parity) f += "    parity ^= 1;\n";
   return f + "  }\n}\n\n";
-}
-
-std::string join(const std::vector<int64_t>& v) {
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
-  return out;
 }
 
 }  // namespace
@@ -394,9 +391,11 @@ KernelSource emit_row_reduce(const Kernel& k, const DeviceLimits& limits) {
                      "thread {}, {} pass{}, {} indices\n",
                      k.name, join(k.shape), p.rows, p.len, p.warp_mode ? "warp" : "block", p.threads,
                      p.cached ? p.chunks : ceil_div(p.len, int64_t{p.threads} * p.vec), p.vec,
-                     p.cached ? "in registers" : "streamed", p.passes + 1, p.passes ? "es" : "", wide ? "64-bit" : "32-bit");
+                     p.cached ? "in registers" : "streamed", p.passes + 1, p.passes ? "es" : "",
+                     wide ? "64-bit" : "32-bit");
   code += rows_function(k, p, idx_decl);
-  code += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}({}) {{\n", p.block, k.name, kernel_params(k));
+  code += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}({}) {{\n", p.block, k.name,
+                      kernel_params(k));
   std::string aligned;
   for (size_t o = 0; o < strides.size(); ++o) {
     const bool per_element = o < k.inputs.size() ? p.residence[o] != Residence::Unused : p.row_stride[o] != 0;

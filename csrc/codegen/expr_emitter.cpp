@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
@@ -261,6 +262,7 @@ void validate(const Kernel& k) {
     invalid(k, "name must be a C identifier");
   for (char c : k.name)
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') invalid(k, "name must be a C identifier");
+  if (k.name.rfind("fc_", 0) == 0) invalid(k, "names starting with fc_ belong to the prelude");
   for (int64_t n : k.shape)
     if (n < 0) invalid(k, "negative size");
   if (k.kind == Kernel::Kind::RowReduce && (k.shape.empty() || k.shape.back() == 0))

@@ -25,7 +25,7 @@ int dtype_size(DType t);
 
 enum class ExprOp : uint8_t {
   // leaves
-  Load,      // element of input `operand` at the current index
+  Load,      // element of input `operand` at the current index (converted like a Cast if dtypes differ)
   Constant,  // `constant` (exactly representable in `dtype`)
   RowIndex,  // index of the element along the row (RowReduce) or the flat element index (Pointwise), as i64
   // unary
@@ -60,13 +60,13 @@ struct Operand {
 };
 
 struct Store {
-  int expr = -1;   // which expression to write
+  int expr = -1;   // which expression to write (converted like a Cast to the output's dtype)
   int output = -1; // index into Kernel::outputs
 };
 
 struct Kernel {
   enum class Kind : uint8_t { Pointwise, RowReduce } kind = Kind::Pointwise;
-  std::string name;                // unique within one program, a valid C identifier
+  std::string name;                // unique within one program, a valid C identifier not starting with fc_
   std::vector<int64_t> shape;      // iteration space
   std::vector<Operand> inputs;     // kernel parameters, in order, then outputs
   std::vector<Operand> outputs;

@@ -230,6 +230,7 @@ def test_row_reduce_reads_strided_rows_with_scalar_loads():
     (lambda d: d["inputs"][0].update(strides=[1]), "strides for 2 dimensions"),
     (lambda d: d["outputs"][0].update(strides=[0, 1]), "repeats elements"),
     (lambda d: d.update(name="9lives"), "C identifier"),
+    (lambda d: d.update(name="fc_max"), "prelude"),
 ])
 def test_malformed_kernels_are_rejected(mutate, message):
     spec = S.binary("add", "f32", shape=(4, 8))

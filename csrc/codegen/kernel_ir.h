@@ -79,9 +79,11 @@ struct Kernel {
 // What emit_cuda produces for a kernel: source plus what the runtime needs to launch it. The kernel takes
 // exactly one pointer per input then per output: each operand's storage base (`storage_offset` is applied
 // inside). It checks pointer alignment itself, so any base works; 16-byte aligned ones take the vector path.
+// Index arithmetic is 32-bit when every index, loop bound and element offset of the kernel fits in int32, else
+// 64-bit; `code`'s first line (a comment describing the kernel's shape) says which.
 struct KernelSource {
   std::string name;
-  std::string code;        // CUDA C of one __global__ function (extern "C", no name mangling)
+  std::string code;        // CUDA C of one extern "C" __global__ function and its __device__ helpers <name>_*
   int block = 256;         // threads per block
   int64_t grid = 1;        // blocks
   int shared_bytes = 0;    // dynamic shared memory

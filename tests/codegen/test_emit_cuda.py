@@ -51,6 +51,27 @@ def test_kernel_text_is_stable():
         "  store e3 -> out0\n")
 
 
+def test_golden_scalar_pointwise_kernel():
+    s = S.Spec("add_t", [4, 3])
+    s.pointwise_output(s.op("add", "f32", s.load(s.input("f32")), s.load(s.input("f32", [1, 4]))))
+    code, grid, block, shared = emit(s.spec)
+    assert (grid, block, shared) == (1, 32, 0)
+    assert code == (
+        "// add_t: pointwise over [4, 3] (iteration space [4, 3]), one element per thread and step, 32-bit indices\n"
+        'extern "C" __global__ void __launch_bounds__(32) add_t(const float* __restrict__ in0, '
+        "const float* __restrict__ in1, float* __restrict__ out0) {\n"
+        "  using idx_t = int32_t;\n"
+        "  for (idx_t i = blockIdx.x * blockDim.x + threadIdx.x; i < 12; i += gridDim.x * blockDim.x) {\n"
+        "    const idx_t c0 = i / 3;\n"
+        "    const idx_t c1 = i % 3;\n"
+        "    const float e0 = in0[i];\n"
+        "    const float e1 = in1[c0 + c1 * 4];\n"
+        "    const float e2 = e0 + e1;\n"
+        "    out0[i] = e2;\n"
+        "  }\n"
+        "}\n")
+
+
 def test_signature_names_every_operand_in_order():
     code, *_ = emit(S.bias_add())
     assert ('extern "C" __global__ void __launch_bounds__(256) bias_add(const float* __restrict__ in0, '
@@ -114,6 +135,8 @@ def test_index_width_is_32_bit_unless_something_can_pass_int32():
     s = S.Spec("wide_stride", [2, 8])
     s.pointwise_output(s.op("neg", "f32", s.load(s.input("f32", [1 << 31, 1]))))
     assert "64-bit indices" in emit(s.spec)[0]
+    assert "32-bit indices" in emit(S.w3_softmax())[0]
+    assert "64-bit indices" in emit(S.w3_softmax(rows=1 << 21, n=2048))[0]  # 2^32 elements
 
 
 def test_launch_shape_follows_the_work_and_the_sm_count():
@@ -307,6 +330,13 @@ def test_compiles_seed_workloads(nvrtc):
     assert ".local" not in ptx  # register arrays stayed in registers
 
 
+def test_compiles_64_bit_indexing(nvrtc):
+    compile_ptx(nvrtc, [S.unary("neg", "f32", shape=(3, 1 << 30), name="big_neg"),
+                        S.bias_add(shape=(1 << 20, 4096), name="big_bias"),
+                        S.w3_softmax(rows=1 << 21, n=2048, name="big_softmax"),
+                        S.layer_norm(rows=1 << 23, n=512, name="big_ln")])
+
+
 @pytest.mark.parametrize("n", [1, 3, 32, 100, 512, 1000, 4096, 16384, 65537])
 def test_compiles_row_lengths(nvrtc, n):
     compile_ptx(nvrtc, [S.w3_softmax(rows=5, n=n), S.stable_softmax(rows=5, n=n),
@@ -442,3 +472,15 @@ def test_gpu_unaligned_pointers_take_the_scalar_path():
     ln = S.layer_norm(rows=64, n=512, in_dtype="f32", out_dtype="f32", name="ln_offset")
     ln["inputs"][0]["offset"] = 3
     G.check(ln, G.random_inputs(ln))
+
+
+@pytest.mark.gpu
+def test_gpu_64_bit_indices_reach_past_2_to_the_31():
+    import codegen_gpu as G
+    import torch
+
+    spec = S.unary("neg", "bf16", shape=((1 << 31) + 1029,), name="neg_huge")  # 4 GiB each way, odd tail
+    assert "64-bit indices" in T.emit_kernel(spec)[0]
+    x = torch.randn(spec["shape"][0], device="cuda", dtype=torch.bfloat16)
+    (out,) = G.launch(spec, [x])
+    assert torch.equal(out, -x)

@@ -6,6 +6,10 @@
 //  - Pointwise: every element of `shape` is independent.
 //  - RowReduce: the last dimension of `shape` is a row; Reduce expressions combine a row into one value that
 //    later expressions (the epilogue) use for every element of that row (softmax, layer_norm, rmsnorm, sums).
+//
+// Value semantics (what emit_cuda guarantees, matching eager torch): an f16/bf16 value is computed in fp32 and
+// rounded to its dtype where it is produced, as eager rounds every op's result; integer values wrap in their
+// dtype; a Cast converts as C++ does (float -> int truncates, anything -> bool is != 0).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -21,12 +25,15 @@ int dtype_size(DType t);
 
 enum class ExprOp : uint8_t {
   // leaves
-  Load,      // element of input `operand` at the current index
+  Load,      // element of input `operand` at the current index (converted like a Cast if dtypes differ)
   Constant,  // `constant` (exactly representable in `dtype`)
   RowIndex,  // index of the element along the row (RowReduce) or the flat element index (Pointwise), as i64
   // unary
+  // Exp..Silu need a floating dtype; Relu keeps NaN; Not is logical on bool and bitwise (~) on integers.
   Neg, Abs, Exp, Log, Sqrt, Rsqrt, Sigmoid, Tanh, Relu, Erf, Sin, Cos, GeluErf, GeluTanh, Silu, Not, Cast,
-  // binary
+  // binary. Div on integers is floor division (Python's //; by zero: unspecified, as torch on CUDA); Pow on
+  // integers is exact (negative exponents give 0 except for bases 1 and -1); Max/Min propagate NaN;
+  // comparisons yield bool; And/Or are logical on bool and bitwise on integers.
   Add, Sub, Mul, Div, Pow, Max, Min, Lt, Le, Gt, Ge, Eq, Ne, And, Or,
   // ternary
   Where,     // operands: condition, if-true, if-false
@@ -45,21 +52,21 @@ struct Expr {
 
 // A tensor the kernel reads or writes, addressed as base + storage_offset + sum(index[d] * strides[d]) over the
 // kernel's `shape` (a stride of 0 broadcasts). For RowReduce kernels an output of a per-row value has stride
-// 0 in the last dimension.
+// 0 in the last dimension. An output may alias an input only element for element (in-place ops).
 struct Operand {
   DType dtype = DType::F32;
-  std::vector<int64_t> strides;  // in elements, one per dimension of Kernel::shape
+  std::vector<int64_t> strides;  // in elements, >= 0, one per dimension of Kernel::shape
   int64_t storage_offset = 0;    // in elements
 };
 
 struct Store {
-  int expr = -1;   // which expression to write
+  int expr = -1;   // which expression to write (converted like a Cast to the output's dtype)
   int output = -1; // index into Kernel::outputs
 };
 
 struct Kernel {
   enum class Kind : uint8_t { Pointwise, RowReduce } kind = Kind::Pointwise;
-  std::string name;                // unique within one program, a valid C identifier
+  std::string name;                // unique within one program, a valid C identifier not starting with fc_
   std::vector<int64_t> shape;      // iteration space
   std::vector<Operand> inputs;     // kernel parameters, in order, then outputs
   std::vector<Operand> outputs;
@@ -69,10 +76,14 @@ struct Kernel {
   std::string to_string() const;   // stable text for dumps and golden tests
 };
 
-// What emit_cuda produces for a kernel: source plus what the runtime needs to launch it.
+// What emit_cuda produces for a kernel: source plus what the runtime needs to launch it. The kernel takes
+// exactly one pointer per input then per output: each operand's storage base (`storage_offset` is applied
+// inside). It checks pointer alignment itself, so any base works; 16-byte aligned ones take the vector path.
+// Index arithmetic is 32-bit when every index, loop bound and element offset of the kernel fits in int32, else
+// 64-bit; `code`'s first line (a comment describing the kernel's shape) says which.
 struct KernelSource {
   std::string name;
-  std::string code;        // CUDA C of one __global__ function (extern "C", no name mangling)
+  std::string code;        // CUDA C of one extern "C" __global__ function and its __device__ helpers <name>_*
   int block = 256;         // threads per block
   int64_t grid = 1;        // blocks
   int shared_bytes = 0;    // dynamic shared memory
@@ -83,9 +94,11 @@ struct KernelSource {
 struct DeviceLimits {
   int sm_count = 132;
   int max_threads_per_block = 1024;
+  int max_threads_per_sm = 2048;  // resident threads per multiprocessor: grids are sized in waves
 };
 
-/** Emits the CUDA C of one kernel. Kernel parameters: one pointer per input then per output, in order. */
+/** Emits the CUDA C of one kernel. Kernel parameters: one pointer per input then per output, in order.
+ *  Throws std::invalid_argument when the kernel breaks the rules above (bad indices, types or strides). */
 KernelSource emit_cuda(const Kernel& kernel, const DeviceLimits& limits);
 
 /** One NVRTC program for all kernels of a graph: the common prelude once, then every kernel. */

@@ -1,0 +1,104 @@
+// _C._testing entry points for the CUDA emitter: build a codegen::Kernel from plain Python data and emit it, so
+// tests can drive emit_cuda / emit_program without the lowering pass.
+//
+// A kernel spec is a dict:
+//   {"name": str, "kind": "pointwise" | "row_reduce", "shape": [int],
+//    "inputs" / "outputs": [{"dtype": "f32", "strides": [int], "offset": int (optional)}],
+//    "exprs": [{"op": "add", "dtype": "f32", "args": [int], "operand": int, "value": float}],  (names as in
+//             expr_op_name / dtype_name; "args", "operand" and "value" only where the op has them)
+//    "stores": [[expr, output]]}
+#include <pybind11/stl.h>
+
+#include <stdexcept>
+
+#include "bindings/bind.h"
+#include "codegen/kernel_ir.h"
+
+namespace fastcomp::bindings {
+namespace {
+
+namespace cg = fastcomp::codegen;
+
+cg::DType parse_dtype(const std::string& name) {
+  for (int i = 0; i <= static_cast<int>(cg::DType::F64); ++i)
+    if (name == cg::dtype_name(static_cast<cg::DType>(i))) return static_cast<cg::DType>(i);
+  throw py::value_error("unknown dtype '" + name + "'");
+}
+
+cg::ExprOp parse_op(const std::string& name) {
+  for (int i = 0; i <= static_cast<int>(cg::ExprOp::ReduceMin); ++i)
+    if (name == cg::expr_op_name(static_cast<cg::ExprOp>(i))) return static_cast<cg::ExprOp>(i);
+  throw py::value_error("unknown op '" + name + "'");
+}
+
+std::vector<cg::Operand> parse_operands(const py::list& items) {
+  std::vector<cg::Operand> out;
+  for (py::handle h : items) {
+    py::dict d = py::reinterpret_borrow<py::dict>(h);
+    cg::Operand o;
+    o.dtype = parse_dtype(d["dtype"].cast<std::string>());
+    o.strides = d["strides"].cast<std::vector<int64_t>>();
+    if (d.contains("offset")) o.storage_offset = d["offset"].cast<int64_t>();
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
+cg::Kernel parse_kernel(const py::dict& spec) {
+  cg::Kernel k;
+  k.name = spec["name"].cast<std::string>();
+  const std::string kind = spec["kind"].cast<std::string>();
+  if (kind != "pointwise" && kind != "row_reduce") throw py::value_error("unknown kind '" + kind + "'");
+  k.kind = kind == "pointwise" ? cg::Kernel::Kind::Pointwise : cg::Kernel::Kind::RowReduce;
+  k.shape = spec["shape"].cast<std::vector<int64_t>>();
+  k.inputs = parse_operands(spec["inputs"].cast<py::list>());
+  k.outputs = parse_operands(spec["outputs"].cast<py::list>());
+  for (py::handle h : spec["exprs"].cast<py::list>()) {
+    py::dict d = py::reinterpret_borrow<py::dict>(h);
+    cg::Expr e;
+    e.op = parse_op(d["op"].cast<std::string>());
+    e.dtype = parse_dtype(d["dtype"].cast<std::string>());
+    if (d.contains("args")) e.args = d["args"].cast<std::vector<int>>();
+    if (d.contains("operand")) e.operand = d["operand"].cast<int>();
+    if (d.contains("value")) e.constant = d["value"].cast<double>();
+    k.exprs.push_back(std::move(e));
+  }
+  for (py::handle h : spec["stores"].cast<py::list>()) {
+    auto pair = h.cast<std::pair<int, int>>();
+    k.stores.push_back({pair.first, pair.second});
+  }
+  return k;
+}
+
+cg::DeviceLimits limits_of(int sm_count) {
+  cg::DeviceLimits limits;
+  limits.sm_count = sm_count;
+  return limits;
+}
+
+}  // namespace
+
+void bind_codegen(py::module_& m) {
+  m.def(
+      "emit_kernel",
+      [](const py::dict& spec, int sm_count) {
+        cg::KernelSource src = cg::emit_cuda(parse_kernel(spec), limits_of(sm_count));
+        return py::make_tuple(src.code, src.grid, src.block, src.shared_bytes);
+      },
+      py::arg("spec"), py::arg("sm_count") = 132,
+      "CUDA C of one kernel spec (see bind_codegen.cpp): (code, grid, block, shared_bytes).");
+  m.def(
+      "emit_program",
+      [](const py::list& specs, int sm_count) {
+        std::vector<cg::KernelSource> sources;
+        for (py::handle h : specs)
+          sources.push_back(cg::emit_cuda(parse_kernel(py::reinterpret_borrow<py::dict>(h)), limits_of(sm_count)));
+        return cg::emit_program(sources);
+      },
+      py::arg("specs"), py::arg("sm_count") = 132, "One NVRTC program text for a list of kernel specs.");
+  m.def(
+      "kernel_text", [](const py::dict& spec) { return parse_kernel(spec).to_string(); }, py::arg("spec"),
+      "Kernel::to_string of a kernel spec.");
+}
+
+}  // namespace fastcomp::bindings

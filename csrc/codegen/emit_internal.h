@@ -1,0 +1,42 @@
+// What emit_cuda.cpp shares with the per-kind emitters (emit_pointwise.cpp, emit_row_reduce.cpp).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "codegen/kernel_ir.h"
+
+namespace fastcomp::codegen::detail {
+
+// Both take a validated kernel.
+KernelSource emit_pointwise(const Kernel& k, const DeviceLimits& limits);
+KernelSource emit_row_reduce(const Kernel& k, const DeviceLimits& limits);
+
+// Operand o of the kernel, counting inputs then outputs.
+const Operand& operand(const Kernel& k, size_t o);
+
+// The memory element a store writes: its expression's value converted to the output's dtype.
+std::string stored_value(const Kernel& k, const Store& s);
+
+// "32, 512, 512"
+std::string join(const std::vector<int64_t>& sizes);
+
+// "const float* __restrict__ in0, ..., float* __restrict__ out0" and "in0, ..., out0".
+std::string kernel_params(const Kernel& k);
+std::string kernel_args(const Kernel& k);
+
+// The address of operand o's first element (inputs then outputs): "in0", "out1 + 8".
+std::string pointer_at(const Kernel& k, size_t o);
+
+// Name, needs_fp16/bf16 and launch shape filled in; the caller adds the code.
+KernelSource source_for(const Kernel& k, int block, int64_t grid);
+
+// Indices and offsets are 32-bit when the largest value any index variable takes (`max_index`, loop overshoot
+// included) fits: 32-bit division by the shape's constants is several times cheaper than 64-bit.
+bool fits_int32(int64_t max_index);
+std::string index_type_decl(bool wide);  // "using idx_t = int32_t;"
+
+// `a` divided by `b`, rounded up.
+int64_t ceil_div(int64_t a, int64_t b);
+
+}  // namespace fastcomp::codegen::detail

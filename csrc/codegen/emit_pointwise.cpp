@@ -1,0 +1,213 @@
+// Pointwise kernels: a grid-stride loop over the flattened (collapsed) iteration space.
+//
+// When every operand keeps groups of `vec` consecutive elements together (contiguous over the space, fully
+// broadcast, or contiguous/broadcast along an innermost dimension that `vec` divides), each thread handles
+// 16 bytes of the widest dtype per group: one vector load per operand, `vec` scalar evaluations, one vector
+// store (and kGroupsPerThread groups per step, loads first). The group's offsets don't depend on pointer
+// alignment, so the same loop is instantiated twice, with vector or scalar memory accesses, and the kernel picks
+// one from its pointers (a uniform branch).
+// Leftover elements (when `vec` does not divide the element count) go through the scalar loop.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "codegen/emit_internal.h"
+#include "codegen/expr_emitter.h"
+#include "codegen/layout.h"
+
+namespace fastcomp::codegen::detail {
+namespace {
+
+constexpr int kBlock = 256;
+// Measured on an H200 (W2, bias add, casts, exp): 2 groups per step and 8 waves gave 85-99% of the copy rate,
+// against 75-97% for 1 group on one persistent wave; 4 groups cost registers and gained nothing.
+constexpr int kGroupsPerThread = 2;  // vector groups whose loads a thread issues together
+constexpr int kWaves = 8;            // grid size in resident waves
+
+// How an operand is read or written in the vector loop.
+enum class Lane : uint8_t {
+  Vector,  // `vec` consecutive elements
+  Shared,  // one element for the whole group
+};
+
+struct Plan {
+  Collapsed space;              // operands: inputs then outputs
+  std::vector<bool> live;       // expressions some store needs
+  std::vector<bool> used;       // operands the kernel touches (inputs read by a live Load, stored outputs)
+  int vec = 1;                  // elements per vector step; 1 = scalar loop only
+  std::vector<Lane> lanes;      // per operand, when vec > 1
+  int64_t n = 0;                // elements
+};
+
+// The widest group size every used operand allows, with the lane each operand takes; vec = 1 when none does.
+void choose_vector(const Kernel& k, Plan& p) {
+  int widest = 1;
+  for (size_t o = 0; o < p.used.size(); ++o)
+    if (p.used[o]) widest = std::max(widest, dtype_size(operand(k, o).dtype));
+  const int vec = 16 / widest;
+  const std::vector<int64_t>& shape = p.space.shape;
+  if (vec == 1 || p.n < vec) return;
+  p.lanes.assign(p.used.size(), Lane::Shared);
+  for (size_t o = 0; o < p.used.size(); ++o) {
+    if (!p.used[o]) continue;
+    switch (classify(p.space, o)) {
+      case Access::Contiguous: p.lanes[o] = Lane::Vector; break;
+      case Access::Broadcast: p.lanes[o] = Lane::Shared; break;
+      case Access::Strided: {
+        const Strides& s = p.space.strides[o];
+        if (shape.back() % vec != 0 || s.back() > 1) return;
+        for (size_t d = 0; d + 1 < s.size(); ++d)
+          if (s.back() == 1 && s[d] % vec != 0) return;  // a group's start must stay vector-aligned
+        p.lanes[o] = s.back() == 1 ? Lane::Vector : Lane::Shared;
+      }
+    }
+  }
+  // Groups pay off only through vector accesses; with none (everything broadcast) stay scalar.
+  if (std::find(p.lanes.begin(), p.lanes.end(), Lane::Vector) != p.lanes.end()) p.vec = vec;
+}
+
+// Statements computing every live expression of one element, given the text of each input's element.
+template <typename LoadText>
+std::string element_statements(const Kernel& k, const Plan& p, LoadText load, const std::string& row_index,
+                               const std::string& indent) {
+  std::string out;
+  for (size_t i = 0; i < k.exprs.size(); ++i) {
+    if (!p.live[i]) continue;
+    const Expr& e = k.exprs[i];
+    out += indent + expr_statement(k, static_cast<int>(i), e.op == ExprOp::Load ? load(e.operand) : "",
+                                   row_index) + "\n";
+  }
+  return out;
+}
+
+// The loop over groups of p.vec elements, as a template on whether the pointers allow vector accesses. Each
+// thread takes kGroupsPerThread groups one grid apart per step and issues all their loads before computing, so
+// several 16-byte loads per thread are in flight.
+std::string vector_function(const Kernel& k, const Plan& p, const std::string& idx_decl) {
+  const size_t n_in = k.inputs.size();
+  const std::string v = std::to_string(p.vec), groups = std::to_string(kGroupsPerThread);
+  const std::string n_groups = index_literal(p.n / p.vec);
+  // The loop over this step's groups, with the first element's index and coordinates where `operands` need them.
+  auto each_group = [&](const std::vector<bool>& operands, bool needs_index) {
+    for (size_t o = 0; o < operands.size(); ++o)
+      needs_index |= operands[o] && classify(p.space, o) != Access::Broadcast;
+    return fmt::format("#pragma unroll\n    for (int w = 0; w < {}; ++w) {{\n"
+                       "      const idx_t v = v0 + w * step;\n      if (v < {}) {{\n", groups, n_groups) +
+           (needs_index ? fmt::format("        const idx_t i = v * {};\n", v) : "") +
+           coordinate_decls(p.space, operands, "i", "c", "        ");
+  };
+  std::vector<bool> inputs = p.used, outputs = p.used;
+  std::fill(inputs.begin() + n_in, inputs.end(), false);
+  std::fill(outputs.begin(), outputs.begin() + n_in, false);
+  bool row_index = false;
+  for (size_t i = 0; i < k.exprs.size(); ++i) row_index |= p.live[i] && k.exprs[i].op == ExprOp::RowIndex;
+  std::string body = fmt::format(
+      "template <bool kAligned>\n"
+      "__device__ __forceinline__ void {}_groups({}) {{\n"
+      "  {}\n"
+      "  const idx_t step = gridDim.x * blockDim.x;\n"
+      "  for (idx_t v0 = blockIdx.x * blockDim.x + threadIdx.x; v0 < {}; v0 += {} * step) {{\n",
+      k.name, kernel_params(k), idx_decl, n_groups, groups);
+  auto offset = [&](size_t o) { return offset_text(p.space, o, "i", "c", operand(k, o).storage_offset); };
+  std::string loads;
+  for (size_t o = 0; o < n_in; ++o) {
+    if (!p.used[o]) continue;
+    const char* t = dtype_c_type(k.inputs[o].dtype);
+    if (p.lanes[o] == Lane::Vector) {
+      body += fmt::format("    {} a{}[{}][{}];\n", t, o, groups, v);
+      loads += fmt::format("        fc_load<{}, kAligned>(in{} + {}, a{}[w]);\n", v, o, offset(o), o);
+    } else {
+      body += fmt::format("    {} a{}[{}];\n", t, o, groups);
+      loads += fmt::format("        a{}[w] = in{}[{}];\n", o, o, offset(o));
+    }
+  }
+  body += each_group(inputs, false) + loads + "      }\n    }\n" + each_group(outputs, row_index);
+  for (const Store& s : k.stores)
+    body += fmt::format("        {} r{}[{}];\n", dtype_c_type(k.outputs[s.output].dtype), s.output, v);
+  body += fmt::format("#pragma unroll\n        for (int u = 0; u < {}; ++u) {{\n", v);
+  auto load = [&](int o) { return "a" + std::to_string(o) + (p.lanes[o] == Lane::Vector ? "[w][u]" : "[w]"); };
+  body += element_statements(k, p, load, "(int64_t)(i + u)", "          ");
+  for (const Store& s : k.stores) body += fmt::format("          r{}[u] = {};\n", s.output, stored_value(k, s));
+  body += "        }\n";
+  for (const Store& s : k.stores)
+    body += fmt::format("        fc_store<{}, kAligned>(out{} + {}, r{});\n", v, s.output, offset(n_in + s.output),
+                        s.output);
+  return body + "      }\n    }\n  }\n}\n\n";
+}
+
+// A grid-stride loop over elements [first, n), one at a time.
+std::string scalar_loop(const Kernel& k, const Plan& p, int64_t first) {
+  std::string out = fmt::format(
+      "  for (idx_t i = {}blockIdx.x * blockDim.x + threadIdx.x; i < {}; i += gridDim.x * blockDim.x) {{\n",
+      first ? index_literal(first) + " + " : "", index_literal(p.n));
+  out += coordinate_decls(p.space, p.used, "i", "c", "    ");
+  const size_t n_in = k.inputs.size();
+  auto load = [&](int o) {
+    return fmt::format("in{}[{}]", o, offset_text(p.space, o, "i", "c", k.inputs[o].storage_offset));
+  };
+  out += element_statements(k, p, load, "(int64_t)i", "    ");
+  for (const Store& s : k.stores)
+    out += fmt::format("    out{}[{}] = {};\n", s.output,
+                       offset_text(p.space, n_in + s.output, "i", "c", k.outputs[s.output].storage_offset),
+                       stored_value(k, s));
+  return out + "  }\n";
+}
+
+}  // namespace
+
+KernelSource emit_pointwise(const Kernel& k, const DeviceLimits& limits) {
+  Plan p;
+  std::vector<Strides> strides;
+  for (const Operand& o : k.inputs) strides.push_back(o.strides);
+  for (const Operand& o : k.outputs) strides.push_back(o.strides);
+  p.space = collapse(k.shape, strides);
+  p.n = numel(k.shape);
+  p.live = live_exprs(k);
+  p.used.assign(strides.size(), false);
+  for (size_t i = 0; i < k.exprs.size(); ++i)
+    if (p.live[i] && k.exprs[i].op == ExprOp::Load) p.used[k.exprs[i].operand] = true;
+  for (const Store& s : k.stores) p.used[k.inputs.size() + s.output] = true;
+  choose_vector(k, p);
+
+  // A grid-stride loop over a few waves of resident blocks (fewer when the work is small): enough blocks that
+  // the block scheduler evens out the tail, few enough that each thread streams several steps.
+  const int64_t items = p.n / p.vec + (p.n % p.vec ? 1 : 0);
+  const int block = static_cast<int>(std::min<int64_t>(kBlock, std::max<int64_t>(32, ceil_div(items, 32) * 32)));
+  const int64_t resident = int64_t{limits.sm_count} * std::max(1, limits.max_threads_per_sm / block);
+  const int64_t blocks_needed = ceil_div(items, int64_t{block} * kGroupsPerThread);
+  const int64_t grid = std::max<int64_t>(1, std::min(blocks_needed, resident * kWaves));
+  KernelSource src = source_for(k, block, grid);
+
+  // Loop variables overshoot n by one step of the grid at most.
+  int64_t max_index = p.n + 2 * grid * block * p.vec * kGroupsPerThread;
+  for (size_t o = 0; o < strides.size(); ++o)
+    max_index = std::max(max_index, max_offset(k.shape, strides[o], operand(k, o).storage_offset));
+  const bool wide = !fits_int32(max_index);
+  const std::string idx_decl = index_type_decl(wide);
+
+  std::string& code = src.code;
+  code = fmt::format("// {}: pointwise over [{}] (iteration space [{}]), {}, {} indices\n", k.name,
+                     join(p.space.shape), join(k.shape),
+                     p.vec > 1 ? fmt::format("groups of {} elements, {} per thread and step", p.vec, kGroupsPerThread)
+                               : std::string("one element per thread and step"),
+                     wide ? "64-bit" : "32-bit");
+  if (p.vec > 1) code += vector_function(k, p, idx_decl);
+  code += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}({}) {{\n  {}\n", block, k.name,
+                      kernel_params(k), idx_decl);
+  if (p.vec > 1) {
+    std::string aligned;
+    for (size_t o = 0; o < p.used.size(); ++o) {
+      if (!p.used[o] || p.lanes[o] != Lane::Vector) continue;
+      aligned += fmt::format("{}fc_aligned({}, {})", aligned.empty() ? "" : " && ", pointer_at(k, o),
+                             p.vec * dtype_size(operand(k, o).dtype));
+    }
+    code += fmt::format("  if ({})\n    {}_groups<true>({});\n  else\n    {}_groups<false>({});\n", aligned,
+                        k.name, kernel_args(k), k.name, kernel_args(k));
+  }
+  const int64_t first_scalar = p.vec > 1 ? p.n / p.vec * p.vec : 0;
+  if (first_scalar < p.n) code += scalar_loop(k, p, first_scalar);
+  code += "}\n";
+  return src;
+}
+
+}  // namespace fastcomp::codegen::detail

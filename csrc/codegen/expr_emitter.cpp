@@ -1,0 +1,316 @@
+// Scalar expressions. Everything here is exact C (no fast-math intrinsics), so fp32 results stay within a few
+// ulp of eager torch; f16/bf16 values are rounded to their dtype where they are produced (fc_round_* in the
+// prelude), which keeps pointwise chains bitwise equal to eager, which rounds after every op.
+#include "codegen/expr_emitter.h"
+
+#include <fmt/format.h>
+
+#include <cctype>
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+
+namespace fastcomp::codegen::detail {
+namespace {
+
+[[noreturn]] void invalid(const Kernel& k, const std::string& what) {
+  throw std::invalid_argument(fmt::format("emit_cuda: kernel '{}': {}", k.name, what));
+}
+
+bool is_half_like(DType t) { return t == DType::F16 || t == DType::BF16; }
+
+// Float math: the f32 function for values living in float, the f64 one for double.
+std::string math_fn(DType t, const char* name) {
+  return t == DType::F64 ? std::string(name) : std::string(name) + "f";
+}
+
+// A floating constant written in `t`'s value type ("0.5f" or "0.5").
+std::string fnum(DType t, const char* digits) {
+  return t == DType::F64 ? std::string(digits) : std::string(digits) + "f";
+}
+
+// Rounds a float-computed value to f16/bf16 where the dtype asks for it; other types round on declaration.
+std::string round_to(DType t, const std::string& text) {
+  if (t == DType::F16) return "fc_round_f16(" + text + ")";
+  if (t == DType::BF16) return "fc_round_bf16(" + text + ")";
+  return text;
+}
+
+int arity(ExprOp op) {
+  switch (op) {
+    case ExprOp::Load:
+    case ExprOp::Constant:
+    case ExprOp::RowIndex: return 0;
+    case ExprOp::Where: return 3;
+    case ExprOp::Add:
+    case ExprOp::Sub:
+    case ExprOp::Mul:
+    case ExprOp::Div:
+    case ExprOp::Pow:
+    case ExprOp::Max:
+    case ExprOp::Min:
+    case ExprOp::Lt:
+    case ExprOp::Le:
+    case ExprOp::Gt:
+    case ExprOp::Ge:
+    case ExprOp::Eq:
+    case ExprOp::Ne:
+    case ExprOp::And:
+    case ExprOp::Or: return 2;
+    default: return 1;
+  }
+}
+
+bool needs_floating(ExprOp op) {
+  switch (op) {
+    case ExprOp::Exp:
+    case ExprOp::Log:
+    case ExprOp::Sqrt:
+    case ExprOp::Rsqrt:
+    case ExprOp::Sigmoid:
+    case ExprOp::Tanh:
+    case ExprOp::Erf:
+    case ExprOp::Sin:
+    case ExprOp::Cos:
+    case ExprOp::GeluErf:
+    case ExprOp::GeluTanh:
+    case ExprOp::Silu: return true;
+    default: return false;
+  }
+}
+
+bool is_comparison(ExprOp op) {
+  return op == ExprOp::Lt || op == ExprOp::Le || op == ExprOp::Gt || op == ExprOp::Ge || op == ExprOp::Eq ||
+         op == ExprOp::Ne;
+}
+
+// pow(a, c) for a constant exponent c, written the way torch's CUDA kernel special-cases it (x*x for 2, sqrt for
+// 0.5, ...), which is both faster and what eager computes; "" when c is not special.
+std::string pow_by_constant(DType t, const std::string& a, double c) {
+  if (c == 1) return a;
+  if (c == 2) return a + " * " + a;
+  if (c == 3) return a + " * " + a + " * " + a;
+  if (c == 0.5) return math_fn(t, "sqrt") + "(" + a + ")";
+  if (c == -0.5) return math_fn(t, "rsqrt") + "(" + a + ")";
+  if (c == -1) return fnum(t, "1.0") + " / " + a;
+  if (c == -2) return fnum(t, "1.0") + " / (" + a + " * " + a + ")";
+  return "";
+}
+
+bool constant_exponent_inlined(const Kernel& k, const Expr& e) {
+  if (e.op != ExprOp::Pow || !is_floating(e.dtype)) return false;
+  const Expr& exponent = k.exprs[e.args[1]];
+  return exponent.op == ExprOp::Constant && !pow_by_constant(e.dtype, "x", exponent.constant).empty();
+}
+
+std::string unary_value(const Kernel& k, const Expr& e, const std::string& a) {
+  const DType t = e.dtype;
+  switch (e.op) {
+    case ExprOp::Neg: return "-" + a;
+    case ExprOp::Abs:
+      if (is_floating(t)) return math_fn(t, "fabs") + "(" + a + ")";
+      return t == DType::U8 || t == DType::Bool ? a : "(" + a + " < 0 ? -" + a + " : " + a + ")";
+    case ExprOp::Exp: return math_fn(t, "exp") + "(" + a + ")";
+    case ExprOp::Log: return math_fn(t, "log") + "(" + a + ")";
+    case ExprOp::Sqrt: return math_fn(t, "sqrt") + "(" + a + ")";
+    case ExprOp::Rsqrt: return math_fn(t, "rsqrt") + "(" + a + ")";
+    case ExprOp::Tanh: return math_fn(t, "tanh") + "(" + a + ")";
+    case ExprOp::Erf: return math_fn(t, "erf") + "(" + a + ")";
+    case ExprOp::Sin: return math_fn(t, "sin") + "(" + a + ")";
+    case ExprOp::Cos: return math_fn(t, "cos") + "(" + a + ")";
+    case ExprOp::Sigmoid:
+      return fnum(t, "1.0") + " / (" + fnum(t, "1.0") + " + " + math_fn(t, "exp") + "(-" + a + "))";
+    case ExprOp::Silu: return a + " / (" + fnum(t, "1.0") + " + " + math_fn(t, "exp") + "(-" + a + "))";
+    case ExprOp::Relu: return "fc_relu(" + a + ")";
+    case ExprOp::GeluErf:  // 0.5 x (1 + erf(x / sqrt(2)))
+      return fmt::format("{} * {} * ({} + {}({} * {}))", fnum(t, "0.5"), a, fnum(t, "1.0"), math_fn(t, "erf"), a,
+                         fnum(t, "0.70710678118654752440"));
+    case ExprOp::GeluTanh:  // 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
+      return fmt::format("{0} * {1} * ({2} + {3}({4} * ({1} + {5} * {1} * {1} * {1})))", fnum(t, "0.5"), a,
+                         fnum(t, "1.0"), math_fn(t, "tanh"), fnum(t, "0.79788456080286535588"),
+                         fnum(t, "0.044715"));
+    case ExprOp::Not: return t == DType::Bool ? "!" + a : "~" + a;
+    default: invalid(k, fmt::format("{} is not unary", expr_op_name(e.op)));
+  }
+}
+
+std::string binary_value(const Kernel& k, const Expr& e, const std::string& a, const std::string& b) {
+  const DType t = e.dtype;
+  const char* vt = value_type(t);  // helpers take both arguments in the result's type
+  switch (e.op) {
+    case ExprOp::Add: return a + " + " + b;
+    case ExprOp::Sub: return a + " - " + b;
+    case ExprOp::Mul: return a + " * " + b;
+    case ExprOp::Div: return is_floating(t) ? a + " / " + b : fmt::format("fc_floordiv<{}>({}, {})", vt, a, b);
+    case ExprOp::Pow: {
+      if (!is_floating(t)) return fmt::format("fc_ipow<{}>({}, {})", vt, a, b);
+      if (constant_exponent_inlined(k, e)) return pow_by_constant(t, a, k.exprs[e.args[1]].constant);
+      return math_fn(t, "pow") + "(" + a + ", " + b + ")";
+    }
+    case ExprOp::Max: return fmt::format("fc_max<{}>({}, {})", vt, a, b);
+    case ExprOp::Min: return fmt::format("fc_min<{}>({}, {})", vt, a, b);
+    case ExprOp::Lt: return a + " < " + b;
+    case ExprOp::Le: return a + " <= " + b;
+    case ExprOp::Gt: return a + " > " + b;
+    case ExprOp::Ge: return a + " >= " + b;
+    case ExprOp::Eq: return a + " == " + b;
+    case ExprOp::Ne: return a + " != " + b;
+    case ExprOp::And: return t == DType::Bool ? a + " && " + b : a + " & " + b;
+    case ExprOp::Or: return t == DType::Bool ? a + " || " + b : a + " | " + b;
+    default: invalid(k, fmt::format("{} is not binary", expr_op_name(e.op)));
+  }
+}
+
+}  // namespace
+
+bool is_floating(DType t) { return t == DType::F16 || t == DType::BF16 || t == DType::F32 || t == DType::F64; }
+bool is_integer(DType t) { return !is_floating(t) && t != DType::Bool; }
+bool is_reduce(ExprOp op) { return op == ExprOp::ReduceSum || op == ExprOp::ReduceMax || op == ExprOp::ReduceMin; }
+
+const char* value_type(DType t) { return is_half_like(t) ? "float" : dtype_c_type(t); }
+
+std::string convert(DType from, DType to, const std::string& text) {
+  if (from == to) return text;
+  if (to == DType::Bool) return "(" + text + " != 0)";
+  if (is_half_like(to)) {
+    // From double, round once (torch converts double -> half directly); through float it could round twice.
+    if (from == DType::F64) return to == DType::F16 ? "__half2float(__double2half(" + text + "))"
+                                                    : "__bfloat162float(__double2bfloat16(" + text + "))";
+    return round_to(to, "(float)(" + text + ")");
+  }
+  if (is_half_like(from) && to == DType::F32) return text;  // already a float holding the exact value
+  return fmt::format("({})({})", dtype_c_type(to), text);
+}
+
+std::string from_memory(DType t, const std::string& raw) {
+  if (t == DType::F16) return "__half2float(" + raw + ")";
+  if (t == DType::BF16) return "__bfloat162float(" + raw + ")";
+  return raw;
+}
+
+std::string to_memory(DType t, const std::string& value) {
+  // The value is already rounded to t, so round-to-nearest here is exact.
+  if (t == DType::F16) return "__float2half_rn(" + value + ")";
+  if (t == DType::BF16) return "__float2bfloat16_rn(" + value + ")";
+  return value;
+}
+
+std::string literal(DType t, double v) {
+  if (t == DType::Bool) return v != 0 ? "true" : "false";
+  if (is_integer(t)) {
+    if (v < -9.2233720368547758e18 || v >= 9.2233720368547758e18 || v != std::trunc(v))
+      throw std::invalid_argument(fmt::format("emit_cuda: constant {} is not a {}", v, dtype_name(t)));
+    return index_literal(static_cast<int64_t>(v));
+  }
+  if (t == DType::F64) {
+    if (std::isnan(v)) return "__longlong_as_double(0x7ff8000000000000LL)";
+    if (std::isinf(v)) return v > 0 ? "__longlong_as_double(0x7ff0000000000000LL)"
+                                    : "__longlong_as_double(0xfff0000000000000LL)";
+    std::string s = fmt::format("{:.17g}", v);
+    return s.find_first_of(".e") == std::string::npos ? s + ".0" : s;
+  }
+  const float f = static_cast<float>(v);
+  if (std::isnan(f)) return "__int_as_float(0x7fc00000)";
+  if (std::isinf(f)) return f > 0 ? "__int_as_float(0x7f800000)" : "__int_as_float(0xff800000)";
+  std::string s = fmt::format("{:.9g}", f);  // 9 significant digits round-trip every float
+  return (s.find_first_of(".e") == std::string::npos ? s + ".0" : s) + "f";
+}
+
+std::string index_literal(int64_t v) {
+  if (v == INT64_MIN) return "(-9223372036854775807LL - 1)";
+  if (v > INT32_MAX || v < INT32_MIN) return std::to_string(v) + "LL";
+  return std::to_string(v);
+}
+
+std::string value_name(int i) { return "e" + std::to_string(i); }
+
+std::string expr_statement(const Kernel& k, int i, const std::string& load, const std::string& row_index) {
+  const Expr& e = k.exprs[i];
+  auto arg = [&](int n) { return value_name(e.args[n]); };
+  std::string value;
+  switch (e.op) {
+    case ExprOp::Load: {
+      const DType stored = k.inputs[e.operand].dtype;
+      value = convert(stored, e.dtype, from_memory(stored, load));
+      break;
+    }
+    case ExprOp::Constant: value = literal(e.dtype, e.constant); break;
+    case ExprOp::RowIndex: value = convert(DType::I64, e.dtype, row_index); break;
+    case ExprOp::Cast: value = convert(k.exprs[e.args[0]].dtype, e.dtype, arg(0)); break;
+    case ExprOp::Where: value = round_to(e.dtype, arg(0) + " ? " + arg(1) + " : " + arg(2)); break;
+    default:
+      if (is_reduce(e.op)) invalid(k, "reductions are emitted by the row-reduce emitter");
+      value = round_to(e.dtype, arity(e.op) == 1 ? unary_value(k, e, arg(0)) : binary_value(k, e, arg(0), arg(1)));
+  }
+  return fmt::format("const {} {} = {};", value_type(e.dtype), value_name(i), value);
+}
+
+std::vector<bool> live_exprs(const Kernel& k) {
+  std::vector<bool> live(k.exprs.size(), false);
+  for (const Store& s : k.stores) live[s.expr] = true;
+  for (size_t i = k.exprs.size(); i-- > 0;) {
+    if (!live[i]) continue;
+    const Expr& e = k.exprs[i];
+    for (size_t n = 0; n < e.args.size(); ++n)  // an inlined exponent is written into the pow itself
+      if (n != 1 || !constant_exponent_inlined(k, e)) live[e.args[n]] = true;
+  }
+  return live;
+}
+
+void validate(const Kernel& k) {
+  if (k.name.empty() || !(std::isalpha(static_cast<unsigned char>(k.name[0])) || k.name[0] == '_'))
+    invalid(k, "name must be a C identifier");
+  for (char c : k.name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') invalid(k, "name must be a C identifier");
+  if (k.name.rfind("fc_", 0) == 0) invalid(k, "names starting with fc_ belong to the prelude");
+  for (int64_t n : k.shape)
+    if (n < 0) invalid(k, "negative size");
+  if (k.kind == Kernel::Kind::RowReduce && (k.shape.empty() || k.shape.back() == 0))
+    invalid(k, "a row-reduce kernel needs a non-empty last dimension");
+  auto check_operand = [&](const Operand& o, const char* what) {
+    if (o.strides.size() != k.shape.size()) invalid(k, fmt::format("{} has {} strides for {} dimensions", what,
+                                                                   o.strides.size(), k.shape.size()));
+    for (int64_t s : o.strides)
+      if (s < 0) invalid(k, fmt::format("{} has a negative stride", what));
+    if (o.storage_offset < 0) invalid(k, fmt::format("{} has a negative storage offset", what));
+  };
+  for (const Operand& o : k.inputs) check_operand(o, "an input");
+  for (const Operand& o : k.outputs) check_operand(o, "an output");
+  for (size_t i = 0; i < k.exprs.size(); ++i) {
+    const Expr& e = k.exprs[i];
+    const std::string at = fmt::format("e{} ({})", i, expr_op_name(e.op));
+    const int n = is_reduce(e.op) ? 1 : arity(e.op);
+    if (static_cast<int>(e.args.size()) != n) invalid(k, fmt::format("{} takes {} arguments", at, n));
+    for (int a : e.args)
+      if (a < 0 || a >= static_cast<int>(i)) invalid(k, fmt::format("{} uses a later or missing expression", at));
+    if (e.op == ExprOp::Load && (e.operand < 0 || e.operand >= static_cast<int>(k.inputs.size())))
+      invalid(k, fmt::format("{} reads a missing input", at));
+    if (needs_floating(e.op) && !is_floating(e.dtype)) invalid(k, fmt::format("{} needs a floating dtype", at));
+    if (is_comparison(e.op) && e.dtype != DType::Bool) invalid(k, fmt::format("{} yields bool", at));
+    if ((e.op == ExprOp::And || e.op == ExprOp::Or || e.op == ExprOp::Not) && is_floating(e.dtype))
+      invalid(k, fmt::format("{} needs bool or an integer dtype", at));
+    if ((e.op == ExprOp::Neg || e.op == ExprOp::Sub || e.op == ExprOp::Div || e.op == ExprOp::Pow) &&
+        e.dtype == DType::Bool)
+      invalid(k, fmt::format("{} is not defined on bool", at));
+    if (e.op == ExprOp::Where && k.exprs[e.args[0]].dtype != DType::Bool)
+      invalid(k, fmt::format("{} needs a bool condition", at));
+    if (is_reduce(e.op) && k.kind != Kernel::Kind::RowReduce)
+      invalid(k, fmt::format("{} needs a row-reduce kernel", at));
+  }
+  std::vector<bool> written(k.outputs.size(), false);
+  for (const Store& s : k.stores) {
+    if (s.expr < 0 || s.expr >= static_cast<int>(k.exprs.size())) invalid(k, "a store of a missing expression");
+    if (s.output < 0 || s.output >= static_cast<int>(k.outputs.size())) invalid(k, "a store to a missing output");
+    if (written[s.output]) invalid(k, fmt::format("out{} is stored twice", s.output));
+    written[s.output] = true;
+  }
+  // Two elements writing one address would race; only a per-row value's stride-0 last dimension may repeat.
+  for (size_t o = 0; o < k.outputs.size(); ++o)
+    for (size_t d = 0; d < k.shape.size(); ++d) {
+      const bool per_row = k.kind == Kernel::Kind::RowReduce && d + 1 == k.shape.size();
+      if (k.outputs[o].strides[d] == 0 && k.shape[d] > 1 && !per_row)
+        invalid(k, fmt::format("out{} repeats elements in dimension {}", o, d));
+    }
+}
+
+}  // namespace fastcomp::codegen::detail

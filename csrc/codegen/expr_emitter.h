@@ -1,0 +1,43 @@
+// Scalar CUDA C for the expression DAG of a kernel, shared by the pointwise and row-reduce emitters: value
+// types, conversions at loads/stores/casts, literals, and one statement per expression.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "codegen/kernel_ir.h"
+
+namespace fastcomp::codegen::detail {
+
+bool is_floating(DType t);  // f16, bf16, f32, f64
+bool is_integer(DType t);   // u8 .. i64 (not bool)
+
+// The C type a value of dtype `t` lives in while computing: f16/bf16 live in float, the rest in their own type.
+const char* value_type(DType t);
+
+// `text`, a value of dtype `from`, converted to dtype `to` with torch's (C++'s) conversion rules.
+std::string convert(DType from, DType to, const std::string& text);
+// An element read from memory (of `t`'s storage type) as a value, and a value as the element to write.
+std::string from_memory(DType t, const std::string& raw);
+std::string to_memory(DType t, const std::string& value);
+
+// A C literal of `value` in dtype `t`'s value type (NaN and infinities included).
+std::string literal(DType t, double value);
+// A C literal of an index or size: int when it fits, long long otherwise.
+std::string index_literal(int64_t v);
+
+// The name of expression `i`'s value in emitted code.
+std::string value_name(int i);
+
+// `const <type> e<i> = <value>;` for every op but Reduce*. `load` is the memory element a Load reads and
+// `row_index` the i64 text of RowIndex; each is used only by that op.
+std::string expr_statement(const Kernel& k, int i, const std::string& load, const std::string& row_index);
+
+bool is_reduce(ExprOp op);
+
+// Expressions some store needs, directly or through arguments.
+std::vector<bool> live_exprs(const Kernel& k);
+
+// Throws std::invalid_argument unless the kernel follows kernel_ir.h's rules that both emitters rely on.
+void validate(const Kernel& k);
+
+}  // namespace fastcomp::codegen::detail

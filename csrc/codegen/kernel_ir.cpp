@@ -1,0 +1,139 @@
+// Names and the text form of the kernel IR. The text is what golden tests and FASTCOMP_DUMP_DIR compare, so
+// its layout only changes on purpose.
+#include "codegen/kernel_ir.h"
+
+#include <fmt/format.h>
+
+namespace fastcomp::codegen {
+namespace {
+
+std::string join_ints(const std::vector<int64_t>& v) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? "," : "") + std::to_string(v[i]);
+  return out;
+}
+
+std::string operand_text(const char* prefix, size_t i, const Operand& o) {
+  std::string out = fmt::format("  {}{} {} strides=[{}]", prefix, i, dtype_name(o.dtype), join_ints(o.strides));
+  if (o.storage_offset) out += fmt::format(" offset={}", o.storage_offset);
+  return out + "\n";
+}
+
+}  // namespace
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::Bool: return "bool";
+    case DType::U8: return "u8";
+    case DType::I8: return "i8";
+    case DType::I16: return "i16";
+    case DType::I32: return "i32";
+    case DType::I64: return "i64";
+    case DType::F16: return "f16";
+    case DType::BF16: return "bf16";
+    case DType::F32: return "f32";
+    case DType::F64: return "f64";
+  }
+  return "?";
+}
+
+const char* dtype_c_type(DType t) {
+  switch (t) {
+    case DType::Bool: return "bool";
+    case DType::U8: return "uint8_t";
+    case DType::I8: return "int8_t";
+    case DType::I16: return "int16_t";
+    case DType::I32: return "int32_t";
+    case DType::I64: return "int64_t";
+    case DType::F16: return "__half";
+    case DType::BF16: return "__nv_bfloat16";
+    case DType::F32: return "float";
+    case DType::F64: return "double";
+  }
+  return "?";
+}
+
+int dtype_size(DType t) {
+  switch (t) {
+    case DType::Bool:
+    case DType::U8:
+    case DType::I8: return 1;
+    case DType::I16:
+    case DType::F16:
+    case DType::BF16: return 2;
+    case DType::I32:
+    case DType::F32: return 4;
+    case DType::I64:
+    case DType::F64: return 8;
+  }
+  return 0;
+}
+
+const char* expr_op_name(ExprOp op) {
+  switch (op) {
+    case ExprOp::Load: return "load";
+    case ExprOp::Constant: return "constant";
+    case ExprOp::RowIndex: return "row_index";
+    case ExprOp::Neg: return "neg";
+    case ExprOp::Abs: return "abs";
+    case ExprOp::Exp: return "exp";
+    case ExprOp::Log: return "log";
+    case ExprOp::Sqrt: return "sqrt";
+    case ExprOp::Rsqrt: return "rsqrt";
+    case ExprOp::Sigmoid: return "sigmoid";
+    case ExprOp::Tanh: return "tanh";
+    case ExprOp::Relu: return "relu";
+    case ExprOp::Erf: return "erf";
+    case ExprOp::Sin: return "sin";
+    case ExprOp::Cos: return "cos";
+    case ExprOp::GeluErf: return "gelu_erf";
+    case ExprOp::GeluTanh: return "gelu_tanh";
+    case ExprOp::Silu: return "silu";
+    case ExprOp::Not: return "not";
+    case ExprOp::Cast: return "cast";
+    case ExprOp::Add: return "add";
+    case ExprOp::Sub: return "sub";
+    case ExprOp::Mul: return "mul";
+    case ExprOp::Div: return "div";
+    case ExprOp::Pow: return "pow";
+    case ExprOp::Max: return "max";
+    case ExprOp::Min: return "min";
+    case ExprOp::Lt: return "lt";
+    case ExprOp::Le: return "le";
+    case ExprOp::Gt: return "gt";
+    case ExprOp::Ge: return "ge";
+    case ExprOp::Eq: return "eq";
+    case ExprOp::Ne: return "ne";
+    case ExprOp::And: return "and";
+    case ExprOp::Or: return "or";
+    case ExprOp::Where: return "where";
+    case ExprOp::ReduceSum: return "reduce_sum";
+    case ExprOp::ReduceMax: return "reduce_max";
+    case ExprOp::ReduceMin: return "reduce_min";
+  }
+  return "?";
+}
+
+// kernel <name> <kind> shape=[...]
+//   in<i> <dtype> strides=[...] [offset=<n>]
+//   out<i> ...
+//   e<i> = <op> <dtype> [in<operand> | <constant> | e<arg> ...]
+//   store e<expr> -> out<output>
+std::string Kernel::to_string() const {
+  std::string out = fmt::format("kernel {} {} shape=[{}]\n", name,
+                                kind == Kind::Pointwise ? "pointwise" : "row_reduce", join_ints(shape));
+  for (size_t i = 0; i < inputs.size(); ++i) out += operand_text("in", i, inputs[i]);
+  for (size_t i = 0; i < outputs.size(); ++i) out += operand_text("out", i, outputs[i]);
+  for (size_t i = 0; i < exprs.size(); ++i) {
+    const Expr& e = exprs[i];
+    out += fmt::format("  e{} = {} {}", i, expr_op_name(e.op), dtype_name(e.dtype));
+    if (e.op == ExprOp::Load) out += fmt::format(" in{}", e.operand);
+    if (e.op == ExprOp::Constant) out += fmt::format(" {}", e.constant);  // shortest text that round-trips
+    for (int a : e.args) out += fmt::format(" e{}", a);
+    out += "\n";
+  }
+  for (const Store& s : stores) out += fmt::format("  store e{} -> out{}\n", s.expr, s.output);
+  return out;
+}
+
+}  // namespace fastcomp::codegen

@@ -1,0 +1,102 @@
+#include "codegen/layout.h"
+
+#include <fmt/format.h>
+
+#include "codegen/expr_emitter.h"
+
+namespace fastcomp::codegen::detail {
+namespace {
+
+// Elements spanned by one step of each dimension of c.shape, row-major.
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
+  std::vector<int64_t> out(shape.size(), 1);
+  for (size_t d = shape.size(); d-- > 1;) out[d - 1] = out[d] * shape[d];
+  return out;
+}
+
+bool dim_used(const Collapsed& c, const std::vector<bool>& operands, size_t d) {
+  for (size_t o = 0; o < c.strides.size(); ++o)
+    if (operands[o] && classify(c, o) == Access::Strided && c.strides[o][d] != 0) return true;
+  return false;
+}
+
+}  // namespace
+
+Collapsed collapse(const std::vector<int64_t>& shape, const std::vector<Strides>& strides) {
+  Collapsed out;
+  out.strides.resize(strides.size());
+  if (numel(shape) == 0) {  // nothing to address: one empty dimension keeps loops well-formed
+    out.shape = {0};
+    for (Strides& s : out.strides) s = {0};
+    return out;
+  }
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    bool merge = !out.shape.empty();
+    for (size_t o = 0; merge && o < strides.size(); ++o)
+      merge = out.strides[o].back() == strides[o][d] * shape[d];
+    if (merge) {
+      out.shape.back() *= shape[d];
+      for (size_t o = 0; o < strides.size(); ++o) out.strides[o].back() = strides[o][d];
+    } else {
+      out.shape.push_back(shape[d]);
+      for (size_t o = 0; o < strides.size(); ++o) out.strides[o].push_back(strides[o][d]);
+    }
+  }
+  return out;
+}
+
+Access classify(const Collapsed& c, size_t operand) {
+  const Strides& s = c.strides[operand];
+  if (s == contiguous_strides(c.shape)) return Access::Contiguous;
+  for (int64_t x : s)
+    if (x != 0) return Access::Strided;
+  return Access::Broadcast;
+}
+
+int64_t numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t x : shape) n *= x;
+  return n;
+}
+
+int64_t max_offset(const std::vector<int64_t>& shape, const Strides& strides, int64_t storage_offset) {
+  int64_t out = storage_offset;
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (shape[d] > 0) out += (shape[d] - 1) * strides[d];
+  return out;
+}
+
+std::string coordinate_decls(const Collapsed& c, const std::vector<bool>& operands, const std::string& index,
+                             const std::string& prefix, const std::string& indent) {
+  const std::vector<int64_t> span = contiguous_strides(c.shape);
+  std::string out;
+  for (size_t d = 0; d < c.shape.size(); ++d) {
+    if (!dim_used(c, operands, d)) continue;
+    std::string value = index;
+    if (span[d] != 1) value += " / " + index_literal(span[d]);
+    if (d != 0) value = (span[d] != 1 ? "(" + value + ")" : value) + " % " + index_literal(c.shape[d]);
+    out += fmt::format("{}const idx_t {}{} = {};\n", indent, prefix, d, value);
+  }
+  return out;
+}
+
+std::string offset_text(const Collapsed& c, size_t operand, const std::string& index, const std::string& prefix,
+                        int64_t storage_offset) {
+  std::string out;
+  switch (classify(c, operand)) {
+    case Access::Contiguous: out = index; break;
+    case Access::Broadcast: break;
+    case Access::Strided:
+      for (size_t d = 0; d < c.shape.size(); ++d) {
+        const int64_t s = c.strides[operand][d];
+        if (s == 0) continue;
+        if (!out.empty()) out += " + ";
+        out += prefix + std::to_string(d) + (s == 1 ? "" : " * " + index_literal(s));
+      }
+  }
+  if (out.empty()) return index_literal(storage_offset);
+  return storage_offset ? out + " + " + index_literal(storage_offset) : out;
+}
+
+}  // namespace fastcomp::codegen::detail

@@ -1,0 +1,163 @@
+"""Kernel specs for the emitter tests (the dicts `_testing.emit_kernel` takes), the seed workloads' fused
+kernels written as the lowering pass would write them, and a torch evaluator of a spec for the GPU tests."""
+
+
+def contiguous(shape):
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.insert(0, step)
+        step *= n
+    return strides
+
+
+class Spec:
+    """Builds one kernel spec; every method that makes an expression returns its index."""
+
+    def __init__(self, name, shape, kind="pointwise"):
+        self.d = dict(name=name, kind=kind, shape=list(shape), inputs=[], outputs=[], exprs=[], stores=[])
+
+    def input(self, dtype, strides=None, offset=0):
+        self.d["inputs"].append(dict(dtype=dtype, strides=contiguous(self.d["shape"]) if strides is None else strides,
+                                     offset=offset))
+        return len(self.d["inputs"]) - 1
+
+    def output(self, dtype, strides=None, offset=0):
+        self.d["outputs"].append(dict(dtype=dtype, strides=contiguous(self.d["shape"]) if strides is None else strides,
+                                      offset=offset))
+        return len(self.d["outputs"]) - 1
+
+    def _expr(self, **e):
+        self.d["exprs"].append(e)
+        return len(self.d["exprs"]) - 1
+
+    def load(self, operand, dtype=None):
+        return self._expr(op="load", dtype=dtype or self.d["inputs"][operand]["dtype"], operand=operand)
+
+    def const(self, value, dtype="f32"):
+        return self._expr(op="constant", dtype=dtype, value=float(value))
+
+    def row_index(self):
+        return self._expr(op="row_index", dtype="i64")
+
+    def op(self, name, dtype, *args):
+        return self._expr(op=name, dtype=dtype, args=list(args))
+
+    def store(self, expr, output):
+        self.d["stores"].append((expr, output))
+
+    def pointwise_output(self, expr, dtype=None):
+        """A contiguous output of the iteration space holding `expr`."""
+        self.store(expr, self.output(dtype or self.d["exprs"][expr]["dtype"]))
+
+    def per_row_output(self, expr, dtype=None):
+        """An output of one value per row (stride 0 along the row)."""
+        shape = self.d["shape"]
+        strides = contiguous(shape[:-1]) + [0]
+        self.store(expr, self.output(dtype or self.d["exprs"][expr]["dtype"], strides))
+
+    @property
+    def spec(self):
+        return self.d
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The seed workloads' fused kernels
+
+
+def w3_softmax(rows=4096, n=4096, dtype="f32", name="w3_softmax"):
+    """exp(x) / sum(exp(x), -1, keepdim=True)."""
+    s = Spec(name, [rows, n], "row_reduce")
+    e = s.op("exp", dtype, s.load(s.input(dtype)))
+    s.pointwise_output(s.op("div", dtype, e, s.op("reduce_sum", dtype, e)))
+    return s.spec
+
+
+def stable_softmax(rows=4096, n=4096, dtype="f32", name="stable_softmax"):
+    """exp(x - max) / sum(exp(x - max)), with the row max and sum also written per row."""
+    s = Spec(name, [rows, n], "row_reduce")
+    x = s.load(s.input(dtype))
+    m = s.op("reduce_max", dtype, x)
+    e = s.op("exp", dtype, s.op("sub", dtype, x, m))
+    total = s.op("reduce_sum", dtype, e)
+    s.pointwise_output(s.op("div", dtype, e, total))
+    s.per_row_output(m)
+    s.per_row_output(total)
+    return s.spec
+
+
+def layer_norm(rows=16384, n=512, in_dtype="f16", out_dtype="f16", eps=1e-5, name="layer_norm"):
+    """F.layer_norm(x, [n], w, b): f32 compute, mean then variance of (x - mean), affine, output cast."""
+    s = Spec(name, [rows, n], "row_reduce")
+    x = s.load(s.input(in_dtype), "f32")
+    w = s.load(s.input(in_dtype, [0, 1]), "f32")
+    b = s.load(s.input(in_dtype, [0, 1]), "f32")
+    inv_n = s.const(1.0 / n)
+    mean = s.op("mul", "f32", s.op("reduce_sum", "f32", x), inv_n)
+    centered = s.op("sub", "f32", x, mean)
+    var = s.op("mul", "f32", s.op("reduce_sum", "f32", s.op("mul", "f32", centered, centered)), inv_n)
+    rstd = s.op("rsqrt", "f32", s.op("add", "f32", var, s.const(eps)))
+    y = s.op("add", "f32", s.op("mul", "f32", s.op("mul", "f32", centered, rstd), w), b)
+    s.pointwise_output(s.op("cast", out_dtype, y))
+    return s.spec
+
+
+def w8_rmsnorm(rows=8192, n=4096, dtype="bf16", eps=1e-6, name="w8_rmsnorm"):
+    """xf = x.float(); y = xf * rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps); (y * w).to(x.dtype)."""
+    s = Spec(name, [rows, n], "row_reduce")
+    xf = s.op("cast", "f32", s.load(s.input(dtype)))
+    w = s.load(s.input(dtype, [0, 1]))
+    sq = s.op("pow", "f32", xf, s.const(2))
+    mean = s.op("mul", "f32", s.op("reduce_sum", "f32", sq), s.const(1.0 / n))  # torch's mean scales by 1/n
+    y = s.op("mul", "f32", xf, s.op("rsqrt", "f32", s.op("add", "f32", mean, s.const(eps))))
+    # torch: y (f32) * w (bf16) promotes to f32, then .to(bf16)
+    s.pointwise_output(s.op("cast", dtype, s.op("mul", "f32", y, s.op("cast", "f32", w))))
+    return s.spec
+
+
+def w2_tiny_ops(n=1 << 24, name="w2_tiny_ops"):
+    """x*2 -> +1 -> sigmoid -> x*x -> tanh -> x/(x.abs()+1)."""
+    s = Spec(name, [n])
+    x = s.load(s.input("f32"))
+    x = s.op("sigmoid", "f32", s.op("add", "f32", s.op("mul", "f32", x, s.const(2)), s.const(1)))
+    x = s.op("tanh", "f32", s.op("mul", "f32", x, x))
+    s.pointwise_output(s.op("div", "f32", x, s.op("add", "f32", s.op("abs", "f32", x), s.const(1))))
+    return s.spec
+
+
+def bias_add(shape=(32, 512, 512), dtype="f32", name="bias_add"):
+    """x + b with b of shape [shape[-1]] broadcast over the leading dimensions."""
+    s = Spec(name, shape)
+    b_strides = [0] * (len(shape) - 1) + [1]
+    s.pointwise_output(s.op("add", dtype, s.load(s.input(dtype)), s.load(s.input(dtype, b_strides))))
+    return s.spec
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Every op once, by the dtypes it takes
+
+UNARY_FLOAT = ["neg", "abs", "exp", "log", "sqrt", "rsqrt", "sigmoid", "tanh", "relu", "erf", "sin", "cos",
+               "gelu_erf", "gelu_tanh", "silu"]
+BINARY_ARITH = ["add", "sub", "mul", "div", "pow", "max", "min"]
+COMPARISONS = ["lt", "le", "gt", "ge", "eq", "ne"]
+FLOAT_DTYPES = ["f16", "bf16", "f32", "f64"]
+INT_DTYPES = ["u8", "i8", "i16", "i32", "i64"]
+ALL_DTYPES = ["bool"] + INT_DTYPES + FLOAT_DTYPES
+
+
+def unary(op, dtype, shape=(1025,), name=None):
+    s = Spec(name or f"{op}_{dtype}", shape)
+    s.pointwise_output(s.op(op, dtype, s.load(s.input(dtype))))
+    return s.spec
+
+
+def binary(op, dtype, shape=(1025,), b_strides=None, name=None):
+    s = Spec(name or f"{op}_{dtype}", shape)
+    a, b = s.load(s.input(dtype)), s.load(s.input(dtype, b_strides))
+    s.pointwise_output(s.op(op, "bool" if op in COMPARISONS else dtype, a, b))
+    return s.spec
+
+
+def cast(src, dst, shape=(1025,)):
+    s = Spec(f"cast_{src}_{dst}", shape)
+    s.pointwise_output(s.op("cast", dst, s.load(s.input(src))))
+    return s.spec

@@ -1,0 +1,486 @@
+"""emit_cuda / emit_program: the text of emitted kernels (names, signatures, vector paths, index widths, launch
+shapes), NVRTC compiling every op, dtype and kernel shape to PTX for compute_90 (no GPU needed), and on a GPU
+(`gpu` marker) the kernels' results against eager torch."""
+import math
+
+import pytest
+
+from fastcomp._C import _testing as T
+
+import codegen_specs as S
+import nvrtc_ctypes
+
+
+@pytest.fixture(scope="module")
+def nvrtc():
+    found, why = nvrtc_ctypes.find()
+    if found is None:
+        pytest.skip(f"NVRTC not available: {why}")
+    return found
+
+
+def compile_ptx(nvrtc, specs):
+    """PTX of one program holding `specs`; fails with NVRTC's log on an error or any warning."""
+    ok, log, ptx = nvrtc.compile(T.emit_program(specs))
+    assert ok, f"NVRTC failed:\n{log}"
+    assert "warning" not in log, f"NVRTC warned:\n{log}"
+    return ptx
+
+
+def emit(spec, sm_count=132):
+    code, grid, block, shared = T.emit_kernel(spec, sm_count)
+    return code, grid, block, shared
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Text: the IR's stable form and the shape of emitted code
+
+
+def test_kernel_text_is_stable():
+    s = S.Spec("k", [4, 3])
+    x = s.load(s.input("f16", [1, 4], offset=2))
+    s.pointwise_output(s.op("mul", "f32", s.op("cast", "f32", x), s.const(0.5)))
+    assert T.kernel_text(s.spec) == (
+        "kernel k pointwise shape=[4,3]\n"
+        "  in0 f16 strides=[1,4] offset=2\n"
+        "  out0 f32 strides=[3,1]\n"
+        "  e0 = load f16 in0\n"
+        "  e1 = cast f32 e0\n"
+        "  e2 = constant f32 0.5\n"
+        "  e3 = mul f32 e1 e2\n"
+        "  store e3 -> out0\n")
+
+
+def test_golden_scalar_pointwise_kernel():
+    s = S.Spec("add_t", [4, 3])
+    s.pointwise_output(s.op("add", "f32", s.load(s.input("f32")), s.load(s.input("f32", [1, 4]))))
+    code, grid, block, shared = emit(s.spec)
+    assert (grid, block, shared) == (1, 32, 0)
+    assert code == (
+        "// add_t: pointwise over [4, 3] (iteration space [4, 3]), one element per thread and step, 32-bit indices\n"
+        'extern "C" __global__ void __launch_bounds__(32) add_t(const float* __restrict__ in0, '
+        "const float* __restrict__ in1, float* __restrict__ out0) {\n"
+        "  using idx_t = int32_t;\n"
+        "  for (idx_t i = blockIdx.x * blockDim.x + threadIdx.x; i < 12; i += gridDim.x * blockDim.x) {\n"
+        "    const idx_t c0 = i / 3;\n"
+        "    const idx_t c1 = i % 3;\n"
+        "    const float e0 = in0[i];\n"
+        "    const float e1 = in1[c0 + c1 * 4];\n"
+        "    const float e2 = e0 + e1;\n"
+        "    out0[i] = e2;\n"
+        "  }\n"
+        "}\n")
+
+
+def test_signature_names_every_operand_in_order():
+    code, *_ = emit(S.bias_add())
+    assert ('extern "C" __global__ void __launch_bounds__(256) bias_add(const float* __restrict__ in0, '
+            'const float* __restrict__ in1, float* __restrict__ out0)') in code
+
+
+def test_broadcast_bias_collapses_and_vectorizes():
+    code, grid, block, shared = emit(S.bias_add())
+    assert ("pointwise over [16384, 512] (iteration space [32, 512, 512]), groups of 4 elements, 2 per thread and "
+            "step") in code
+    assert "const idx_t c1 = i % 512;" in code               # the bias's offset: one modulo, no division chain
+    assert "fc_load<4, kAligned>(in0 + i, a0[w]);" in code    # the contiguous input uses the linear index
+    assert "fc_load<4, kAligned>(in1 + c1, a1[w]);" in code
+    assert "fc_store<4, kAligned>(out0 + i, r0);" in code
+    assert code.index("a1[w]);") < code.index("r0[u] =")      # both groups' loads come before any compute
+    assert "if (fc_aligned(in0, 16) && fc_aligned(in1, 16) && fc_aligned(out0, 16))" in code
+    assert "bias_add_groups<false>" in code                   # the same loop with scalar accesses when unaligned
+    assert (grid, block, shared) == (8 * 1024 * 1024 // 4 // 512, 256, 0)
+
+
+def test_vector_width_is_16_bytes_of_the_widest_dtype():
+    assert "groups of 8 elements" in emit(S.unary("exp", "f16", shape=(4096,)))[0]
+    assert "fc_load<8, kAligned>" in emit(S.unary("exp", "bf16", shape=(4096,)))[0]
+    assert "groups of 2 elements" in emit(S.unary("exp", "f64", shape=(4096,)))[0]
+    assert "groups of 4 elements" in emit(S.cast("f16", "f32", shape=(4096,)))[0]  # f32 output decides
+    assert "groups of 16 elements" in emit(S.cast("u8", "bool", shape=(4096,)))[0]
+
+
+def test_odd_sizes_get_a_scalar_tail():
+    code, *_ = emit(S.unary("exp", "f32", shape=(1025,)))
+    assert "v0 < 256" in code
+    assert "for (idx_t i = 1024 + blockIdx.x * blockDim.x + threadIdx.x; i < 1025;" in code
+
+
+def test_transposed_operand_takes_the_scalar_path_with_coordinates():
+    s = S.Spec("add_t", [64, 48])
+    a = s.load(s.input("f32"))
+    b = s.load(s.input("f32", [1, 64]))  # x.t() of a [48, 64] tensor
+    s.pointwise_output(s.op("add", "f32", a, b))
+    code, *_ = emit(s.spec)
+    assert "one element per thread and step" in code and "_groups" not in code
+    assert "const idx_t c0 = i / 48;" in code and "const idx_t c1 = i % 48;" in code
+    assert "in1[c0 + c1 * 64]" in code and "in0[i]" in code
+
+
+def test_size_one_dims_are_skipped():
+    s = S.Spec("ones", [1, 7, 1, 5])
+    s.pointwise_output(s.op("neg", "f32", s.load(s.input("f32", [0, 1, 0, 7]))))
+    code, *_ = emit(s.spec)
+    assert "pointwise over [7, 5]" in code and "in0[c0 + c1 * 7]" in code
+
+
+def test_index_width_is_32_bit_unless_something_can_pass_int32():
+    assert "using idx_t = int32_t;" in emit(S.bias_add())[0]
+    big = S.unary("neg", "f32", shape=(3, 1 << 30))                    # 3 Gi elements
+    assert "using idx_t = int64_t;" in emit(big)[0]
+    s = S.Spec("far", [1024])                                          # few elements, one far offset
+    s.pointwise_output(s.op("neg", "f32", s.load(s.input("f32", [1], offset=(1 << 31)))))
+    code, *_ = emit(s.spec)
+    assert "using idx_t = int64_t;" in code and "2147483648LL" in code
+    s = S.Spec("wide_stride", [2, 8])
+    s.pointwise_output(s.op("neg", "f32", s.load(s.input("f32", [1 << 31, 1]))))
+    assert "64-bit indices" in emit(s.spec)[0]
+    assert "32-bit indices" in emit(S.w3_softmax())[0]
+    assert "64-bit indices" in emit(S.w3_softmax(rows=1 << 21, n=2048))[0]  # 2^32 elements
+
+
+def test_launch_shape_follows_the_work_and_the_sm_count():
+    assert emit(S.unary("neg", "f32", shape=(8,)))[1:3] == (1, 32)
+    _, grid, block, _ = emit(S.w2_tiny_ops())
+    assert (grid, block) == ((1 << 24) // 4 // 512, 256)  # 2 float4 groups per thread: 8192 blocks < 8 waves
+    _, grid, block, _ = emit(S.w2_tiny_ops(), sm_count=16)
+    assert (grid, block) == (16 * 8 * 8, 256)               # capped at 8 waves of 8 resident blocks per SM
+    _, grid, block, _ = emit(S.unary("neg", "f32", shape=(4096 * 4,)))
+    assert (grid, block) == (8, 256)  # 4096 float4 groups: never more blocks than needed
+
+
+def test_zero_dim_and_empty_kernels():
+    s = S.Spec("scalar", [])
+    s.pointwise_output(s.op("add", "f32", s.load(s.input("f32")), s.const(1)))
+    code, grid, block, _ = emit(s.spec)
+    assert (grid, block) == (1, 32) and "i < 1;" in code
+    empty = S.unary("neg", "f32", shape=(0, 5))
+    code, grid, _, _ = emit(empty)
+    assert grid == 1 and "for (idx_t i" not in code
+
+
+def test_constants_keep_every_float_and_the_special_values():
+    s = S.Spec("consts", [16])
+    x = s.load(s.input("f32"))
+    for v in (math.nan, math.inf, -math.inf, 0.1, 3.0, 1e-30):
+        x = s.op("add", "f32", x, s.const(v))
+    s.pointwise_output(x)
+    code, *_ = emit(s.spec)
+    for text in ("__int_as_float(0x7fc00000)", "__int_as_float(0x7f800000)", "__int_as_float(0xff800000)",
+                 "0.100000001f", "3.0f", "1e-30f"):
+        assert text in code
+
+
+def test_pow_by_small_constants_is_written_as_torch_does():
+    s = S.Spec("pows", [16])
+    x = s.load(s.input("f32"))
+    outs = [s.op("pow", "f32", x, s.const(c)) for c in (2, 0.5, -1, 2.5)]
+    for o in outs:
+        s.pointwise_output(o)
+    code, *_ = emit(s.spec)
+    assert "e0 * e0" in code and "sqrtf(e0)" in code and "1.0f / e0" in code and "powf(e0, e7)" in code
+    assert "= 2.0f;" not in code  # an exponent written into the pow is not emitted on its own
+
+
+def test_half_values_round_where_produced_and_compute_in_float():
+    code, *_ = emit(S.binary("add", "f16", shape=(64,)))
+    assert "const float e0 = __half2float(a0[w][u]);" in code
+    assert "const float e2 = fc_round_f16(e0 + e1);" in code
+    assert "r0[u] = __float2half_rn(e2);" in code
+
+
+def test_program_includes_half_headers_only_when_used():
+    f32 = T.emit_program([S.bias_add()])
+    assert "cuda_fp16.h" not in f32 and "cuda_bf16.h" not in f32 and "fc_warp_reduce" in f32
+    f16 = T.emit_program([S.bias_add(), S.unary("exp", "f16")])
+    assert "#include <cuda_fp16.h>" in f16 and "cuda_bf16.h" not in f16
+    both = T.emit_program([S.layer_norm(), S.w8_rmsnorm()])
+    assert both.count("#include <cuda_fp16.h>") == 1 and both.count("#include <cuda_bf16.h>") == 1
+    assert both.index("fc_round_f16") < both.index("layer_norm_rows")
+
+
+def test_row_reduce_picks_warp_block_or_streaming_by_row_length():
+    code, grid, block, _ = emit(S.layer_norm())
+    assert "one warp of 32 threads per row, 2 x 8 elements per thread in registers" in code
+    assert (grid, block) == (132 * 8, 256) and "__shared__" not in code
+    code, grid, block, _ = emit(S.w3_softmax())
+    assert "one block of 256 threads per row, 4 x 4 elements per thread in registers, 2 passes" in code
+    assert (grid, block) == (4096, 256)  # a block per row: long rows run best with many blocks
+    _, grid, block, _ = emit(S.w3_softmax(rows=1 << 20, n=1024))
+    assert grid == 132 * (2048 // block) * 16  # ... up to 16 waves of resident blocks
+    code, grid, block, _ = emit(S.w3_softmax(rows=8, n=1000))
+    assert "one block of 64 threads per row, 4 x 4 elements per thread in registers" in code
+    assert "if (j < 1000)" in code and grid == 8
+    code, _, block, _ = emit(S.stable_softmax(rows=3, n=65537))
+    assert "1024 threads per row, 65 x 1 elements per thread streamed, 3 passes" in code
+    assert "for (idx_t j = t * 1; j < 65537; j += 1024)" in code and block == 1024
+
+
+def test_row_reduce_passes_follow_reduction_dependencies():
+    code, *_ = emit(S.stable_softmax())
+    max_at, sum_at = code.index("a1 = fc_warp_reduce(a1, fc_max_op())"), code.index("a4 = fc_warp_reduce(a4")
+    assert max_at < code.index("const float e1 = a1;") < sum_at  # max finishes before exp(x - max) is summed
+    assert code.count("__syncthreads();") == 2                    # one barrier per reduction pass
+    assert "__shared__ float s1[2][8];" in code                    # slots double-buffered by row parity
+    assert "if (t == 0) out1[b2] = e1;" in code and "if (t == 0) out2[b3] = e4;" in code  # once per row
+
+
+def test_row_reduce_keeps_reused_inputs_and_row_invariant_weights_in_registers():
+    code, *_ = emit(S.w8_rmsnorm())
+    rows_at = code.index("for (idx_t row")
+    assert "__nv_bfloat16 x0[2][8];" in code[rows_at:]   # x: once per row, read by 2 passes
+    assert code.count("fc_load<8, kAligned>(in0") == 1
+    assert "__nv_bfloat16 y1[8];" in code                 # the weight: in the one pass that reads it
+    code, *_ = emit(S.layer_norm())                       # warp mode: each warp sees many rows
+    rows_at = code.index("for (idx_t row")
+    assert "__half x1[2][8];" in code[:rows_at]           # the weight: once per thread, before the row loop
+
+
+def test_row_reduce_reads_strided_rows_with_scalar_loads():
+    s = S.Spec("col_sum", [64, 300], "row_reduce")  # sum over dim 0 of a [300, 64] tensor
+    s.per_row_output(s.op("reduce_sum", "f32", s.load(s.input("f32", [1, 64]))))
+    code, *_ = emit(s.spec)
+    assert "x0[s][u] = in0[b0 + (j + u) * 64];" in code or "y0[u] = in0[b0 + (j + u) * 64];" in code
+    assert "fc_aligned" not in code
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d["exprs"].append(dict(op="add", dtype="f32", args=[0, 9])), "later or missing"),
+    (lambda d: d["exprs"].append(dict(op="exp", dtype="i32", args=[0])), "floating"),
+    (lambda d: d["exprs"].append(dict(op="lt", dtype="f32", args=[0, 0])), "yields bool"),
+    (lambda d: d["exprs"].append(dict(op="reduce_sum", dtype="f32", args=[0])), "row-reduce"),
+    (lambda d: d["stores"].append((0, 0)), "stored twice"),
+    (lambda d: d["inputs"][0].update(strides=[1]), "strides for 2 dimensions"),
+    (lambda d: d["outputs"][0].update(strides=[0, 1]), "repeats elements"),
+    (lambda d: d.update(name="9lives"), "C identifier"),
+    (lambda d: d.update(name="fc_max"), "prelude"),
+])
+def test_malformed_kernels_are_rejected(mutate, message):
+    spec = S.binary("add", "f32", shape=(4, 8))
+    mutate(spec)
+    with pytest.raises(ValueError, match=message):
+        T.emit_kernel(spec)
+
+
+def test_per_row_store_of_a_varying_value_is_rejected():
+    s = S.Spec("bad_row", [4, 8], "row_reduce")
+    s.per_row_output(s.load(s.input("f32")))
+    with pytest.raises(ValueError, match="varies along the row"):
+        T.emit_kernel(s.spec)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# NVRTC: every op, dtype and shape compiles for compute_90
+
+
+@pytest.mark.parametrize("dtype", S.FLOAT_DTYPES)
+def test_compiles_float_unary_ops(nvrtc, dtype):
+    compile_ptx(nvrtc, [S.unary(op, dtype) for op in S.UNARY_FLOAT])
+
+
+@pytest.mark.parametrize("dtype", S.FLOAT_DTYPES + S.INT_DTYPES)
+def test_compiles_binary_ops(nvrtc, dtype):
+    compile_ptx(nvrtc, [S.binary(op, dtype) for op in S.BINARY_ARITH + S.COMPARISONS])
+
+
+def test_compiles_integer_and_bool_ops(nvrtc):
+    specs = [S.unary(op, dt) for op in ("neg", "abs", "not") for dt in S.INT_DTYPES] + [S.unary("not", "bool")]
+    specs += [S.binary(op, dt) for op in ("and", "or") for dt in ["bool"] + S.INT_DTYPES]
+    specs += [S.binary(op, "bool") for op in ("add", "mul", "max", "min", "eq")]
+    compile_ptx(nvrtc, specs)
+
+
+def test_compiles_every_cast(nvrtc):
+    compile_ptx(nvrtc, [S.cast(a, b) for a in S.ALL_DTYPES for b in S.ALL_DTYPES if a != b])
+
+
+def test_compiles_where_row_index_and_constants(nvrtc):
+    s = S.Spec("mask_fill", [33, 65])
+    x = s.load(s.input("f32"))
+    idx = s.row_index()
+    even = s.op("eq", "bool", s.op("and", "i64", idx, s.const(1, "i64")), s.const(0, "i64"))
+    s.pointwise_output(s.op("where", "f32", even, x, s.const(-math.inf)))
+    s.pointwise_output(s.op("cast", "f16", s.op("mul", "f32", x, s.const(math.nan))))
+    compile_ptx(nvrtc, [s.spec])
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (3,), (1025,), (65537,), (1, 1, 1), (7, 1, 3)])
+def test_compiles_odd_sizes(nvrtc, shape):
+    compile_ptx(nvrtc, [S.binary("mul", "f32", shape=shape, name="mul_f32"),
+                        S.unary("gelu_erf", "bf16", shape=shape, name="gelu_bf16")])
+
+
+def test_compiles_broadcast_transposed_and_offset_operands(nvrtc):
+    s = S.Spec("mixed_layouts", [32, 64, 48])
+    a = s.load(s.input("f16"))
+    b = s.load(s.input("f32", [0, 0, 1], offset=3))           # [48] at an offset
+    c = s.load(s.input("f32", [64 * 48, 1, 64]))              # last two dims transposed
+    d = s.load(s.input("f32", [0, 1, 0]))                     # [64, 1] column
+    y = s.op("add", "f32", s.op("cast", "f32", a), s.op("mul", "f32", b, c))
+    s.pointwise_output(s.op("sub", "f32", y, d))
+    specs = [s.spec, S.bias_add(), S.bias_add(dtype="f16", name="bias_add_f16")]
+    ptx = compile_ptx(nvrtc, specs)
+    assert "ld.global.nc.v4.f32" in ptx and "st.global.v4.f32" in ptx  # 16-byte accesses in the f32 bias add
+
+
+def test_compiles_seed_workloads(nvrtc):
+    ptx = compile_ptx(nvrtc, [S.w2_tiny_ops(), S.w3_softmax(), S.stable_softmax(), S.layer_norm(), S.w8_rmsnorm()])
+    for name in ("w2_tiny_ops", "w3_softmax", "stable_softmax", "layer_norm", "w8_rmsnorm"):
+        assert f".entry {name}(" in ptx
+    assert ".local" not in ptx  # register arrays stayed in registers
+
+
+def test_compiles_64_bit_indexing(nvrtc):
+    compile_ptx(nvrtc, [S.unary("neg", "f32", shape=(3, 1 << 30), name="big_neg"),
+                        S.bias_add(shape=(1 << 20, 4096), name="big_bias"),
+                        S.w3_softmax(rows=1 << 21, n=2048, name="big_softmax"),
+                        S.layer_norm(rows=1 << 23, n=512, name="big_ln")])
+
+
+@pytest.mark.parametrize("n", [1, 3, 32, 100, 512, 1000, 4096, 16384, 65537])
+def test_compiles_row_lengths(nvrtc, n):
+    compile_ptx(nvrtc, [S.w3_softmax(rows=5, n=n), S.stable_softmax(rows=5, n=n),
+                        S.layer_norm(rows=5, n=n, in_dtype="f32", out_dtype="f16"),
+                        S.w8_rmsnorm(rows=5, n=n)])
+
+
+def test_compiles_reductions_of_every_kind_and_dtype(nvrtc):
+    specs = []
+    for dt in ("f16", "bf16", "f32", "f64", "u8", "i8", "i16", "i32", "i64"):
+        for op in ("reduce_sum", "reduce_max", "reduce_min"):
+            s = S.Spec(f"{op}_{dt}", [6, 700], "row_reduce")
+            x = s.load(s.input(dt))
+            r = s.op(op, dt, x)
+            s.per_row_output(r)
+            s.pointwise_output(s.op("sub", dt, x, r))
+            specs.append(s.spec)
+    s = S.Spec("argmax_like", [9, 200], "row_reduce")  # a reduction of the row index, and of a per-row input
+    x = s.load(s.input("f32"))
+    first_max = s.op("where", "i64", s.op("eq", "bool", x, s.op("reduce_max", "f32", x)), s.row_index(),
+                     s.const(1 << 40, "i64"))
+    s.per_row_output(s.op("reduce_min", "i64", first_max))
+    s.per_row_output(s.op("reduce_sum", "f32", s.load(s.input("f32", [1, 0]))))
+    specs.append(s.spec)
+    compile_ptx(nvrtc, specs)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# GPU: results against eager torch (run by scripts/gpu-test.sh on a GPU machine)
+
+GPU_POINTWISE = (
+    [S.unary(op, dt, shape=(1025,)) for op in S.UNARY_FLOAT for dt in S.FLOAT_DTYPES]
+    + [S.binary(op, dt, shape=(3, 1025)) for op in S.BINARY_ARITH + S.COMPARISONS
+       for dt in S.FLOAT_DTYPES + S.INT_DTYPES if not (op == "pow" and dt in S.INT_DTYPES)]
+    + [S.unary(op, dt, shape=(999,)) for op in ("neg", "abs", "not") for dt in S.INT_DTYPES]
+    + [S.binary(op, dt, shape=(999,)) for op in ("and", "or") for dt in ["bool"] + S.INT_DTYPES]
+    + [S.cast(a, b, shape=(1027,)) for a in S.ALL_DTYPES for b in S.ALL_DTYPES if a != b]
+    + [S.bias_add(), S.bias_add(shape=(7, 3, 1025), dtype="f16", name="bias_add_odd"), S.w2_tiny_ops(),
+       S.binary("add", "f32", shape=(), name="add_0d"), S.binary("add", "f32", shape=(1,), name="add_1"),
+       S.binary("add", "bf16", shape=(64, 48), b_strides=[1, 64], name="add_transposed")]
+)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("spec", GPU_POINTWISE, ids=lambda s: s["name"])
+def test_gpu_pointwise_matches_torch(spec):
+    import codegen_gpu as G
+
+    # float -> unsigned casts of negative values are undefined in C++ and torch alike: keep those positive
+    nonneg = (0,) if spec["name"].startswith("cast_") and spec["name"].endswith("_u8") else ()
+    G.check(spec, G.random_inputs(spec, nonnegative=nonneg))
+
+
+@pytest.mark.gpu
+def test_gpu_int_pow_matches_torch():
+    import codegen_gpu as G
+    import torch
+
+    for dt in S.INT_DTYPES:
+        spec = S.binary("pow", dt, shape=(1000,))
+        base, _ = G.random_inputs(spec)
+        exponent = torch.randint(0, 5, (1000,), device="cuda").to(G.TORCH_DTYPES[dt])
+        G.check(spec, [base % 7, exponent])
+
+
+@pytest.mark.gpu
+def test_gpu_nan_and_inf_propagate_like_torch():
+    import codegen_gpu as G
+    import torch
+
+    specials = torch.tensor([math.nan, math.inf, -math.inf, 1.0, -2.0, math.nan, 0.5, -math.inf], device="cuda")
+    a = specials.repeat(128)
+    b = specials.roll(3).repeat(128)
+    for op in ("max", "min"):
+        G.check(S.binary(op, "f32", shape=(1024,)), [a, b])
+    G.check(S.unary("relu", "f32", shape=(1024,)), [a])
+    s = S.Spec("row_max_nan", [128, 8], "row_reduce")
+    x = s.load(s.input("f32"))
+    s.per_row_output(s.op("reduce_max", "f32", x))
+    s.per_row_output(s.op("reduce_min", "f32", x))
+    rows = torch.randn(128, 8, device="cuda")
+    rows[::3, 5] = math.nan
+    rows[1::3, 2] = math.inf
+    G.check(s.spec, [rows.flatten()])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("make", [
+    lambda: S.w3_softmax(), lambda: S.stable_softmax(), lambda: S.stable_softmax(rows=33, n=1000),
+    lambda: S.stable_softmax(rows=5, n=65537), lambda: S.w3_softmax(rows=100, n=3),
+    lambda: S.layer_norm(), lambda: S.layer_norm(rows=65, n=4096, in_dtype="f32", out_dtype="f16"),
+    lambda: S.layer_norm(rows=7, n=1000), lambda: S.w8_rmsnorm(), lambda: S.w8_rmsnorm(rows=9, n=65537),
+], ids=["w3", "stable", "stable_1000", "stable_65537", "w3_3", "ln", "ln_f32_4096", "ln_1000", "w8", "w8_65537"])
+def test_gpu_row_reduce_matches_torch_expressions(make):
+    import codegen_gpu as G
+
+    spec = make()
+    G.check(spec, G.random_inputs(spec), tolerance=None)
+
+
+@pytest.mark.gpu
+def test_gpu_seed_workloads_match_torch_functions():
+    """The fused kernels against the torch functions the workloads call (not the op-by-op reference)."""
+    import codegen_gpu as G
+    import torch
+    import torch.nn.functional as F
+
+    x = torch.randn(4096 * 4096, device="cuda")
+    (out,) = G.view_outputs(S.w3_softmax(), G.launch(S.w3_softmax(), [x]))
+    torch.testing.assert_close(out, torch.softmax(x.view(4096, 4096), -1), rtol=1e-5, atol=1e-8)
+
+    ln = S.layer_norm()
+    x, w, b = G.random_inputs(ln)
+    (out,) = G.view_outputs(ln, G.launch(ln, [x, w, b]))
+    want = F.layer_norm(x.view(16384, 512).float(), [512], w.float(), b.float()).half()
+    torch.testing.assert_close(out, want, rtol=1e-3, atol=2e-3)
+
+    rms = S.w8_rmsnorm()
+    x, w = G.random_inputs(rms)
+    (out,) = G.view_outputs(rms, G.launch(rms, [x, w]))
+    xf = x.view(8192, 4096).float()
+    want = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * w).to(torch.bfloat16)
+    torch.testing.assert_close(out, want, rtol=8e-3, atol=1e-2)
+
+
+@pytest.mark.gpu
+def test_gpu_unaligned_pointers_take_the_scalar_path():
+    import codegen_gpu as G
+
+    s = S.Spec("offset_add", [4096])
+    s.pointwise_output(s.op("add", "f32", s.load(s.input("f32", offset=1)), s.load(s.input("f32"))))
+    G.check(s.spec, G.random_inputs(s.spec))
+    ln = S.layer_norm(rows=64, n=512, in_dtype="f32", out_dtype="f32", name="ln_offset")
+    ln["inputs"][0]["offset"] = 3
+    G.check(ln, G.random_inputs(ln))
+
+
+@pytest.mark.gpu
+def test_gpu_64_bit_indices_reach_past_2_to_the_31():
+    import codegen_gpu as G
+    import torch
+
+    spec = S.unary("neg", "bf16", shape=((1 << 31) + 1029,), name="neg_huge")  # 4 GiB each way, odd tail
+    assert "64-bit indices" in T.emit_kernel(spec)[0]
+    x = torch.randn(spec["shape"][0], device="cuda", dtype=torch.bfloat16)
+    (out,) = G.launch(spec, [x])
+    assert torch.equal(out, -x)

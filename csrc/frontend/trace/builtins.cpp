@@ -6,6 +6,7 @@
 
 #include "frontend/trace/torch_refs.h"
 #include "frontend/trace/tracer.h"
+#include "support/pystr.h"
 
 namespace fastcomp::frontend {
 namespace {
@@ -64,13 +65,7 @@ ValueRef Tracer::call_builtin(PyObject* fn, std::vector<ValueRef>& args, Kwargs&
   auto fold_real = [&](const PyRef& tuple) {
     PyRef out = PyRef::steal(PyObject_Call(fn, tuple.get(), nullptr));
     if (!out) {
-      PyObject *t, *v, *tb;
-      PyErr_Fetch(&t, &v, &tb);
-      PyRef msg = PyRef::steal(v ? PyObject_Str(v) : nullptr);
-      Py_XDECREF(t);
-      Py_XDECREF(v);
-      Py_XDECREF(tb);
-      throw UserCodeError(fmt::format("builtin call raised: {}", msg ? PyUnicode_AsUTF8(msg.get()) : "?"));
+      throw UserCodeError("builtin call raised " + take_error_message());
     }
     return wrap_untracked(out.get());
   };

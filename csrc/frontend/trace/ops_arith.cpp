@@ -3,6 +3,7 @@
 
 #include "frontend/trace/torch_refs.h"
 #include "frontend/trace/tracer.h"
+#include "support/pystr.h"
 
 namespace fastcomp::frontend {
 namespace {
@@ -43,13 +44,7 @@ ValueRef fold(PyObject* fn, std::initializer_list<PyObject*> args, const char* w
   for (PyObject* a : args) PyTuple_SET_ITEM(tuple.get(), i++, Py_NewRef(a));
   PyRef out = PyRef::steal(PyObject_Call(fn, tuple.get(), nullptr));
   if (!out) {
-    PyObject *t, *v, *tb;
-    PyErr_Fetch(&t, &v, &tb);
-    PyRef msg = PyRef::steal(v ? PyObject_Str(v) : nullptr);
-    Py_XDECREF(t);
-    Py_XDECREF(v);
-    Py_XDECREF(tb);
-    throw UserCodeError(fmt::format("{} raised: {}", what, msg ? PyUnicode_AsUTF8(msg.get()) : "?"));
+    throw UserCodeError(std::string(what) + " raised " + take_error_message());
   }
   return make_const(out);
 }

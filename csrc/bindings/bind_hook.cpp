@@ -79,14 +79,21 @@ FrameOutcome test_handler(const FrameView& frame) {
   return FrameOutcome::result(result.release());
 }
 
+// Interceptions alive on all threads, and the frame handler before the first of them (GIL held). The handler
+// is swapped once for all of them: swapped per interception, threads that end out of order would restore one
+// another's handlers and leave test_handler installed for good (fastcomp then never compiles again).
+int interceptions_alive = 0;
+cpython::FrameHandler handler_before_interceptions = nullptr;
+
 // Makes `interception` the active one on this thread, with test_handler installed, for its lifetime.
 class ActiveInterception {
  public:
   explicit ActiveInterception(Interception* interception)
-      : previous_(std::exchange(active_interception, interception)),
-        previous_handler_(cpython::set_frame_handler(&test_handler)) {}
+      : previous_(std::exchange(active_interception, interception)) {
+    if (interceptions_alive++ == 0) handler_before_interceptions = cpython::set_frame_handler(&test_handler);
+  }
   ~ActiveInterception() {
-    cpython::set_frame_handler(previous_handler_);
+    if (--interceptions_alive == 0) cpython::set_frame_handler(handler_before_interceptions);
     active_interception = previous_;
   }
   ActiveInterception(const ActiveInterception&) = delete;
@@ -94,7 +101,6 @@ class ActiveInterception {
 
  private:
   Interception* previous_;
-  cpython::FrameHandler previous_handler_;
 };
 
 // Calls fn(*args, **kwargs); returns a new reference or throws error_already_set.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <initializer_list>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -40,6 +41,7 @@ struct OpSpec {
   int8_t cast_to = kNone;
   PyObject* kwarg = nullptr;          // the one keyword accepted, and only with its default value
   PyObject* kwarg_default = nullptr;  // (both owned by the table, which lives for the process)
+  bool reflected = false;  // Tensor.__r*__ and torch.rsub: torch sees the operands the other way round
 };
 
 // The covered callables, keyed by identity; keys owned (they live for the process anyway).
@@ -99,8 +101,13 @@ OpTable* build_table() {
   for (const Family& f : kBinary) {
     if (f.op) add(*tb, op_mod.get(), f.op, {f.rule, 2});
     if (f.iop) add(*tb, op_mod.get(), f.iop, {f.rule, 2, /*inplace=*/true});
-    for (const char* n : f.torch_fns) add(*tb, torch, n, {f.rule, 2, false, /*self_tensor=*/true});
-    for (const char* n : f.methods) add(*tb, tensor, n, {f.rule, 2, false, true});
+    for (const char* n : f.torch_fns)
+      add(*tb, torch, n, {f.rule, 2, false, /*self_tensor=*/true, false, kNone, nullptr, nullptr,
+                                std::string_view(n) == "rsub"});
+    for (const char* n : f.methods) {
+      bool reflected = std::string_view(n).rfind("__r", 0) == 0;
+      add(*tb, tensor, n, {f.rule, 2, false, true, false, kNone, nullptr, nullptr, reflected});
+    }
     for (const char* n : f.inplace_methods) add(*tb, tensor, n, {f.rule, 2, true, true});
   }
   add(*tb, torch, "pow", {Rule::Pow, 2});  // torch.pow(2, x) is valid
@@ -226,13 +233,28 @@ bool is_contiguous(const Arg& t) {
   return true;
 }
 
+// Whether the first tensor of the output's shape has strides that decide every comparison of two dimensions
+// for the output's order: all non-zero and strictly decreasing. Both sorts ask the tensors in operand order
+// and take the first decisive answer.
+bool first_tensor_decides(const std::vector<const Arg*>& ops, const std::vector<int64_t>& out) {
+  for (const Arg* o : ops) {
+    if (!o->tensor) continue;
+    if (o->sizes != out) return false;
+    for (size_t i = 0; i < out.size(); ++i)
+      if (o->strides[i] <= 0 || (i + 1 < out.size() && o->strides[i] <= o->strides[i + 1])) return false;
+    return true;
+  }
+  return false;
+}
+
 // Whether torch gives this op's output contiguous strides, on CPU and on meta tensors alike. Row-major inputs
 // always do (see meta_args.h). Otherwise it takes two tensors or more, since the reference implementations
 // keep a lone dense input's strides (size-1 dimensions included) where TensorIterator makes them contiguous,
 // and no 4-d output, where channels-last inputs take other shortcuts. Then either every operand is a
 // contiguous tensor of the output's shape (both take a contiguous shortcut before looking at strides; a
-// Python scalar would keep TensorIterator off its shortcut), or the tensors agree on the output's order.
-bool contiguous_output(const std::vector<const Arg*>& ops, const std::vector<int64_t>& out) {
+// Python scalar would keep TensorIterator off its shortcut), or the tensors agree on the output's order, or
+// (when `ops` are in torch's operand order) the first one settles it.
+bool contiguous_output(const std::vector<const Arg*>& ops, const std::vector<int64_t>& out, bool in_order) {
   int tensors = 0;
   bool all_row_major = true, all_contiguous_alike = true;
   for (const Arg* o : ops) {
@@ -243,7 +265,7 @@ bool contiguous_output(const std::vector<const Arg*>& ops, const std::vector<int
   }
   if (all_row_major) return true;
   if (tensors < 2 || out.size() == 4) return false;
-  if (all_contiguous_alike) return true;
+  if (all_contiguous_alike || (in_order && first_tensor_decides(ops, out))) return true;
   for (const Arg* o : ops)
     if (o->tensor && !orders_like_output(*o, out)) return false;
   return true;
@@ -332,7 +354,7 @@ std::optional<ComputedMeta> elementwise_meta(PyObject* target, PyObject* args, P
     // In-place ops check their destination for overlap, and casts keep dense layouts: row-major only.
     for (const Arg& o : ops)
       if (o.tensor && !row_major(o.sizes, o.strides)) return std::nullopt;
-  } else if (!contiguous_output(refs, sizes)) {
+  } else if (!contiguous_output(refs, sizes, !spec.reflected)) {
     return std::nullopt;
   }
   if (writes_self) {

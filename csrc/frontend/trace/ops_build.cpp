@@ -1,6 +1,8 @@
 // Containers: building, unpacking, indexing and the instructions that mutate them.
 #include <fmt/format.h>
 
+#include <unordered_map>
+
 #include "frontend/trace/torch_refs.h"
 #include "frontend/trace/tracer.h"
 
@@ -27,10 +29,17 @@ std::vector<ValueRef> module_children(Tracer& t, const ValueRef& module) {
   return out;
 }
 
+// `cls` is one of torch.nn's container classes; looked up once per process (they live forever).
 bool is_module_container(PyObject* o, const char* cls) {
-  PyRef nn = PyRef::steal(PyImport_ImportModule("torch.nn"));
-  PyRef type = PyRef::steal(PyObject_GetAttrString(nn.get(), cls));
-  return type && PyObject_IsInstance(o, type.get()) == 1;
+  static auto* types = new std::unordered_map<std::string, PyRef>();
+  auto it = types->find(cls);
+  if (it == types->end()) {
+    PyRef nn = PyRef::steal(PyImport_ImportModule("torch.nn"));
+    PyRef type = PyRef::steal(nn ? PyObject_GetAttrString(nn.get(), cls) : nullptr);
+    if (!type) PyErr_Clear();
+    it = types->emplace(cls, type).first;
+  }
+  return it->second && PyObject_IsInstance(o, it->second.get()) == 1;
 }
 
 }  // namespace

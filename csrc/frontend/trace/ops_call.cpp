@@ -6,17 +6,12 @@
 
 #include "frontend/trace/torch_refs.h"
 #include "frontend/trace/tracer.h"
+#include "support/pystr.h"
 
 namespace fastcomp::frontend {
 namespace {
 
 using Kwargs = std::vector<std::pair<std::string, ValueRef>>;
-
-std::string utf8(PyObject* s) {
-  const char* c = s ? PyUnicode_AsUTF8(s) : nullptr;
-  if (!c) PyErr_Clear();
-  return c ? c : "?";
-}
 
 std::string qualified_name(PyObject* fn) {
   PyRef module = PyRef::steal(PyObject_GetAttrString(fn, "__module__"));
@@ -278,12 +273,7 @@ ValueRef Tracer::call(const ValueRef& fn, std::vector<ValueRef> args, Kwargs kwa
     args.insert(args.begin(), wrap_untracked(PyMethod_GET_SELF(f)));
     return call(make_object(PyRef::borrow(PyMethod_GET_FUNCTION(f)), -1), std::move(args), std::move(kwargs));
   }
-  if (is_torch_callable(f)) {
-    bool any_tensor = false;
-    for (auto& a : args) any_tensor |= a->is(VKind::Tensor);
-    for (auto& kv : kwargs) any_tensor |= kv.second->is(VKind::Tensor);
-    return call_torch(f, qualified_name(f), args, kwargs);
-  }
+  if (is_torch_callable(f)) return call_torch(f, qualified_name(f), args, kwargs);
   return call_builtin(f, args, kwargs);
 }
 

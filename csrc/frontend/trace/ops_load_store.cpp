@@ -5,15 +5,10 @@
 
 #include "frontend/trace/torch_refs.h"
 #include "frontend/trace/tracer.h"
+#include "support/pystr.h"
 
 namespace fastcomp::frontend {
 namespace {
-
-std::string utf8(PyObject* s) {
-  const char* c = PyUnicode_AsUTF8(s);
-  if (!c) PyErr_Clear();
-  return c ? c : "?";
-}
 
 // Modules whose attributes the trace does not guard: they do not change while a program runs.
 bool is_library_module(PyObject* module) {

@@ -1,6 +1,7 @@
 // The interpreter loop: frame set-up, instruction dispatch, and the trace entry point. Handlers with more
 // than a few lines live in ops_*.cpp, grouped by family.
 #include "frontend/trace/tracer.h"
+#include "support/pystr.h"
 
 #include <fmt/format.h>
 
@@ -14,12 +15,6 @@ namespace fastcomp::frontend {
 namespace {
 
 constexpr int kMaxInlineDepth = 48;
-
-std::string utf8(PyObject* s) {
-  const char* c = s ? PyUnicode_AsUTF8(s) : nullptr;
-  if (!c) PyErr_Clear();
-  return c ? c : "?";
-}
 
 PyObject* code_attr(PyObject* code, const char* name) {  // new reference
   return PyObject_GetAttrString(code, name);

@@ -9,6 +9,7 @@ PYBIND11_MODULE(_C, m) {
   b::bind_bytecode(testing);
   b::bind_hook(testing);
   b::bind_cuda(testing);
+  b::bind_cublaslt(testing);
   b::bind_trace(testing);
   b::bind_codegen(testing);
   b::bind_api(m);

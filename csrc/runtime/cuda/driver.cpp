@@ -36,13 +36,6 @@ const char* hint(CUresult code) {
   }
 }
 
-// "fastcomp::runtime::cuda::launch" from GCC's and Clang's "void fastcomp::runtime::cuda::launch(CUfunction, ...)".
-std::string_view qualified_name(std::string_view function) {
-  function = function.substr(0, function.find('('));
-  if (size_t space = function.rfind(' '); space != std::string_view::npos) function.remove_prefix(space + 1);
-  return function;
-}
-
 DriverApi load_driver() {
   const LoadedLibrary& lib = load_library(Library::Driver);
   DriverApi api;
@@ -62,6 +55,12 @@ DriverApi load_driver() {
 }
 
 }  // namespace
+
+std::string_view qualified_name(std::string_view function) {
+  function = function.substr(0, function.find('('));
+  if (size_t space = function.rfind(' '); space != std::string_view::npos) function.remove_prefix(space + 1);
+  return function;
+}
 
 const DriverApi& driver() {
   // A magic static is safe here: loading the driver never takes the GIL (it is not searched for in sys.path).

@@ -4,6 +4,7 @@
 #include <source_location>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include "runtime/cuda/cuda_api.h"
 
@@ -32,6 +33,10 @@ struct CudaError : std::runtime_error {
 // "CUDA_ERROR_INVALID_IMAGE (device kernel image is invalid)", plus what to do for the errors that have a
 // usual cause.
 std::string describe_cu_result(CUresult code);
+
+// "fastcomp::runtime::cuda::launch" from GCC's and Clang's "void fastcomp::runtime::cuda::launch(CUfunction, ...)"
+// (std::source_location::function_name()): the function an error message names.
+std::string_view qualified_name(std::string_view function);
 
 [[noreturn]] void throw_cuda_error(CUresult code, const char* call, const std::source_location& where);
 

@@ -1,0 +1,356 @@
+#include "runtime/cuda/cublaslt.h"
+
+#include <fmt/format.h>
+
+#include <bit>
+#include <climits>
+#include <stdexcept>
+
+#include "runtime/cuda/module.h"
+
+namespace fastcomp::runtime::cuda {
+namespace {
+
+// The alignment run() expects of every pointer, and plans for first (see the header).
+constexpr uint32_t kPlannedAlignment = 256;
+
+cudaDataType_t data_type(ScalarType type) {
+  switch (type) {
+    case ScalarType::F16: return CUDA_R_16F;
+    case ScalarType::BF16: return CUDA_R_16BF;
+    case ScalarType::F32: return CUDA_R_32F;
+  }
+  return CUDA_R_32F;
+}
+
+cublasLtEpilogue_t lt_epilogue(Epilogue epilogue) {
+  switch (epilogue) {
+    case Epilogue::None: return CUBLASLT_EPILOGUE_DEFAULT;
+    case Epilogue::Bias: return CUBLASLT_EPILOGUE_BIAS;
+    case Epilogue::Gelu: return CUBLASLT_EPILOGUE_GELU;
+    case Epilogue::GeluBias: return CUBLASLT_EPILOGUE_GELU_BIAS;
+    case Epilogue::Relu: return CUBLASLT_EPILOGUE_RELU;
+    case Epilogue::ReluBias: return CUBLASLT_EPILOGUE_RELU_BIAS;
+  }
+  return CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+// A caller's matrix X, [rows, cols] in the row-major view with the given strides, as the cuBLASLt operand X^T
+// ([cols, rows]). Its bytes are X^T stored column-major when X's rows are contiguous (stride 1 along cols: op
+// N), or X stored column-major when its columns are (op T). The stride of a dimension of size 1 is never used,
+// so it may be anything (torch gives such dimensions arbitrary strides). cuBLASLt needs ld >= the stored
+// matrix's row count.
+struct Operand {
+  cublasOperation_t trans = CUBLAS_OP_N;
+  LtMatrix stored;
+};
+std::optional<Operand> as_operand(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride) {
+  if (col_stride == 1 || cols == 1) {
+    int64_t ld = rows == 1 ? cols : row_stride;
+    if (ld >= cols) return Operand{CUBLAS_OP_N, {uint64_t(cols), uint64_t(rows), ld, 0}};
+  }
+  if (row_stride == 1 || rows == 1) {
+    int64_t ld = cols == 1 ? rows : col_stride;
+    if (ld >= rows) return Operand{CUBLAS_OP_T, {uint64_t(rows), uint64_t(cols), ld, 0}};
+  }
+  return std::nullopt;
+}
+
+// D or C: [rows, cols] row-major with column stride 1, stored as its transpose column-major (op N only).
+std::optional<LtMatrix> as_output(int64_t rows, int64_t cols, int64_t row_stride) {
+  int64_t ld = rows == 1 ? cols : row_stride;
+  if (ld < cols) return std::nullopt;
+  return LtMatrix{uint64_t(cols), uint64_t(rows), ld, 0};
+}
+
+std::string matrix_text(const LtMatrix& x) {
+  return fmt::format("{}x{},ld={},bs={}", x.rows, x.cols, x.ld, x.batch_stride);
+}
+
+const char* on_off(bool value) { return value ? "on" : "off"; }
+
+// Sets a descriptor attribute from a value of exactly the type cuBLASLt stores (it checks the size).
+template <typename Set, typename Object, typename Attribute, typename T>
+void set_attribute(Set set, Object object, Attribute attribute, const T& value, const char* call,
+                   const std::source_location& where = std::source_location::current()) {
+  check_cublas(set(object, attribute, &value, sizeof(T)), call, where);
+}
+#define FC_SET_ATTRIBUTE(function, object, attribute, value) \
+  set_attribute(cublaslt().function, object, attribute, value, #function "(" #object ", " #attribute ")")
+
+// A dummy bias pointer aligned to exactly `alignment` bytes, for the heuristic before run() knows the real one:
+// cuBLASLt reads the pointer's alignment out of its value at planning, without dereferencing it.
+CublasError with_matmul(const CublasError& e, const MatmulDesc& desc) {
+  return CublasError(e.status, e.call, std::string(e.what()) + "\n  matmul: " + desc.to_string());
+}
+
+const void* dummy_bias(uint32_t alignment) { return reinterpret_cast<const void*>(uintptr_t(1) << 20 | alignment); }
+
+// The largest power of two, up to kPlannedAlignment, that divides the address.
+uint32_t alignment_of(const void* p) {
+  auto address = reinterpret_cast<uintptr_t>(p) | kPlannedAlignment;
+  return uint32_t(address & (~address + 1));
+}
+
+}  // namespace
+
+const char* scalar_type_name(ScalarType type) {
+  switch (type) {
+    case ScalarType::F16: return "f16";
+    case ScalarType::BF16: return "bf16";
+    case ScalarType::F32: return "f32";
+  }
+  return "?";
+}
+
+size_t scalar_type_size(ScalarType type) { return type == ScalarType::F32 ? 4 : 2; }
+
+const char* epilogue_name(Epilogue epilogue) {
+  switch (epilogue) {
+    case Epilogue::None: return "none";
+    case Epilogue::Bias: return "bias";
+    case Epilogue::Gelu: return "gelu_tanh";
+    case Epilogue::GeluBias: return "gelu_tanh_bias";
+    case Epilogue::Relu: return "relu";
+    case Epilogue::ReluBias: return "relu_bias";
+  }
+  return "?";
+}
+
+bool epilogue_has_bias(Epilogue epilogue) {
+  return epilogue == Epilogue::Bias || epilogue == Epilogue::GeluBias || epilogue == Epilogue::ReluBias;
+}
+
+std::string MatmulDesc::to_string() const {
+  std::string out = fmt::format("{} m={} n={} k={} batch={} a=[{},{};{}] b=[{},{};{}] d=[{};{}]", scalar_type_name(dtype),
+                                m, n, k, batch, a_row_stride, a_col_stride, a_batch_stride, b_row_stride, b_col_stride,
+                                b_batch_stride, d_row_stride, d_batch_stride);
+  if (has_c) out += fmt::format(" c=[{};{}]", c_row_stride, c_batch_stride);
+  out += fmt::format(" alpha={} beta={} epilogue={} tf32={} reduced_precision_reduction={}", alpha, beta,
+                     epilogue_name(epilogue), on_off(allow_tf32), on_off(allow_reduced_precision_reduction));
+  return out;
+}
+
+std::string LtMatmul::to_string() const {
+  auto op = [](cublasOperation_t t) { return t == CUBLAS_OP_T ? "T" : "N"; };
+  return fmt::format("m={} n={} k={} batch={} a={}[{}] b={}[{}] c=[{}] d=[{}]", m, n, k, batch, op(transa),
+                     matrix_text(a), op(transb), matrix_text(b), matrix_text(c), matrix_text(d));
+}
+
+std::string matmul_unsupported_reason(const MatmulDesc& d) {
+  if (d.m < 1 || d.n < 1 || d.k < 1 || d.batch < 1)
+    return fmt::format("an empty matmul (m={}, n={}, k={}, batch={}) has nothing for cuBLASLt to do", d.m, d.n, d.k,
+                       d.batch);
+  if (d.m > INT32_MAX || d.n > INT32_MAX || d.k > INT32_MAX || d.batch > INT32_MAX)
+    return fmt::format("a size above 2^31-1 (m={}, n={}, k={}, batch={}) is beyond cuBLASLt", d.m, d.n, d.k, d.batch);
+  for (int64_t stride : {d.a_row_stride, d.a_col_stride, d.a_batch_stride, d.b_row_stride, d.b_col_stride,
+                         d.b_batch_stride, d.d_row_stride, d.d_batch_stride, d.c_row_stride, d.c_batch_stride})
+    if (stride < 0) return "a negative stride (a flipped view) cannot be described to cuBLASLt";
+  if (!as_operand(d.m, d.k, d.a_row_stride, d.a_col_stride))
+    return fmt::format("A [{}, {}] has strides ({}, {}): cuBLASLt needs one of them to be 1 and the other to span "
+                       "a whole row or column",
+                       d.m, d.k, d.a_row_stride, d.a_col_stride);
+  if (!as_operand(d.k, d.n, d.b_row_stride, d.b_col_stride))
+    return fmt::format("B [{}, {}] has strides ({}, {}): cuBLASLt needs one of them to be 1 and the other to span "
+                       "a whole row or column",
+                       d.k, d.n, d.b_row_stride, d.b_col_stride);
+  if (!as_output(d.m, d.n, d.d_row_stride))
+    return fmt::format("D [{}, {}] has row stride {}: rows overlap (it must be at least n)", d.m, d.n, d.d_row_stride);
+  if (d.batch > 1 && d.d_batch_stride == 0) return "D has batch stride 0: every batch would write the same matrix";
+  if (d.has_c && !as_output(d.m, d.n, d.c_row_stride))
+    return fmt::format("C [{}, {}] has row stride {}: cuBLASLt reads C like D, with a row stride of at least n (a "
+                       "broadcast row vector belongs in the bias)",
+                       d.m, d.n, d.c_row_stride);
+  if (!d.has_c && d.beta != 0.f) return fmt::format("beta={} without a C matrix", d.beta);
+  return "";
+}
+
+LtMatmul lower_matmul(const MatmulDesc& desc) {
+  if (std::string why = matmul_unsupported_reason(desc); !why.empty())
+    throw std::invalid_argument("fastcomp::runtime::cuda::lower_matmul(): cannot run " + desc.to_string() +
+                                " with cuBLASLt: " + why + "; check matmul_supported() first");
+  // Row-major D = A @ B is column-major D^T = B^T @ A^T: cuBLASLt's first operand is B, its second A.
+  Operand first = *as_operand(desc.k, desc.n, desc.b_row_stride, desc.b_col_stride);
+  Operand second = *as_operand(desc.m, desc.k, desc.a_row_stride, desc.a_col_stride);
+  LtMatmul lt;
+  lt.transa = first.trans;
+  lt.transb = second.trans;
+  lt.m = uint64_t(desc.n);
+  lt.n = uint64_t(desc.m);
+  lt.k = uint64_t(desc.k);
+  lt.batch = int32_t(desc.batch);
+  lt.a = first.stored;
+  lt.b = second.stored;
+  lt.d = *as_output(desc.m, desc.n, desc.d_row_stride);
+  lt.c = desc.has_c ? *as_output(desc.m, desc.n, desc.c_row_stride) : lt.d;
+  if (desc.batch > 1) {
+    lt.a.batch_stride = desc.b_batch_stride;
+    lt.b.batch_stride = desc.a_batch_stride;
+    lt.d.batch_stride = desc.d_batch_stride;
+    lt.c.batch_stride = desc.has_c ? desc.c_batch_stride : desc.d_batch_stride;
+  }
+  return lt;
+}
+
+// ---- MatmulPlan --------------------------------------------------------------------------------------------
+
+MatmulPlan::Descriptors::Descriptors(const MatmulDesc& desc, const LtMatmul& lt, size_t workspace_bytes) {
+  const CublasLtApi& api = cublaslt();
+  // A constructor that throws runs no destructor, so what it made so far is freed here.
+  try {
+    // fp32 accumulation and fp32 alpha/beta for every dtype, as torch does (unless allow_fp16_accumulation).
+    cublasComputeType_t compute =
+        desc.dtype == ScalarType::F32 && desc.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    check_cublas(api.cublasLtMatmulDescCreate(&matmul, compute, CUDA_R_32F),
+                 "cublasLtMatmulDescCreate(&matmul, compute, CUDA_R_32F)");
+    FC_SET_ATTRIBUTE(cublasLtMatmulDescSetAttribute, matmul, CUBLASLT_MATMUL_DESC_TRANSA, int32_t(lt.transa));
+    FC_SET_ATTRIBUTE(cublasLtMatmulDescSetAttribute, matmul, CUBLASLT_MATMUL_DESC_TRANSB, int32_t(lt.transb));
+    FC_SET_ATTRIBUTE(cublasLtMatmulDescSetAttribute, matmul, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                     uint32_t(lt_epilogue(desc.epilogue)));
+
+    cudaDataType_t type = data_type(desc.dtype);
+    auto layout = [&](cublasLtMatrixLayout_t& out, const LtMatrix& m) {
+      check_cublas(api.cublasLtMatrixLayoutCreate(&out, type, m.rows, m.cols, m.ld),
+                   "cublasLtMatrixLayoutCreate(&layout, type, rows, cols, ld)");
+      if (lt.batch == 1) return;
+      FC_SET_ATTRIBUTE(cublasLtMatrixLayoutSetAttribute, out, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, int32_t(lt.batch));
+      FC_SET_ATTRIBUTE(cublasLtMatrixLayoutSetAttribute, out, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                       int64_t(m.batch_stride));
+    };
+    layout(a, lt.a);
+    layout(b, lt.b);
+    layout(d, lt.d);
+    if (desc.has_c) layout(c, lt.c);
+
+    check_cublas(api.cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate(&preference)");
+    FC_SET_ATTRIBUTE(cublasLtMatmulPreferenceSetAttribute, preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                     uint64_t(workspace_bytes));
+    // Split-K partial sums kept in fp32 (COMPUTE_TYPE) are as exact as no split; INPLACE and OUTPUT_TYPE add
+    // them in D's type, which is what the reduced-precision-reduction switch is about. Unsplit algorithms
+    // (scheme NONE, value 0) pass every mask.
+    if (desc.dtype != ScalarType::F32 && !desc.allow_reduced_precision_reduction)
+      FC_SET_ATTRIBUTE(cublasLtMatmulPreferenceSetAttribute, preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                       uint32_t(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE));
+  } catch (...) {
+    destroy();
+    throw;
+  }
+}
+
+MatmulPlan::Descriptors::~Descriptors() { destroy(); }
+
+void MatmulPlan::Descriptors::destroy() {
+  // Nothing was created unless cublaslt() loaded; destroying host-side descriptors cannot fail.
+  if (!matmul && !a && !b && !c && !d && !preference) return;
+  const CublasLtApi& api = cublaslt();
+  if (preference) api.cublasLtMatmulPreferenceDestroy(preference);
+  for (cublasLtMatrixLayout_t* layout : {&a, &b, &c, &d})
+    if (*layout) api.cublasLtMatrixLayoutDestroy(*layout);
+  if (matmul) api.cublasLtMatmulDescDestroy(matmul);
+  matmul = nullptr, a = b = c = d = nullptr, preference = nullptr;
+}
+
+std::string check_matmul_descriptors(const MatmulDesc& desc, size_t workspace_bytes) {
+  LtMatmul lt = lower_matmul(desc);
+  MatmulPlan::Descriptors descriptors(desc, lt, workspace_bytes);
+  if (epilogue_has_bias(desc.epilogue))
+    FC_SET_ATTRIBUTE(cublasLtMatmulDescSetAttribute, descriptors.matmul, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                     dummy_bias(kPlannedAlignment));
+  return lt.to_string();
+}
+
+MatmulPlan::MatmulPlan(const MatmulDesc& desc, int device, size_t workspace_bytes) try
+    : desc_(desc),
+      lt_(lower_matmul(desc)),
+      device_(device),
+      workspace_bytes_(workspace_bytes),
+      handle_(cublaslt_handle(device)),
+      descriptors_(desc_, lt_, workspace_bytes) {
+  ContextGuard context(device_);  // the heuristic reads the current device's arch and SM count
+  aligned_ = choose_algo(kPlannedAlignment);
+} catch (const CublasError& e) {
+  throw with_matmul(e, desc);
+}
+
+MatmulPlan::~MatmulPlan() = default;
+
+MatmulPlan::Algo MatmulPlan::choose_algo(uint32_t alignment) const {
+  const CublasLtApi& api = cublaslt();
+  for (cublasLtMatmulPreferenceAttributes_t attribute :
+       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+    FC_SET_ATTRIBUTE(cublasLtMatmulPreferenceSetAttribute, descriptors_.preference, attribute, alignment);
+  if (epilogue_has_bias(desc_.epilogue))
+    FC_SET_ATTRIBUTE(cublasLtMatmulDescSetAttribute, descriptors_.matmul, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                     dummy_bias(alignment));
+  cublasLtMatmulHeuristicResult_t result{};
+  int count = 0;
+  cublasLtMatrixLayout_t c = descriptors_.c ? descriptors_.c : descriptors_.d;
+  check_cublas(api.cublasLtMatmulAlgoGetHeuristic(handle_, descriptors_.matmul, descriptors_.a, descriptors_.b, c,
+                                                  descriptors_.d, descriptors_.preference, 1, &result, &count),
+               "cublasLtMatmulAlgoGetHeuristic(handle, matmul, a, b, c, d, preference, 1, &result, &count)");
+  if (count == 0)
+    throw CublasError(CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmulAlgoGetHeuristic",
+                      fmt::format("fastcomp::runtime::cuda::MatmulPlan::choose_algo(): cuBLASLt {} has no algorithm "
+                                  "for this matmul on device {} with {}-byte aligned pointers and a workspace of {} "
+                                  "bytes; run it through torch instead\n  cublasLt: {}",
+                                  cublaslt_version(), device_, alignment, workspace_bytes_, lt_.to_string()));
+  return {result.algo, result.workspaceSize, result.wavesCount};
+}
+
+void MatmulPlan::run(const void* a, const void* b, const void* c, void* d, const void* bias, void* workspace,
+                     CUstream stream) const {
+  bool has_bias = epilogue_has_bias(desc_.epilogue);
+  uint32_t alignment = kPlannedAlignment;
+  auto require = [&](const void* p, const char* name) {
+    if (!p)
+      throw std::invalid_argument(std::string("fastcomp::runtime::cuda::MatmulPlan::run(): ") + name +
+                                  " is null for " + desc_.to_string());
+    alignment = std::min(alignment, alignment_of(p));
+  };
+  require(a, "a");
+  require(b, "b");
+  require(d, "d");
+  if (desc_.has_c) require(c, "c");
+  if (has_bias) require(bias, "bias");
+  if (alignment < scalar_type_size(desc_.dtype))
+    throw std::invalid_argument(fmt::format(
+        "fastcomp::runtime::cuda::MatmulPlan::run(): a pointer is aligned to {} bytes, less than one {} element, "
+        "for {}; run this matmul through torch",
+        alignment, scalar_type_name(desc_.dtype), desc_.to_string()));
+  if (workspace_bytes_ > 0 && !workspace)
+    throw std::invalid_argument(fmt::format("fastcomp::runtime::cuda::MatmulPlan::run(): the plan was made for a "
+                                            "{}-byte workspace but none was given",
+                                            workspace_bytes_));
+
+  ContextGuard context(device_);
+  std::lock_guard lock(mutex_);
+  try {
+    const Algo* algo = &aligned_;
+    if (alignment < kPlannedAlignment) {
+      std::optional<Algo>& slot = less_aligned_[std::countr_zero(alignment)];
+      if (!slot) slot = choose_algo(alignment);
+      algo = &*slot;
+    }
+    if (has_bias)
+      FC_SET_ATTRIBUTE(cublasLtMatmulDescSetAttribute, descriptors_.matmul, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+    float alpha = desc_.alpha, beta = desc_.has_c ? desc_.beta : 0.f;
+    // Without C, beta is 0 and cuBLASLt never reads C; it still wants a pointer and a layout, so it gets D's.
+    const void* c_or_d = desc_.has_c ? c : d;
+    cublasLtMatrixLayout_t c_layout = descriptors_.c ? descriptors_.c : descriptors_.d;
+    check_cublas(cublaslt().cublasLtMatmul(handle_, descriptors_.matmul, &alpha, b, descriptors_.a, a,
+                                           descriptors_.b, &beta, c_or_d, c_layout, d, descriptors_.d, &algo->algo,
+                                           workspace, workspace_bytes_, stream),
+                 "cublasLtMatmul(handle, matmul, &alpha, b, b_layout, a, a_layout, &beta, c, c_layout, d, d_layout, "
+                 "&algo, workspace, workspace_bytes, stream)");
+  } catch (const CublasError& e) {
+    throw with_matmul(e, desc_);
+  }
+}
+
+std::string MatmulPlan::to_string() const {
+  return fmt::format("{}\n  cublasLt: {} algo_workspace={} waves={:.2f}", desc_.to_string(), lt_.to_string(),
+                     aligned_.workspace, aligned_.waves);
+}
+
+}  // namespace fastcomp::runtime::cuda

@@ -1,0 +1,171 @@
+// Matrix products through cuBLASLt, with their epilogues (bias, ReLU, tanh-GELU) fused: a MatmulDesc says what
+// to compute in the row-major terms the graph uses, a MatmulPlan turns it into cuBLASLt's descriptors and chosen
+// algorithm once, and MatmulPlan::run launches it many times on the caller's stream with no allocation.
+//
+// cuBLASLt is column-major. A row-major [r, c] matrix is, byte for byte, its column-major transpose [c, r], so
+// the row-major D = A @ B is computed as the column-major D^T = B^T @ A^T: the operands swap places, m and n
+// swap, and each operand's strides decide whether cuBLASLt reads it as is (CUBLAS_OP_N) or transposed
+// (CUBLAS_OP_T). lower_matmul() is that translation, kept apart so that it can be printed and tested on a CPU.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "runtime/cuda/cublaslt_library.h"
+#include "runtime/cuda/cuda_api.h"
+
+namespace fastcomp::runtime::cuda {
+
+// Element type of A, B, C, D and the bias (they share one). Accumulation is always fp32.
+enum class ScalarType : uint8_t { F16, BF16, F32 };
+const char* scalar_type_name(ScalarType type);  // "f16", "bf16", "f32"
+size_t scalar_type_size(ScalarType type);       // bytes per element
+
+// What cuBLASLt applies to the product before storing D. The bias is a vector of n elements (D's columns in
+// the row-major view, the features of F.linear) broadcast over rows and batches, of the matmul's dtype.
+//
+// Gelu and GeluBias are cuBLASLt's GELU, which is the TANH APPROXIMATION:
+//     0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+// i.e. F.gelu(x, approximate='tanh'). torch's default F.gelu(x) (approximate='none') uses erf and differs by up
+// to ~1e-3 (absolute, near |x| = 2): never use these epilogues for it; fuse erf-GELU into a pointwise kernel.
+enum class Epilogue : uint8_t { None, Bias, Gelu, GeluBias, Relu, ReluBias };
+const char* epilogue_name(Epilogue epilogue);  // "none", "bias", "gelu_tanh", "gelu_tanh_bias", "relu", "relu_bias"
+bool epilogue_has_bias(Epilogue epilogue);
+
+// One strided-batched matrix product, described row-major as the caller sees its tensors:
+//     D[b] = act(alpha * A[b] @ B[b] + beta * C[b] + bias)        for b in [0, batch)
+// with A[b] an [m, k] matrix, B[b] [k, n], C[b] and D[b] [m, n]; act and bias as `epilogue` says (the
+// activation applies to the whole sum, residual included). Strides are in elements. A and B may be any view
+// with one of its two strides equal to 1 (contiguous, or transposed like w.t() or x.transpose(-2, -1)); a
+// stride of a dimension of size 1 is ignored. Batch strides may be 0 (one matrix shared by every batch, e.g.
+// a weight). D and C are row-major with column stride 1. Without C (has_c false) beta must be 0.
+struct MatmulDesc {
+  int64_t m = 0, n = 0, k = 0, batch = 1;
+  ScalarType dtype = ScalarType::F32;
+  int64_t a_row_stride = 0, a_col_stride = 0, a_batch_stride = 0;
+  int64_t b_row_stride = 0, b_col_stride = 0, b_batch_stride = 0;
+  int64_t d_row_stride = 0, d_batch_stride = 0;
+  bool has_c = false;
+  int64_t c_row_stride = 0, c_batch_stride = 0;
+  float alpha = 1.f, beta = 0.f;
+  Epilogue epilogue = Epilogue::None;
+  // fp32 only: let cuBLASLt round A and B to TF32 (CUBLAS_COMPUTE_32F_FAST_TF32), as
+  // torch.backends.cuda.matmul.allow_tf32 does. Ignored for f16/bf16.
+  bool allow_tf32 = false;
+  // f16/bf16 only: false forbids split-K algorithms that add partial sums in f16/bf16 (in D, or in the workspace)
+  // rather than fp32, as torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction (or the bf16 one)
+  // = False does for torch's cuBLAS calls; split-K with fp32 partial sums stays allowed. Ignored for f32.
+  bool allow_reduced_precision_reduction = true;
+
+  // One line, stable (a dump and log format): "f16 m=17 n=33 k=5 batch=3 a=[17,1;561] b=[1,5;0] d=[33;561]
+  // c=[33;561] alpha=1 beta=1 epilogue=bias tf32=off reduced_precision_reduction=on"; c= only with has_c.
+  std::string to_string() const;
+  bool operator==(const MatmulDesc&) const = default;
+};
+
+// Why this wrapper cannot express `desc` (a cheap check of sizes, strides and layouts, no library needed); empty
+// when it can. The caller runs the matmul through torch when it is not empty, and says why in its log. A
+// supported desc can still be refused by cuBLASLt on a particular GPU: MatmulPlan throws CublasError then.
+std::string matmul_unsupported_reason(const MatmulDesc& desc);
+inline bool matmul_supported(const MatmulDesc& desc) { return matmul_unsupported_reason(desc).empty(); }
+
+// cuBLASLt's column-major view of a MatmulDesc. `a` is cuBLASLt's first operand, which is the caller's B (and
+// `b` the caller's A); each is the matrix as stored, rows x cols with leading dimension ld, that trans turns
+// into the operand. d and c are [n, m] with ld = the caller's row stride.
+struct LtMatrix {
+  uint64_t rows = 0, cols = 0;
+  int64_t ld = 0;
+  int64_t batch_stride = 0;
+};
+struct LtMatmul {
+  cublasOperation_t transa = CUBLAS_OP_N, transb = CUBLAS_OP_N;
+  uint64_t m = 0, n = 0, k = 0;  // cuBLAS's: m = the caller's n, n = the caller's m
+  int32_t batch = 1;
+  LtMatrix a, b, c, d;  // c is d when the desc has no C
+  // "m=33 n=17 k=5 batch=3 a=N[33x5,ld=33,bs=0] b=T[17x5,ld=17,bs=85] c=[33x17,ld=33,bs=561] d=[...]"
+  std::string to_string() const;
+};
+// Precondition: matmul_supported(desc); throws std::invalid_argument naming the reason otherwise.
+LtMatmul lower_matmul(const MatmulDesc& desc);
+
+// Builds and frees cuBLASLt's descriptors for `desc` (matmul description, the four layouts, the preference)
+// without touching a GPU, and returns lower_matmul(desc).to_string(): lets a CPU-only machine check that
+// cuBLASLt accepts every attribute this file sets. Throws CublasError, CudaLibraryError, std::invalid_argument.
+std::string check_matmul_descriptors(const MatmulDesc& desc, size_t workspace_bytes);
+
+// A MatmulDesc planned for one device: cuBLASLt's descriptors and the algorithm its heuristic picks for this
+// GPU and workspace size, made once; run() then only launches. Not copyable; thread-safe.
+//
+// Alignment: cuBLASLt's fastest kernels need their pointers aligned to 16 bytes or more, and an algorithm chosen
+// for aligned pointers may fault on less-aligned ones, but pointers are only known at run(). So the plan picks
+// its algorithm for 256-byte alignment (what torch's allocator gives every fresh tensor; also what torch tells
+// cuBLASLt for such pointers, so both pick the same kernel), and run() checks the actual a, b, c, d and bias
+// pointers: when any is less aligned (a view at an offset), it uses an algorithm chosen for that alignment
+// instead, asking the heuristic once per alignment (128 down to 2 bytes) and keeping the answer. Strides are
+// known at plan time and the heuristic accounts for them itself.
+class MatmulPlan {
+ public:
+  // Plans `desc` on CUDA device `device` (an ordinal, as torch numbers them) for a workspace of at most
+  // `workspace_bytes` (cuBLASLt uses it for split-K partial sums; a few MiB is plenty, 0 rules split-K out). Throws std::invalid_argument if !matmul_supported(desc), CublasError if cuBLASLt refuses
+  // it (the message ends with desc.to_string()), CudaLibraryError if cuBLASLt or the driver cannot be loaded.
+  MatmulPlan(const MatmulDesc& desc, int device, size_t workspace_bytes);
+  ~MatmulPlan();
+  MatmulPlan(const MatmulPlan&) = delete;
+  MatmulPlan& operator=(const MatmulPlan&) = delete;
+
+  // Queues the product on `stream` (not synchronised). a, b, c, d, bias point at element [0, 0] of batch 0 of
+  // each matrix; c is ignored without has_c and bias without a bias epilogue (pass nullptr). Every pointer must
+  // be aligned to its element size. `workspace` is device memory of at least workspace_bytes() bytes, aligned
+  // to 256 bytes (any torch allocation is), not used by other work on other streams meanwhile; it may be null
+  // when workspace_bytes() is 0. c may equal d (in place) only if C's strides equal D's. Makes the plan's
+  // device current for the call and restores the caller's. Throws CublasError, CudaError, std::invalid_argument.
+  void run(const void* a, const void* b, const void* c, void* d, const void* bias, void* workspace,
+           CUstream stream) const;
+
+  const MatmulDesc& desc() const { return desc_; }
+  int device() const { return device_; }
+  size_t workspace_bytes() const { return workspace_bytes_; }
+  // How much of the workspace the algorithm for aligned pointers uses (0 for most shapes without split-K).
+  size_t workspace_used() const { return aligned_.workspace; }
+  // desc.to_string(), the lowering, and the chosen algorithm's workspace and waves count: for dumps and logs.
+  std::string to_string() const;
+
+ private:
+  struct Algo {
+    cublasLtMatmulAlgo_t algo;
+    size_t workspace = 0;
+    float waves = 0;
+  };
+  // The cuBLASLt objects a plan owns; destroyed with it (also when its constructor throws part way).
+  struct Descriptors {
+    Descriptors(const MatmulDesc& desc, const LtMatmul& lt, size_t workspace_bytes);
+    ~Descriptors();
+    Descriptors(const Descriptors&) = delete;
+    Descriptors& operator=(const Descriptors&) = delete;
+    void destroy();
+    cublasLtMatmulDesc_t matmul = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
+    cublasLtMatmulPreference_t preference = nullptr;
+  };
+  friend std::string check_matmul_descriptors(const MatmulDesc&, size_t);
+
+  // The heuristic's best algorithm for pointers aligned to `alignment` bytes (a power of two up to 256).
+  // Called with mutex_ held or from the constructor.
+  Algo choose_algo(uint32_t alignment) const;
+
+  MatmulDesc desc_;
+  LtMatmul lt_;
+  int device_;
+  size_t workspace_bytes_;
+  cublasLtHandle_t handle_ = nullptr;
+  Descriptors descriptors_;
+  Algo aligned_;  // for 256-byte alignment
+  // run() sets the bias pointer in the shared matmul descriptor before each launch, and fills the fallback
+  // algorithms on first need, both under this lock.
+  mutable std::mutex mutex_;
+  mutable std::array<std::optional<Algo>, 8> less_aligned_;  // by log2 of the alignment: 1 to 128 bytes
+};
+
+}  // namespace fastcomp::runtime::cuda

@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "backend.h"
 #include "frontend/trace/tracer.h"
 #include "support/log.h"
 
@@ -28,7 +29,11 @@ CompiledFrame compile_frame(const cpython::FrameView& frame, const CompileOption
   out.graph_text = trace.graph.to_string();
   for (const auto& node : trace.graph.nodes)
     if (node.kind == graph::NodeKind::Call) out.ops.push_back(node.target_name);
-  out.executable = runtime::make_torch_runner(std::move(trace.graph));
+  BuiltExecutable built = build_executable(std::move(trace.graph), out.guards);
+  out.executable = std::move(built.executable);
+  out.backend = std::move(built.summary);
+  out.plan_text = std::move(built.plan_text);
+  out.cuda_source = std::move(built.cuda_source);
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
 }

@@ -31,6 +31,9 @@ struct CompiledFrame {
   std::string user_error;                           // the user's code raised while tracing
   std::string graph_text;
   std::vector<std::string> ops;
+  std::string plan_text;    // the CUDA backend's fusion plan, when it lowered the graph
+  std::string cuda_source;  // and its CUDA C
+  std::string backend;  // what runs the graph: "cuda: 2 kernels, 1 cuBLAS calls, 0 extern ops" / "torch runner: ..."
   double seconds = 0;
 };
 

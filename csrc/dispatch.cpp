@@ -75,6 +75,9 @@ void notify_observer(PyCodeObject* code, const CompiledFrame& c, const std::vect
   }
   set("guards", guards);
   set("compile_time_s", PyFloat_FromDouble(c.seconds));
+  set("backend", PyUnicode_FromString(c.backend.c_str()));
+  set("plan", PyUnicode_FromString(c.plan_text.c_str()));
+  set("cuda_source", PyUnicode_FromString(c.cuda_source.c_str()));
   if (c.failure) {
     set("break_code", PyUnicode_FromString(frontend::break_code_id(c.failure->code)));
     set("break_reason", PyUnicode_FromString(c.failure->what()));
@@ -170,7 +173,8 @@ cpython::FrameOutcome dispatch(const cpython::FrameView& frame, DispatchContext&
     FC_LOG(compile, debug, "{} raised while tracing ({}); running it eagerly", where(code), c.user_error);
   } else {
     FC_LOG(compile, info, "compiled {} in {:.2f} ms: {} ops", where(code), c.seconds * 1e3, c.ops.size());
-    FC_LOG(graph, info, "TRACED GRAPH {}/{} {}\n{}", cache.frame_id, entry->compile_id, where(code), c.graph_text);
+    FC_LOG(graph, info, "TRACED GRAPH {}/{} {}\n{}runs on {}", cache.frame_id, entry->compile_id, where(code),
+           c.graph_text, c.backend);
     if (log::enabled(log::Topic::guards))
       log::emit(log::Topic::guards, log::Level::info,
                 fmt::format("GUARDS {}/{} {}:\n{}", cache.frame_id, entry->compile_id, where(code), c.guards.to_string()));

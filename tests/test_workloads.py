@@ -34,6 +34,8 @@ def check_workload(wid, grad, device):
             inputs = make_inputs()
             assert_same(compiled(*inputs), model(*inputs), rtol=rtol, atol=atol)
     assert (cc.frame_count, cc.graph_count, cc.break_count) == (1, 1, 0), cc.records
+    if device == "cuda":  # the generated-code backend ran it, not the torch runner
+        assert cc.records[0]["backend"].startswith("cuda:"), cc.records[0]["backend"]
 
 
 def test_explain_of_a_workload_reports_one_graph():

@@ -42,13 +42,20 @@ void bind_api(py::module_& m) {
   m.def("register_special", [](const std::string& role, py::object o) { frontend::register_special_object(role, o.ptr()); });
   m.def("is_dispatching", &is_dispatching);
   m.def(
+      "set_rehearse_cuda_backend", [](bool on) { config().rehearse_cuda_backend = on; },
+      "tests: lower graphs on CPU tensors as if on a GPU, compile their CUDA C to PTX, run them through torch");
+  m.def(
       "set_config",
-      [](int recompile_limit, bool error_on_recompile, bool suppress_errors) {
+      [](int recompile_limit, bool error_on_recompile, bool suppress_errors, bool cuda_backend,
+         const std::string& dump_dir) {
         config().recompile_limit = recompile_limit;
         config().error_on_recompile = error_on_recompile;
         config().suppress_errors = suppress_errors;
+        config().cuda_backend = cuda_backend;
+        config().dump_dir = dump_dir;
       },
-      py::arg("recompile_limit"), py::arg("error_on_recompile"), py::arg("suppress_errors"));
+      py::arg("recompile_limit"), py::arg("error_on_recompile"), py::arg("suppress_errors"), py::arg("cuda_backend"),
+      py::arg("dump_dir"));
 }
 
 }  // namespace fastcomp::bindings

@@ -1,5 +1,6 @@
 // fastcomp's settings, as fastcomp.config sets them from Python (which also reads the FASTCOMP_* variables).
 #pragma once
+#include <string>
 
 namespace fastcomp {
 
@@ -7,6 +8,9 @@ struct Config {
   int recompile_limit = 8;          // cache entries per code object and option set before running eagerly
   bool error_on_recompile = false;  // raise instead of warning when the limit is hit
   bool suppress_errors = true;      // internal compile failures warn once and run eagerly
+  bool cuda_backend = true;         // graphs on CUDA tensors run generated kernels (else the torch runner)
+  bool rehearse_cuda_backend = false;  // tests: lower CPU graphs, compile their CUDA C to PTX, run them on torch
+  std::string dump_dir;             // non-empty: every compile writes its artifacts (graph, plan, .cu) here
 };
 
 Config& config();

@@ -4,6 +4,10 @@ sees every change immediately. Environment variables give the start-up values:
 - ``FASTCOMP_RECOMPILE_LIMIT`` (int, default 8): compiled versions per function before it runs eagerly.
 - ``FASTCOMP_ERROR_ON_RECOMPILE`` (0/1): raise ``RecompileLimitExceeded`` instead of warning at the limit.
 - ``FASTCOMP_SUPPRESS_ERRORS`` (0/1, default 1): internal compile failures warn and run eagerly instead of raising.
+- ``FASTCOMP_CUDA_BACKEND`` (0/1, default 1): graphs on CUDA tensors run fastcomp's generated kernels and cuBLASLt
+  calls; 0 runs them op by op through torch.
+- ``FASTCOMP_DUMP_DIR`` (path, default unset): each compiled graph writes ``graph.txt``, ``plan.txt`` and
+  ``kernels.cu`` into its own folder there.
 """
 import contextlib
 import os
@@ -16,6 +20,8 @@ _DEFAULTS = {
     "recompile_limit": int(os.environ.get("FASTCOMP_RECOMPILE_LIMIT", "8")),
     "error_on_recompile": os.environ.get("FASTCOMP_ERROR_ON_RECOMPILE", "0") == "1",
     "suppress_errors": os.environ.get("FASTCOMP_SUPPRESS_ERRORS", "1") == "1",
+    "cuda_backend": os.environ.get("FASTCOMP_CUDA_BACKEND", "1") == "1",
+    "dump_dir": os.environ.get("FASTCOMP_DUMP_DIR", ""),
 }
 
 

@@ -30,6 +30,7 @@ class ExplainOutput:
     ops_per_graph: list
     out_guards: list
     compile_times: list  # seconds per compiled frame
+    backends: list = dataclasses.field(default_factory=list)  # per graph: what runs it (kernels, cuBLAS, externs)
 
     def __str__(self):
         lines = [f"Graph Count: {self.graph_count}", f"Graph Break Count: {self.graph_break_count}",
@@ -39,7 +40,8 @@ class ExplainOutput:
             for i, b in enumerate(self.break_reasons, 1):
                 lines.append(f"  Break Reason {i}: {b}")
         for i, (graph, ops) in enumerate(zip(self.graphs, self.ops_per_graph), 1):
-            lines.append(f"Graph {i} ({len(ops)} ops):")
+            backend = self.backends[i - 1] if i <= len(self.backends) else ""
+            lines.append(f"Graph {i} ({len(ops)} ops){', runs on ' + backend if backend else ''}:")
             lines.extend("  " + line for line in graph.rstrip().splitlines())
         lines.append(f"Guards ({len(self.out_guards)}):")
         lines.extend("  " + g for g in self.out_guards)
@@ -56,16 +58,17 @@ def explain(fn):
         dispatcher = _C.make_dispatcher(fn, target, False, None, "default", "default", explain=True)
         with _events.subscribe(records.append):
             dispatcher(*args, **kwargs)
-        graphs, ops, guards, times, breaks = [], [], [], [], []
+        graphs, ops, guards, times, breaks, backends = [], [], [], [], [], []
         for r in records:
             times.append(r["compile_time_s"])
             guards.extend(r["guards"])
             if r["status"] == "compiled":
                 graphs.append(r["graph"])
                 ops.append(r["ops"])
+                backends.append(r.get("backend", ""))
             elif r["status"] == "unsupported":
                 breaks.append(BreakReason(r["break_code"], r["break_headline"], r["break_reason"], r["user_loc"],
                                           r["source_line"], r["break_hint"]))
-        return ExplainOutput(graphs, len(graphs), len(breaks), breaks, ops, guards, times)
+        return ExplainOutput(graphs, len(graphs), len(breaks), breaks, ops, guards, times, backends)
 
     return run

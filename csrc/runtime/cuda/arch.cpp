@@ -1,8 +1,33 @@
 #include "runtime/cuda/arch.h"
 
+#include <map>
+#include <mutex>
+
 #include "runtime/cuda/driver.h"
 
 namespace fastcomp::runtime::cuda {
+namespace {
+// cuda.h: enum CUdevice_attribute_enum
+constexpr CUdevice_attribute CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 1;
+constexpr CUdevice_attribute CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16;
+constexpr CUdevice_attribute CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR = 39;
+}  // namespace
+
+const DeviceInfo& device_info(int device) {
+  static std::mutex mutex;
+  static std::map<int, DeviceInfo> known;
+  std::lock_guard lock(mutex);
+  if (auto it = known.find(device); it != known.end()) return it->second;
+  DeviceInfo info;
+  info.arch = CudaArch::of_device(device);
+  CUdevice handle = 0;
+  FC_CU_CHECK(cuDeviceGet(&handle, device));
+  FC_CU_CHECK(cuDeviceGetAttribute(&info.sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, handle));
+  FC_CU_CHECK(cuDeviceGetAttribute(&info.max_threads_per_block, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, handle));
+  FC_CU_CHECK(
+      cuDeviceGetAttribute(&info.max_threads_per_sm, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, handle));
+  return known.emplace(device, info).first->second;
+}
 
 const char* output_name(Output kind) { return kind == Output::Ptx ? "ptx" : "cubin"; }
 

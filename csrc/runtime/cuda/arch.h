@@ -29,4 +29,14 @@ struct CudaArch {
   auto operator<=>(const CudaArch&) const = default;
 };
 
+// What code generation sizes launches by, read from the driver once per device.
+struct DeviceInfo {
+  CudaArch arch;
+  int sm_count = 0;
+  int max_threads_per_block = 0;
+  int max_threads_per_sm = 0;
+};
+// Throws CudaError / CudaLibraryError when the device cannot be queried.
+const DeviceInfo& device_info(int device);
+
 }  // namespace fastcomp::runtime::cuda

@@ -1,0 +1,162 @@
+#include "backend.h"
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+
+#include "frontend/trace/torch_refs.h"
+#include "plan/lower.h"
+#include "runtime/cuda/nvrtc.h"
+#include "runtime/cuda_executable.h"
+#include "support/config.h"
+#include "support/log.h"
+#include "support/pystr.h"
+
+namespace fastcomp {
+namespace {
+
+// Why the graph runs through torch rather than the CUDA backend; empty when the CUDA backend applies.
+std::string torch_runner_reason(const graph::Graph& graph, int* device) {
+  if (!config().cuda_backend) return "fastcomp.config.cuda_backend is off";
+  bool cuda = false;
+  for (const graph::Node& n : graph.nodes) {
+    if (n.type != graph::ValueType::Tensor || !n.meta.device) continue;
+    PyRef type = PyRef::steal(PyObject_GetAttrString(n.meta.device.get(), "type"));
+    if (!type || utf8(type.get()) != "cuda") {
+      PyErr_Clear();
+      continue;  // a CPU tensor among CUDA ones: lowering decides
+    }
+    PyRef index = PyRef::steal(PyObject_GetAttrString(n.meta.device.get(), "index"));
+    *device = index && PyLong_Check(index.get()) ? static_cast<int>(PyLong_AsLong(index.get())) : 0;
+    PyErr_Clear();
+    cuda = true;
+    if (n.meta.requires_grad) return "its outputs need gradients (training graphs run through torch for now)";
+  }
+  return cuda ? "" : "no CUDA tensors";
+}
+
+// Writes the compile's artifacts into their own folder under FASTCOMP_DUMP_DIR; returns the folder ("" when
+// dumping is off or failed).
+std::filesystem::path dump(const std::string& graph_text, const std::string& plan_text, const std::string& cuda) {
+  if (config().dump_dir.empty()) return {};
+  static std::atomic<int> counter{0};
+  std::filesystem::path dir = std::filesystem::path(config().dump_dir) / fmt::format("graph_{:04}", counter++);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return {};
+  auto write = [&](const char* name, const std::string& text) {
+    if (!text.empty()) std::ofstream(dir / name) << text;
+  };
+  write("graph.txt", graph_text);
+  write("plan.txt", plan_text);
+  write("kernels.cu", cuda);
+  return dir;
+}
+
+// Where a failed program's source goes when no dump folder is set, so the warning can name a file.
+std::string save_failed_source(const std::string& cuda) {
+  std::error_code ec;
+  std::filesystem::path dir = std::filesystem::temp_directory_path(ec);
+  if (ec) return "";
+  std::filesystem::path path = dir / fmt::format("fastcomp-failed-{:016x}.cu", std::hash<std::string>{}(cuda));
+  std::ofstream(path) << cuda;
+  return path.string();
+}
+
+void add_tf32_guard(frontend::GuardSet& guards) {
+  PyRef c = PyRef::steal(PyObject_GetAttrString(frontend::torch_refs().torch.get(), "_C"));
+  PyRef fn = c ? PyRef::steal(PyObject_GetAttrString(c.get(), "_get_cublas_allow_tf32")) : PyRef();
+  if (!fn) {
+    PyErr_Clear();
+    return;
+  }
+  frontend::Guard g;
+  g.kind = frontend::GuardKind::GlobalState;
+  g.call = fn;
+  g.call_args = PyRef::steal(PyTuple_New(0));
+  g.expected = PyRef::steal(PyObject_CallNoArgs(fn.get()));
+  g.what = "torch.backends.cuda.matmul.allow_tf32";
+  if (!g.expected) {
+    PyErr_Clear();
+    return;
+  }
+  guards.guards.push_back(std::move(g));
+}
+
+BuiltExecutable torch_runner(graph::Graph graph, const std::string& why) {
+  BuiltExecutable out;
+  out.executable = runtime::make_torch_runner(std::move(graph));
+  out.summary = out.executable->describe() + (why.empty() ? "" : " (" + why + ")");
+  return out;
+}
+
+}  // namespace
+
+// Tests on machines without a GPU: lower and emit CPU graphs as if they were on an H100 and compile the CUDA C
+// to PTX, then run the graph through torch. Checks lowering and codegen of every traced graph on CI.
+BuiltExecutable rehearse(graph::Graph graph) {
+  BuiltExecutable out;
+  plan::Program program = plan::lower(graph, {0, /*require_cuda=*/false});
+  out.plan_text = program.to_string(graph);
+  runtime::CudaSource source = runtime::emit_plan(program, codegen::DeviceLimits{});
+  out.cuda_source = source.program;
+  if (!source.program.empty())
+    runtime::cuda::compile_cuda(source.program, "fastcomp_graph", runtime::cuda::CudaArch{9, 0},
+                                runtime::cuda::Output::Ptx, {});
+  BuiltExecutable runner = torch_runner(std::move(graph), "rehearsal");
+  out.executable = std::move(runner.executable);
+  out.summary = fmt::format("rehearsal: {} kernels, {} cuBLAS calls, {} extern ops", program.count(plan::Step::Kind::Kernel),
+                            program.count(plan::Step::Kind::Matmul), program.count(plan::Step::Kind::Extern));
+  return out;
+}
+
+BuiltExecutable build_executable(graph::Graph graph, frontend::GuardSet& guards) {
+  int device = 0;
+  std::string why = torch_runner_reason(graph, &device);
+  if (why == "no CUDA tensors" && config().rehearse_cuda_backend) return rehearse(std::move(graph));
+  if (!why.empty()) return torch_runner(std::move(graph), why);
+  plan::Program program;
+  try {
+    program = plan::lower(graph, {device});
+  } catch (const plan::NotLowerable& e) {
+    return torch_runner(std::move(graph), e.what());
+  }
+  std::string plan_text = program.to_string(graph);
+  runtime::CudaSource source;
+  try {
+    source = runtime::emit_plan(program, runtime::device_limits(device));
+  } catch (const std::exception& e) {
+    FC_LOG(compile, warning, "fastcomp: the CUDA backend could not emit code for this graph ({}); it runs through "
+           "torch instead. Plan:\n{}", e.what(), plan_text);
+    return torch_runner(std::move(graph), "code generation failed");
+  }
+  const std::filesystem::path dumped = dump(graph.to_string(), plan_text, source.program);
+  FC_LOG(output_code, info, "Output code (plan):\n{}\n{}", plan_text, source.program);
+  for (const plan::MatmulStep& m : program.matmul_steps)
+    if (m.dtype == codegen::DType::F32) {
+      add_tf32_guard(guards);
+      break;
+    }
+  try {
+    auto executable = runtime::make_cuda_executable(graph, std::move(program), source);
+    BuiltExecutable out;
+    out.summary = executable->describe();
+    out.executable = std::move(executable);
+    out.plan_text = std::move(plan_text);
+    out.cuda_source = std::move(source.program);
+    return out;
+  } catch (const runtime::cuda::NvrtcError& e) {
+    const std::string path = dumped.empty() ? save_failed_source(source.program) : (dumped / "kernels.cu").string();
+    FC_LOG(compile, warning, "fastcomp: NVRTC rejected the generated CUDA C ({}); this graph runs through torch "
+           "instead. Please report it with the source: {}\nNVRTC log:\n{}", e.what(), path, e.log);
+    return torch_runner(std::move(graph), "NVRTC failed");
+  } catch (const std::exception& e) {
+    FC_LOG(compile, warning, "fastcomp: the CUDA backend failed to build this graph ({}); it runs through torch "
+           "instead.", e.what());
+    return torch_runner(std::move(graph), "CUDA backend failed");
+  }
+}
+
+}  // namespace fastcomp

@@ -1,0 +1,24 @@
+// Choosing and building a graph's executable: the CUDA backend (lower -> emit -> NVRTC -> executable) for
+// graphs on CUDA tensors, the torch runner for everything else and whenever the CUDA path cannot be used.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "frontend/guards/guards.h"
+#include "graph/ir.h"
+#include "runtime/executable.h"
+
+namespace fastcomp {
+
+struct BuiltExecutable {
+  std::unique_ptr<runtime::Executable> executable;
+  std::string summary;  // "cuda: 2 kernels, 1 cuBLAS calls, 0 extern ops" or "torch runner: 5 ops (why)"
+  std::string plan_text;    // the fusion plan, when the CUDA backend lowered the graph
+  std::string cuda_source;  // its CUDA C
+};
+
+/** Builds `graph`'s executable; adds the guards the choice depends on (e.g. TF32 for fp32 matmuls) to
+ *  `guards`. Never throws for a CUDA failure: it logs the reason and uses the torch runner. */
+BuiltExecutable build_executable(graph::Graph graph, frontend::GuardSet& guards);
+
+}  // namespace fastcomp

@@ -1,0 +1,103 @@
+#include "plan/cluster.h"
+
+#include <stdexcept>
+
+namespace fastcomp::plan {
+
+int Cluster::load(int buffer, DType dtype, const std::vector<int64_t>& strides, int64_t offset) {
+  if (sealed_) throw std::logic_error("Cluster::load: the cluster is sealed");
+  int operand = -1;
+  for (size_t i = 0; i < loads_.size(); ++i)
+    if (loads_[i].buffer == buffer && loads_[i].operand.strides == strides &&
+        loads_[i].operand.storage_offset == offset)
+      operand = static_cast<int>(i);
+  if (operand < 0) {
+    operand = static_cast<int>(loads_.size());
+    loads_.push_back({buffer, codegen::Operand{dtype, strides, offset}});
+  }
+  auto key = std::make_tuple(static_cast<int>(ExprOp::Load), static_cast<int>(dtype), std::vector<int>{}, operand, 0.0);
+  if (auto it = cse_.find(key); it != cse_.end()) return it->second;
+  codegen::Expr e;
+  e.op = ExprOp::Load;
+  e.dtype = dtype;
+  e.operand = operand;
+  exprs_.push_back(e);
+  return cse_[key] = static_cast<int>(exprs_.size() - 1);
+}
+
+int Cluster::constant(DType dtype, double value) {
+  auto key = std::make_tuple(static_cast<int>(ExprOp::Constant), static_cast<int>(dtype), std::vector<int>{}, -1, value);
+  if (auto it = cse_.find(key); it != cse_.end()) return it->second;
+  codegen::Expr e;
+  e.op = ExprOp::Constant;
+  e.dtype = dtype;
+  e.constant = value;
+  exprs_.push_back(e);
+  return cse_[key] = static_cast<int>(exprs_.size() - 1);
+}
+
+int Cluster::op(ExprOp op, DType dtype, std::vector<int> args) {
+  auto key = std::make_tuple(static_cast<int>(op), static_cast<int>(dtype), args, -1, 0.0);
+  if (auto it = cse_.find(key); it != cse_.end()) return it->second;
+  codegen::Expr e;
+  e.op = op;
+  e.dtype = dtype;
+  e.args = std::move(args);
+  exprs_.push_back(std::move(e));
+  return cse_[key] = static_cast<int>(exprs_.size() - 1);
+}
+
+int Cluster::cast(int expr, DType dtype) { return exprs_[expr].dtype == dtype ? expr : op(ExprOp::Cast, dtype, {expr}); }
+
+bool Cluster::store(int expr, int buffer, DType dtype, const std::vector<int64_t>& strides, int64_t offset) {
+  for (const Store& s : stores_)
+    if (s.expr == expr && s.buffer == buffer) return false;
+  stores_.push_back({expr, buffer, codegen::Operand{dtype, strides, offset}});
+  return true;
+}
+
+std::vector<int> Cluster::absorb(const Cluster& other) {
+  if (sealed_ || other.sealed_) throw std::logic_error("Cluster::absorb: a sealed cluster cannot merge");
+  row_reduce_ |= other.row_reduce_;
+  std::vector<int> remap(other.exprs_.size(), -1);
+  for (size_t i = 0; i < other.exprs_.size(); ++i) {
+    const codegen::Expr& e = other.exprs_[i];
+    switch (e.op) {
+      case ExprOp::Load: {
+        const Load& l = other.loads_[e.operand];
+        remap[i] = load(l.buffer, e.dtype, l.operand.strides, l.operand.storage_offset);
+        break;
+      }
+      case ExprOp::Constant: remap[i] = constant(e.dtype, e.constant); break;
+      default: {
+        std::vector<int> args;
+        for (int a : e.args) args.push_back(remap[a]);
+        remap[i] = op(e.op, e.dtype, std::move(args));
+      }
+    }
+  }
+  for (const Store& s : other.stores_) store(remap[s.expr], s.buffer, s.operand.dtype, s.operand.strides,
+                                             s.operand.storage_offset);
+  return remap;
+}
+
+codegen::Kernel Cluster::kernel(const std::string& name, std::vector<int>* args) const {
+  codegen::Kernel k;
+  k.kind = row_reduce_ ? codegen::Kernel::Kind::RowReduce : codegen::Kernel::Kind::Pointwise;
+  k.name = name;
+  k.shape = space_;
+  k.exprs = exprs_;
+  args->clear();
+  for (const Load& l : loads_) {
+    k.inputs.push_back(l.operand);
+    args->push_back(l.buffer);
+  }
+  for (const Store& s : stores_) {
+    k.stores.push_back({s.expr, static_cast<int>(k.outputs.size())});
+    k.outputs.push_back(s.operand);
+    args->push_back(s.buffer);
+  }
+  return k;
+}
+
+}  // namespace fastcomp::plan

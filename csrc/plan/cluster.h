@@ -1,0 +1,64 @@
+// A cluster is one fused kernel while lowering builds it: an iteration space, the buffers it loads, and an
+// expression DAG with common subexpressions shared. Values of a cluster are either per element of the space
+// ("full") or per row (RowReduce clusters: the same for every element of a row, e.g. a row's sum).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <tuple>
+#include <vector>
+
+#include "codegen/kernel_ir.h"
+
+namespace fastcomp::plan {
+
+using codegen::DType;
+using codegen::ExprOp;
+
+class Cluster {
+ public:
+  explicit Cluster(std::vector<int64_t> space) : space_(std::move(space)) {}
+
+  const std::vector<int64_t>& space() const { return space_; }
+  bool row_reduce() const { return row_reduce_; }
+  void make_row_reduce() { row_reduce_ = true; }
+  // A sealed cluster has its place among the steps: it may gain outputs but no new loads (a buffer written
+  // later would be read too early).
+  bool sealed() const { return sealed_; }
+  void seal() { sealed_ = true; }
+
+  // The expression loading `buffer` with `strides` over the space (0 broadcasts), deduplicated.
+  int load(int buffer, DType dtype, const std::vector<int64_t>& strides, int64_t offset);
+  int constant(DType dtype, double value);
+  int op(ExprOp op, DType dtype, std::vector<int> args);
+  int cast(int expr, DType dtype);  // `expr` itself when it already has that dtype
+  DType dtype_of(int expr) const { return exprs_[expr].dtype; }
+
+  // Writes `expr` to `buffer` with `strides` over the space; returns whether it was new (a value stored once).
+  bool store(int expr, int buffer, DType dtype, const std::vector<int64_t>& strides, int64_t offset);
+  bool has_stores() const { return !stores_.empty(); }
+
+  // Appends `other`'s loads, expressions and stores; returns the index each of its expressions now has.
+  std::vector<int> absorb(const Cluster& other);
+
+  // The kernel, named `name`, and its arguments (buffer ids: inputs then outputs).
+  codegen::Kernel kernel(const std::string& name, std::vector<int>* args) const;
+
+ private:
+  struct Load {
+    int buffer;
+    codegen::Operand operand;
+  };
+  struct Store {
+    int expr, buffer;
+    codegen::Operand operand;
+  };
+  std::vector<int64_t> space_;
+  bool row_reduce_ = false;
+  bool sealed_ = false;
+  std::vector<Load> loads_;
+  std::vector<codegen::Expr> exprs_;
+  std::vector<Store> stores_;
+  std::map<std::tuple<int, int, std::vector<int>, int, double>, int> cse_;  // (op, dtype, args, operand, constant)
+};
+
+}  // namespace fastcomp::plan

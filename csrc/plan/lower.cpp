@@ -1,0 +1,439 @@
+// The lowering driver: walks the graph in order, keeps each value lazy (an expression of an open cluster) for
+// as long as only kernels consume it, and materialises it into a buffer when something else needs it: a
+// matrix product, an extern torch call, a view, or the graph's output. A cluster is sealed - given its place
+// among the steps - when a buffer it writes is first consumed outside it; every cluster still open at the end
+// runs last.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "plan/lowering.h"
+#include "support/pystr.h"
+
+namespace fastcomp::plan {
+namespace detail {
+namespace {
+
+bool is_dense(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
+  std::vector<size_t> order(sizes.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return strides[a] < strides[b]; });
+  int64_t expected = 1;
+  for (size_t d : order) {
+    if (sizes[d] == 1) continue;
+    if (strides[d] != expected) return false;
+    expected *= sizes[d];
+  }
+  return true;
+}
+
+// Ops that write into an argument: after them, lazy values computed from the old contents must already exist.
+bool mutates(const graph::Node& n) {
+  const std::string& t = n.target_name;
+  if (t.rfind("operator.i", 0) == 0 || t == "operator.setitem" || t == "Tensor.__setitem__") return true;
+  const std::string op = t.substr(t.rfind('.') + 1);
+  if (op.size() > 1 && op.back() == '_' && op.rfind("__", 0) != 0) return true;
+  if (n.kwnames)
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(n.kwnames.get()); ++i)
+      if (utf8(PyTuple_GET_ITEM(n.kwnames.get(), i)) == "out") return true;
+  return false;
+}
+
+bool on_cuda(const graph::TensorMeta& meta) { return meta.device && py_str(meta.device.get()).rfind("cuda", 0) == 0; }
+
+void mark_uses(const graph::Arg& a, int user, std::vector<int>& last_use) {
+  if (a.kind == graph::Arg::Kind::Node) last_use[a.node] = std::max(last_use[a.node], user);
+  for (const auto& item : a.items) mark_uses(item, user, last_use);
+}
+
+}  // namespace
+
+Lowerer::Lowerer(const graph::Graph& graph, const LowerOptions& options)
+    : graph_(graph), options_(options), values_(graph.nodes.size()), last_use_(graph.nodes.size(), -1) {
+  for (const graph::Node& n : graph_.nodes) {
+    for (const auto& a : n.args) mark_uses(a, n.id, last_use_);
+    for (const auto& a : n.kwargs) mark_uses(a, n.id, last_use_);
+  }
+  mark_uses(graph_.output, static_cast<int>(graph_.nodes.size()), last_use_);
+}
+
+DType Lowerer::node_dtype(graph::NodeId id) const {
+  auto t = dtype_of(graph_.nodes[id].meta.dtype.get());
+  if (!t) throw NotLowerable(fmt::format("%{} has dtype {}, which the CUDA backend has no code for", id,
+                                         py_str(graph_.nodes[id].meta.dtype.get())));
+  return *t;
+}
+
+int Lowerer::add_buffer(Buffer b) {
+  const int id = static_cast<int>(program_.buffers.size());
+  if (b.kind != Buffer::Kind::View) b.root = id;
+  program_.buffers.push_back(std::move(b));
+  buffer_producer_.push_back(-1);
+  return id;
+}
+
+int Lowerer::cluster_of(int id) {
+  while (merged_into_[id] >= 0) id = merged_into_[id];
+  return id;
+}
+
+void Lowerer::merge(int into, int from) {
+  into = cluster_of(into);
+  from = cluster_of(from);
+  if (into == from) return;
+  std::vector<int> remap = clusters_[into]->absorb(*clusters_[from]);
+  merged_into_[from] = into;
+  for (Value& v : values_)
+    if (v.cluster == from) {
+      v.cluster = into;
+      v.expr = remap[v.expr];
+    }
+  for (int& producer : buffer_producer_)
+    if (producer == from) producer = into;
+}
+
+void Lowerer::seal(int c) {
+  c = cluster_of(c);
+  if (clusters_[c]->sealed()) return;
+  clusters_[c]->seal();
+  kernel_step_of_[c] = static_cast<int>(program_.kernel_steps.size());
+  program_.kernel_steps.push_back(KernelStep{});
+  program_.steps.push_back({Step::Kind::Kernel, kernel_step_of_[c]});
+}
+
+std::vector<int64_t> Lowerer::strides_in_space(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
+                                               const std::vector<int64_t>& out_shape, bool row,
+                                               const std::vector<int64_t>& space) const {
+  std::vector<int64_t> s(out_shape.size(), 0);
+  const size_t lead = out_shape.size() - sizes.size();  // broadcasting aligns trailing dimensions
+  for (size_t d = 0; d < sizes.size(); ++d)
+    s[lead + d] = sizes[d] == 1 ? 0 : strides[d];
+  if (!row) return s;
+  if (out_shape.size() == space.size()) s.back() = 0;  // [..., 1]: the row's single value
+  else s.push_back(0);                                  // keepdim=False: one value per row
+  return s;
+}
+
+bool Lowerer::lazy_fits(const Value& v, graph::NodeId id, const std::vector<int64_t>& out_shape, bool* row) const {
+  const std::vector<int64_t>& space = clusters_[v.cluster]->space();
+  *row = false;
+  if (!v.row) return out_shape == space;
+  // A per-row value of logical shape [..., 1] (keepdim) or [...] is either broadcast along its rows (the op
+  // covers the whole space) or combined with other per-row values (the op has the value's own shape).
+  const std::vector<int64_t>& shape = graph_.nodes[id].meta.sizes;
+  if (out_shape == space) return shape.size() == space.size() && shape.back() == 1;
+  *row = true;
+  return out_shape == shape;
+}
+
+int Lowerer::materialize(graph::NodeId id) {
+  Value& v = values_[id];
+  if (v.buffer >= 0) return v.buffer;
+  if (v.cluster < 0) throw std::logic_error(fmt::format("lower: %{} has neither a buffer nor an expression", id));
+  const graph::TensorMeta& meta = graph_.nodes[id].meta;
+  Buffer b;
+  b.kind = Buffer::Kind::Alloc;
+  b.node = id;
+  b.dtype = node_dtype(id);
+  b.sizes = meta.sizes;
+  b.strides = is_dense(meta.sizes, meta.strides) ? meta.strides : contiguous_strides(meta.sizes);
+  const int c = cluster_of(v.cluster);
+  const std::vector<int64_t> space = clusters_[c]->space();
+  std::vector<int64_t> in_space = strides_in_space(b.sizes, b.strides, b.sizes, v.row, space);
+  if (!v.row) in_space = b.strides;
+  const int id_b = add_buffer(b);
+  clusters_[c]->store(v.expr, id_b, b.dtype, in_space, 0);
+  buffer_producer_[id_b] = c;
+  v.buffer = id_b;
+  return id_b;
+}
+
+int Lowerer::buffer_for(graph::NodeId id) {
+  const int b = values_[id].buffer >= 0 ? values_[id].buffer : materialize(id);
+  const int producer = buffer_producer_[program_.buffers[b].root];
+  if (producer >= 0) seal(producer);
+  return b;
+}
+
+int Lowerer::contiguous_copy(int source) {
+  const Buffer src = program_.buffers[source];
+  Buffer b;
+  b.kind = Buffer::Kind::Alloc;
+  b.dtype = src.dtype;
+  b.sizes = src.sizes;
+  b.strides = contiguous_strides(src.sizes);
+  const int producer = buffer_producer_[src.root];
+  if (producer >= 0) seal(producer);
+  const int c = static_cast<int>(clusters_.size());
+  clusters_.push_back(std::make_unique<Cluster>(src.sizes));
+  merged_into_.push_back(-1);
+  kernel_step_of_.push_back(-1);
+  const int e = clusters_[c]->load(src.root, src.dtype, src.strides, src.offset);
+  const int out = add_buffer(b);
+  clusters_[c]->store(e, out, b.dtype, b.strides, 0);
+  buffer_producer_[out] = c;
+  seal(c);
+  return out;
+}
+
+void Lowerer::add_matmul(MatmulStep step) {
+  program_.steps.push_back({Step::Kind::Matmul, static_cast<int>(program_.matmul_steps.size())});
+  program_.matmul_steps.push_back(std::move(step));
+}
+
+void Lowerer::add_view(const graph::Node& n, int base) {
+  const Buffer& from = program_.buffers[base];
+  const Buffer& root = program_.buffers[from.root];
+  // Offsets in the graph's metadata are absolute within one storage; the root's own offset is its zero.
+  const int64_t root_meta_offset = root.node >= 0 ? graph_.nodes[root.node].meta.storage_offset : 0;
+  Buffer b;
+  b.kind = Buffer::Kind::View;
+  b.root = from.root;
+  b.node = n.id;
+  b.dtype = node_dtype(n.id);
+  b.sizes = n.meta.sizes;
+  b.strides = n.meta.strides;
+  b.offset = n.meta.storage_offset - root_meta_offset;
+  if (b.offset < 0) throw NotLowerable(fmt::format("%{} views memory before its base's start", n.id));
+  values_[n.id].tensor = true;
+  values_[n.id].buffer = add_buffer(b);
+}
+
+void Lowerer::ensure_objects(const graph::Arg& a) {
+  if (a.kind == graph::Arg::Kind::Node) ensure_object(a.node);
+  for (const auto& item : a.items) ensure_objects(item);
+}
+
+void Lowerer::ensure_object(graph::NodeId id) {
+  if (program_.node_object[id]) return;
+  Value& v = values_[id];
+  if (v.tensor) {
+    const int b = buffer_for(id);
+    const Buffer& buf = program_.buffers[b];
+    if (buf.kind != Buffer::Kind::View && buf.node == id) {
+      program_.node_object[id] = true;  // the buffer's own tensor
+      return;
+    }
+  }
+  // A view (or a split's tuple) exists as a torch object only when torch makes it: call the node's op.
+  const graph::Node& n = graph_.nodes[id];
+  for (const auto& a : n.args) ensure_objects(a);
+  for (const auto& a : n.kwargs) ensure_objects(a);
+  program_.steps.push_back({Step::Kind::Extern, static_cast<int>(program_.extern_steps.size())});
+  program_.extern_steps.push_back({id});
+  program_.node_object[id] = true;
+}
+
+void Lowerer::flush_live_values(graph::NodeId at) {
+  for (graph::NodeId id = 0; id < at; ++id)
+    if (values_[id].tensor && values_[id].cluster >= 0 && last_use_[id] > at) buffer_for(id);
+  for (size_t c = 0; c < clusters_.size(); ++c)
+    if (merged_into_[c] < 0 && clusters_[c]->has_stores()) seal(static_cast<int>(c));
+}
+
+void Lowerer::add_extern(const graph::Node& n) {
+  if (mutates(n)) flush_live_values(n.id);
+  for (const auto& a : n.args) ensure_objects(a);
+  for (const auto& a : n.kwargs) ensure_objects(a);
+  program_.steps.push_back({Step::Kind::Extern, static_cast<int>(program_.extern_steps.size())});
+  program_.extern_steps.push_back({n.id});
+  program_.node_object[n.id] = true;
+  if (n.type != graph::ValueType::Tensor) return;
+  Buffer b;
+  b.kind = Buffer::Kind::Extern;
+  b.node = n.id;
+  b.dtype = node_dtype(n.id);
+  b.sizes = n.meta.sizes;
+  b.strides = n.meta.strides;
+  values_[n.id].tensor = true;
+  values_[n.id].buffer = add_buffer(b);
+}
+
+void Lowerer::pointwise(const graph::Node& n, const std::vector<Operand>& operands, const PointwiseFn& fn) {
+  const std::vector<int64_t>& out = n.meta.sizes;
+  // Pick the cluster: the first lazy operand's (others of the same space merge into it); operands that do not
+  // fit come from buffers. Reading a buffer seals its producer, which may be the chosen cluster: then retry
+  // with that cluster's values read from buffers too.
+  std::vector<bool> from_buffer(operands.size(), false);
+  int target = -1;
+  bool row = false;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    target = -1;
+    for (size_t i = 0; i < operands.size(); ++i) {
+      if (operands[i].kind != Operand::Kind::Node || from_buffer[i]) continue;
+      Value& v = values_[operands[i].node];
+      bool fits_row = false;
+      bool fits = v.cluster >= 0 && !clusters_[cluster_of(v.cluster)]->sealed();
+      if (fits) {
+        v.cluster = cluster_of(v.cluster);
+        fits = lazy_fits(v, operands[i].node, out, &fits_row);
+      }
+      if (fits && target >= 0) {
+        if (clusters_[target]->space() != clusters_[v.cluster]->space() || fits_row != row) fits = false;
+        else merge(target, v.cluster);
+      }
+      if (!fits) {
+        from_buffer[i] = true;
+        continue;
+      }
+      if (target < 0) {
+        target = cluster_of(v.cluster);
+        row = fits_row;
+      }
+    }
+    for (size_t i = 0; i < operands.size(); ++i)
+      if (operands[i].kind == Operand::Kind::Node && from_buffer[i]) buffer_for(operands[i].node);
+    if (target < 0 || !clusters_[cluster_of(target)]->sealed()) break;
+    for (size_t i = 0; i < operands.size(); ++i)
+      if (operands[i].kind == Operand::Kind::Node) from_buffer[i] = true;
+  }
+  if (target >= 0) target = cluster_of(target);
+  if (target < 0 || clusters_[target]->sealed()) {
+    row = false;
+    target = -1;
+    // Sibling fusion: an open cluster over the same space takes this op too (one kernel reads both).
+    for (size_t c = clusters_.size(); c-- > 0;)
+      if (merged_into_[c] < 0 && !clusters_[c]->sealed() && clusters_[c]->space() == out) {
+        target = static_cast<int>(c);
+        break;
+      }
+    if (target < 0) {
+      target = static_cast<int>(clusters_.size());
+      clusters_.push_back(std::make_unique<Cluster>(out));
+      merged_into_.push_back(-1);
+      kernel_step_of_.push_back(-1);
+    }
+  }
+  Cluster& c = *clusters_[target];
+  std::vector<int> exprs;
+  for (size_t i = 0; i < operands.size(); ++i) {
+    const Operand& o = operands[i];
+    if (o.kind == Operand::Kind::Scalar) {
+      exprs.push_back(c.constant(o.scalar_dtype, o.scalar));
+    } else if (!from_buffer[i]) {
+      exprs.push_back(values_[o.node].expr);
+    } else {
+      const Buffer& b = program_.buffers[values_[o.node].buffer];
+      exprs.push_back(c.load(b.root, b.dtype, strides_in_space(b.sizes, b.strides, out, row, c.space()), b.offset));
+    }
+  }
+  Value& result = values_[n.id];
+  result.tensor = true;
+  result.cluster = target;
+  result.row = row;
+  result.expr = c.cast(fn(c, exprs), node_dtype(n.id));
+}
+
+bool Lowerer::row_reduce(const graph::Node& n, graph::NodeId x, const std::vector<Operand>& extra,
+                         const std::function<std::pair<int, bool>(Cluster&, int, const std::vector<int>&)>& fn) {
+  const std::vector<int64_t> space = graph_.nodes[x].meta.sizes;
+  if (space.empty() || space.back() == 0) return false;
+  int64_t rows = 1;
+  for (size_t d = 0; d + 1 < space.size(); ++d) rows *= space[d];
+  if (rows == 0 || (rows < 64 && space.back() > 65536)) return false;  // a whole-tensor reduction: torch's kernel
+  Value& vx = values_[x];
+  int target = -1;
+  if (vx.cluster >= 0) {
+    const int c = cluster_of(vx.cluster);
+    if (!clusters_[c]->sealed() && !vx.row && clusters_[c]->space() == space) target = c;
+  }
+  for (const Operand& o : extra)
+    if (o.kind == Operand::Kind::Node && graph_.nodes[o.node].meta.sizes.size() > space.size()) return false;
+  std::vector<int> extra_buffers;
+  for (const Operand& o : extra)
+    extra_buffers.push_back(o.kind == Operand::Kind::Node ? buffer_for(o.node) : -1);
+  int x_buffer = -1;
+  if (target >= 0 && clusters_[target]->sealed()) target = -1;
+  if (target < 0) x_buffer = buffer_for(x);
+  if (target < 0) {
+    target = static_cast<int>(clusters_.size());
+    clusters_.push_back(std::make_unique<Cluster>(space));
+    merged_into_.push_back(-1);
+    kernel_step_of_.push_back(-1);
+  }
+  Cluster& c = *clusters_[target];
+  c.make_row_reduce();
+  int x_expr;
+  if (x_buffer < 0) {
+    x_expr = vx.expr;
+  } else {
+    const Buffer& b = program_.buffers[x_buffer];
+    x_expr = c.load(b.root, b.dtype, strides_in_space(b.sizes, b.strides, space, false, space), b.offset);
+  }
+  std::vector<int> extra_exprs;
+  for (size_t i = 0; i < extra.size(); ++i) {
+    if (extra[i].kind == Operand::Kind::Scalar) {
+      extra_exprs.push_back(c.constant(extra[i].scalar_dtype, extra[i].scalar));
+      continue;
+    }
+    const Buffer& b = program_.buffers[extra_buffers[i]];
+    extra_exprs.push_back(
+        c.load(b.root, b.dtype, strides_in_space(b.sizes, b.strides, space, false, space), b.offset));
+  }
+  auto [expr, per_row] = fn(c, x_expr, extra_exprs);
+  Value& result = values_[n.id];
+  result.tensor = true;
+  result.cluster = target;
+  result.row = per_row;
+  result.expr = c.cast(expr, node_dtype(n.id));
+  return true;
+}
+
+bool Lowerer::lower_call(const graph::Node& n) {
+  const std::string op = op_name(n.target_name);
+  return lower_view_op(*this, n, op) || lower_pointwise_op(*this, n, op) || lower_reduction_op(*this, n, op) ||
+         lower_matmul_op(*this, n, op);
+}
+
+void Lowerer::lower_node(const graph::Node& n) {
+  if (options_.require_cuda && n.type == graph::ValueType::Tensor && !on_cuda(n.meta))
+    throw NotLowerable(fmt::format("%{} is on {}, not a CUDA device", n.id, py_str(n.meta.device.get())));
+  if (n.kind == graph::NodeKind::Input) {
+    auto position = std::find(graph_.inputs.begin(), graph_.inputs.end(), n.id) - graph_.inputs.begin();
+    program_.node_object[n.id] = true;
+    if (n.type != graph::ValueType::Tensor) return;
+    Buffer b;
+    b.kind = Buffer::Kind::Input;
+    b.input = static_cast<int>(position);
+    b.node = n.id;
+    b.dtype = node_dtype(n.id);
+    b.sizes = n.meta.sizes;
+    b.strides = n.meta.strides;
+    values_[n.id].tensor = true;
+    values_[n.id].buffer = add_buffer(b);
+    return;
+  }
+  if (!lower_call(n)) add_extern(n);
+}
+
+Program Lowerer::run() {
+  program_.device = options_.device;
+  program_.node_object.assign(graph_.nodes.size(), false);
+  for (const graph::Node& n : graph_.nodes) {
+    lower_node(n);
+  }
+  ensure_objects(graph_.output);
+  for (size_t c = 0; c < clusters_.size(); ++c)
+    if (merged_into_[c] < 0 && clusters_[c]->has_stores()) seal(static_cast<int>(c));
+  // Kernels are numbered in step order, so the program text does not depend on the order clusters were made.
+  std::vector<int> step_cluster(program_.kernel_steps.size(), -1);
+  for (size_t c = 0; c < clusters_.size(); ++c)
+    if (kernel_step_of_[c] >= 0) step_cluster[kernel_step_of_[c]] = static_cast<int>(c);
+  for (const Step& s : program_.steps) {
+    if (s.kind != Step::Kind::Kernel) continue;
+    KernelStep& step = program_.kernel_steps[s.index];
+    step.kernel = static_cast<int>(program_.kernels.size());
+    program_.kernels.push_back(clusters_[step_cluster[s.index]]->kernel(fmt::format("k{}", step.kernel), &step.args));
+  }
+  program_.node_buffer.assign(graph_.nodes.size(), -1);
+  for (size_t i = 0; i < values_.size(); ++i) program_.node_buffer[i] = values_[i].buffer;
+  return std::move(program_);
+}
+
+}  // namespace detail
+
+Program lower(const graph::Graph& graph, const LowerOptions& options) {
+  return detail::Lowerer(graph, options).run();
+}
+
+}  // namespace fastcomp::plan

@@ -1,0 +1,29 @@
+// Lowering: graph -> fusion plan for the CUDA backend. Pointwise chains, broadcasts and casts become loads and
+// expressions of one kernel; reductions over the last dimension (sum, mean, amax, var, softmax, layer_norm, ...)
+// join their prologue and epilogue in a row-reduce kernel; views are index arithmetic; matrix products become
+// cuBLASLt calls with their bias fused; every other op stays a call into torch (an extern step), so lowering
+// never fails on an unfamiliar op.
+#pragma once
+#include <stdexcept>
+#include <string>
+
+#include "graph/ir.h"
+#include "plan/program.h"
+
+namespace fastcomp::plan {
+
+struct LowerOptions {
+  int device = 0;            // CUDA ordinal of the graph's tensors
+  bool require_cuda = true;  // false: plan CPU graphs too (tests without a GPU check lowering and codegen)
+};
+
+// The graph cannot run on the CUDA backend at all (e.g. a complex dtype on a kernel path); the caller uses the
+// torch runner and reports `what()`.
+struct NotLowerable : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/** Plans `graph` for the CUDA backend. Throws NotLowerable. */
+Program lower(const graph::Graph& graph, const LowerOptions& options);
+
+}  // namespace fastcomp::plan

@@ -1,0 +1,215 @@
+// Matrix products as cuBLASLt calls: F.linear (bias fused as cuBLASLt's epilogue), matmul/mm/bmm and `@` on
+// 2-D and batched operands. Operands are read in place when one of their two matrix strides is 1 (a transposed
+// view such as k.transpose(-2, -1) needs no copy) and their batch or leading dimensions collapse into one
+// stride; otherwise a contiguous copy is made first. The pointwise ops that follow read the result in the next
+// kernel.
+#include <optional>
+
+#include "plan/lowering.h"
+
+namespace fastcomp::plan::detail {
+namespace {
+
+bool gemm_dtype(DType t) { return t == DType::F16 || t == DType::BF16 || t == DType::F32; }
+
+// A run of dimensions [begin, end) of `sizes` over which `strides` step uniformly: their element count and the
+// stride of one step. Size-1 dimensions never break a run. nullopt when the run does not collapse.
+std::optional<std::pair<int64_t, int64_t>> collapse(const std::vector<int64_t>& sizes,
+                                                    const std::vector<int64_t>& strides, size_t begin, size_t end) {
+  int64_t count = 1, stride = 0;
+  bool have = false;
+  for (size_t d = end; d-- > begin;) {
+    if (sizes[d] == 1) continue;
+    if (!have) {
+      stride = strides[d];
+      have = true;
+    } else if (strides[d] != stride * count) {
+      return std::nullopt;
+    }
+    count *= sizes[d];
+  }
+  return std::make_pair(count, stride);
+}
+
+struct Matrices {
+  int64_t batch = 1, batch_stride = 0;
+  int64_t rows = 1, cols = 1, row_stride = 0, col_stride = 0;
+};
+
+// cuBLASLt reads a matrix with one unit stride and the other at least the extent it spans.
+bool readable(Matrices& m) {
+  if (m.cols == 1) m.col_stride = 1;
+  if (m.rows == 1) m.row_stride = m.col_stride == 1 ? m.cols : 1;
+  if (m.rows == 1 && m.cols == 1) m.row_stride = m.col_stride = 1;
+  if (m.col_stride == 1) return m.row_stride >= m.cols;
+  if (m.row_stride == 1) return m.col_stride >= m.rows;
+  return false;
+}
+
+// `b` (sizes/strides) as matrices over its last two dimensions, with its leading dimensions either folded into
+// the rows (fold_rows) or broadcast/collapsed against the output's batch sizes `batch_sizes`.
+std::optional<Matrices> as_matrices(const Buffer& b, bool fold_rows, const std::vector<int64_t>& batch_sizes) {
+  const size_t r = b.sizes.size();
+  if (r < 2) return std::nullopt;
+  Matrices m;
+  m.cols = b.sizes[r - 1];
+  m.col_stride = b.strides[r - 1];
+  if (fold_rows) {
+    auto rows = collapse(b.sizes, b.strides, 0, r - 1);
+    if (!rows) return std::nullopt;
+    m.rows = rows->first;
+    m.row_stride = rows->second;
+  } else {
+    m.rows = b.sizes[r - 2];
+    m.row_stride = b.strides[r - 2];
+    // Batch dimensions aligned right against the output's; missing or size-1 ones broadcast with stride 0.
+    std::vector<int64_t> strides(batch_sizes.size(), 0);
+    const size_t lead = batch_sizes.size() - (r - 2);
+    if (r - 2 > batch_sizes.size()) return std::nullopt;
+    for (size_t d = 0; d + 2 < r; ++d) {
+      if (b.sizes[d] != 1 && b.sizes[d] != batch_sizes[lead + d]) return std::nullopt;
+      strides[lead + d] = b.sizes[d] == 1 ? 0 : b.strides[d];
+    }
+    int64_t count = 1, stride = 0;
+    bool have = false;
+    for (size_t d = batch_sizes.size(); d-- > 0;) {
+      if (batch_sizes[d] == 1) continue;
+      if (!have) {
+        stride = strides[d];
+        have = true;
+      } else if (strides[d] != stride * count) {
+        return std::nullopt;
+      }
+      count *= batch_sizes[d];
+    }
+    m.batch = count;
+    m.batch_stride = stride;
+  }
+  if (!readable(m)) return std::nullopt;
+  return m;
+}
+
+bool is_contiguous(const Buffer& b) {
+  int64_t expected = 1;
+  for (size_t d = b.sizes.size(); d-- > 0;) {
+    if (b.sizes[d] != 1 && b.strides[d] != expected) return false;
+    expected *= b.sizes[d];
+  }
+  return true;
+}
+
+// The operand's matrices, copying it into a contiguous buffer when its own layout does not fit.
+std::optional<Matrices> operand(Lowerer& L, int* buffer, bool fold_rows, const std::vector<int64_t>& batch) {
+  if (auto m = as_matrices(L.buffer(*buffer), fold_rows, batch)) return m;
+  if (is_contiguous(L.buffer(*buffer))) return std::nullopt;
+  *buffer = L.contiguous_copy(*buffer);
+  return as_matrices(L.buffer(*buffer), fold_rows, batch);
+}
+
+int output_buffer(Lowerer& L, const graph::Node& n) {
+  Buffer d;
+  d.kind = Buffer::Kind::Alloc;
+  d.node = n.id;
+  d.dtype = L.node_dtype(n.id);
+  d.sizes = n.meta.sizes;
+  d.strides = contiguous_strides(n.meta.sizes);
+  const int id = L.add_buffer(d);
+  L.value(n.id).tensor = true;
+  L.value(n.id).buffer = id;
+  return id;
+}
+
+bool lower_linear(Lowerer& L, const graph::Node& n) {
+  CallArgs args(n);
+  const graph::Arg* x = args.get(0, "input");
+  const graph::Arg* w = args.get(1, "weight");
+  const graph::Arg* bias = args.get(2, "bias");
+  if (!x || !w || x->kind != graph::Arg::Kind::Node || w->kind != graph::Arg::Kind::Node) return false;
+  if (!is_none(bias) && bias->kind != graph::Arg::Kind::Node) return false;
+  const DType t = L.node_dtype(n.id);
+  if (!gemm_dtype(t) || L.node_dtype(x->node) != t || L.node_dtype(w->node) != t) return false;
+  const auto& ws = L.node(w->node).meta.sizes;
+  if (ws.size() != 2 || L.node(x->node).meta.sizes.size() < 2) return false;
+  int bias_buffer = -1;
+  if (!is_none(bias)) {
+    const auto& meta = L.node(bias->node).meta;
+    if (L.node_dtype(bias->node) != t || meta.sizes.size() != 1 || (meta.sizes[0] > 1 && meta.strides[0] != 1))
+      return false;
+  }
+  int a = L.buffer_for(x->node);
+  int wb = L.buffer_for(w->node);
+  if (!is_none(bias)) bias_buffer = L.buffer_for(bias->node);
+  auto am = operand(L, &a, true, {});
+  auto wm = operand(L, &wb, true, {});
+  if (!am || !wm) return false;
+  MatmulStep s;
+  s.dtype = t;
+  s.m = am->rows;
+  s.k = am->cols;
+  s.n = wm->rows;
+  s.a = a;
+  s.a_row_stride = am->row_stride;
+  s.a_col_stride = am->col_stride;
+  s.b = wb;  // B = W^T: B[k][n] = W[n][k]
+  s.b_row_stride = wm->col_stride;
+  s.b_col_stride = wm->row_stride;
+  s.bias = bias_buffer;
+  s.epilogue = bias_buffer >= 0 ? MatmulStep::Epilogue::Bias : MatmulStep::Epilogue::None;
+  s.d = output_buffer(L, n);
+  s.d_row_stride = s.n;
+  s.node = n.id;
+  L.add_matmul(s);
+  return true;
+}
+
+bool lower_product(Lowerer& L, const graph::Node& n) {
+  if (n.args.size() != 2 || n.kwnames || n.args[0].kind != graph::Arg::Kind::Node ||
+      n.args[1].kind != graph::Arg::Kind::Node)
+    return false;
+  const graph::NodeId xa = n.args[0].node, xb = n.args[1].node;
+  const DType t = L.node_dtype(n.id);
+  if (!gemm_dtype(t) || L.node_dtype(xa) != t || L.node_dtype(xb) != t) return false;
+  const auto& as = L.node(xa).meta.sizes;
+  const auto& bs = L.node(xb).meta.sizes;
+  const auto& out = n.meta.sizes;
+  if (as.size() < 2 || bs.size() < 2) return false;
+  int a = L.buffer_for(xa);
+  int b = L.buffer_for(xb);
+  // [..., m, k] @ [k, n] is one product with the batch folded into the rows when the batch collapses.
+  const bool fold = bs.size() == 2 && collapse(L.buffer(a).sizes, L.buffer(a).strides, 0, as.size() - 1).has_value();
+  const std::vector<int64_t> batch(out.begin(), out.end() - 2);
+  auto am = operand(L, &a, fold, batch);
+  auto bm = operand(L, &b, false, batch);
+  if (!am || !bm) return false;
+  MatmulStep s;
+  s.dtype = t;
+  s.m = am->rows;
+  s.k = am->cols;
+  s.n = bm->cols;
+  s.batch = fold ? 1 : std::max(am->batch, bm->batch);
+  s.a = a;
+  s.a_row_stride = am->row_stride;
+  s.a_col_stride = am->col_stride;
+  s.a_batch_stride = am->batch_stride;
+  s.b = b;
+  s.b_row_stride = bm->row_stride;
+  s.b_col_stride = bm->col_stride;
+  s.b_batch_stride = fold ? 0 : bm->batch_stride;
+  s.d = output_buffer(L, n);
+  s.d_row_stride = s.n;
+  s.d_batch_stride = fold ? 0 : s.m * s.n;
+  s.node = n.id;
+  L.add_matmul(s);
+  return true;
+}
+
+}  // namespace
+
+bool lower_matmul_op(Lowerer& L, const graph::Node& n, const std::string& op) {
+  if (n.type != graph::ValueType::Tensor) return false;
+  if (op == "linear") return lower_linear(L, n);
+  if (op == "matmul" || op == "mm" || op == "bmm") return lower_product(L, n);
+  return false;
+}
+
+}  // namespace fastcomp::plan::detail

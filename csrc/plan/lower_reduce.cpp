@@ -1,0 +1,163 @@
+// Reductions over the last dimension, with their prologue and epilogue in one row-reduce kernel: sum, mean,
+// amax/amin, var/std, logsumexp, softmax/log_softmax and layer_norm. They accumulate where torch does (f32 for
+// f16/bf16, i64 for integer sums) and round once at the end. Other dimensions and whole-tensor reductions stay
+// calls into torch.
+#include <cmath>
+#include <limits>
+
+#include "plan/lowering.h"
+
+namespace fastcomp::plan::detail {
+namespace {
+
+// True when `dims` (None counts as every dimension) names exactly the last dimension of a rank-`rank` tensor.
+bool last_dim_only(const graph::Arg* dims, size_t rank) {
+  if (rank == 0) return false;
+  if (is_none(dims)) return rank == 1;
+  auto d = const_int_list(dims);
+  if (!d || d->size() != 1) return false;
+  const int64_t v = (*d)[0];
+  return v == -1 || v == static_cast<int64_t>(rank) - 1;
+}
+
+Operand node_operand(graph::NodeId id) {
+  Operand o;
+  o.kind = Operand::Kind::Node;
+  o.node = id;
+  return o;
+}
+
+Operand scalar_operand(double v, DType t) {
+  Operand o;
+  o.scalar = v;
+  o.scalar_dtype = t;
+  return o;
+}
+
+}  // namespace
+
+bool lower_reduction_op(Lowerer& L, const graph::Node& n, const std::string& op) {
+  if (n.type != graph::ValueType::Tensor || n.args.empty() || n.args[0].kind != graph::Arg::Kind::Node) return false;
+  const graph::NodeId x = n.args[0].node;
+  if (!L.value(x).tensor) return false;
+  const size_t rank = L.node(x).meta.sizes.size();
+  if (rank == 0) return false;
+  const double len = static_cast<double>(L.node(x).meta.sizes.back());
+  const DType out = L.node_dtype(n.id);
+  CallArgs args(n);
+
+  if (op == "sum" || op == "mean" || op == "amax" || op == "amin") {
+    if (!args.only_keywords({"dim", "keepdim", "dtype"}) || !last_dim_only(args.get(1, "dim"), rank)) return false;
+    if (args.get(2, "keepdim") && !const_bool(args.get(2, "keepdim"))) return false;
+    if (op == "mean" && !is_floating(out)) return false;
+    if (out == DType::Bool) return false;
+    const DType acc = is_floating(out) ? opmath(out) : DType::I64;
+    const ExprOp reduce = op == "amax" ? ExprOp::ReduceMax : op == "amin" ? ExprOp::ReduceMin : ExprOp::ReduceSum;
+    const bool mean = op == "mean";
+    return L.row_reduce(n, x, {}, [=](Cluster& c, int xe, const std::vector<int>&) {
+      int r = c.op(reduce, acc, {c.cast(xe, acc)});
+      if (mean) r = c.op(ExprOp::Div, acc, {r, c.constant(acc, len)});
+      return std::make_pair(r, true);
+    });
+  }
+  if (op == "var" || op == "std") {
+    if (!args.only_keywords({"dim", "unbiased", "keepdim", "correction"}) || !is_floating(out)) return false;
+    if (!last_dim_only(args.get(1, "dim"), rank)) return false;
+    double correction = 1;
+    if (const graph::Arg* c = args.get(99, "correction"); c && !is_none(c)) {
+      auto v = const_number(c);
+      if (!v) return false;
+      correction = *v;
+    }
+    if (const graph::Arg* u = args.get(2, "unbiased")) {
+      auto v = const_bool(u);
+      if (!v) return false;
+      correction = *v ? 1 : 0;
+    }
+    if (const graph::Arg* k = args.get(3, "keepdim"))
+      if (!const_bool(k)) return false;
+    const DType acc = opmath(out);
+    const bool std_dev = op == "std";
+    return L.row_reduce(n, x, {}, [=](Cluster& c, int xe, const std::vector<int>&) {
+      const int xf = c.cast(xe, acc);
+      const int mean = c.op(ExprOp::Div, acc, {c.op(ExprOp::ReduceSum, acc, {xf}), c.constant(acc, len)});
+      const int d = c.op(ExprOp::Sub, acc, {xf, mean});
+      const int ss = c.op(ExprOp::ReduceSum, acc, {c.op(ExprOp::Mul, acc, {d, d})});
+      int r = c.op(ExprOp::Div, acc, {ss, c.constant(acc, std::max(len - correction, 0.0))});
+      if (std_dev) r = c.op(ExprOp::Sqrt, acc, {r});
+      return std::make_pair(r, true);
+    });
+  }
+  if (op == "logsumexp") {
+    if (!args.only_keywords({"dim", "keepdim"}) || !last_dim_only(args.get(1, "dim"), rank) || !is_floating(out))
+      return false;
+    const DType acc = opmath(out);
+    return L.row_reduce(n, x, {}, [=](Cluster& c, int xe, const std::vector<int>&) {
+      const int xf = c.cast(xe, acc);
+      int m = c.op(ExprOp::ReduceMax, acc, {xf});
+      // An infinite maximum would give inf - inf = NaN: torch shifts by 0 then.
+      const int inf = c.constant(acc, std::numeric_limits<double>::infinity());
+      const int is_inf = c.op(ExprOp::Eq, DType::Bool, {c.op(ExprOp::Abs, acc, {m}), inf});
+      m = c.op(ExprOp::Where, acc, {is_inf, c.constant(acc, 0), m});
+      const int s = c.op(ExprOp::ReduceSum, acc, {c.op(ExprOp::Exp, acc, {c.op(ExprOp::Sub, acc, {xf, m})})});
+      return std::make_pair(c.op(ExprOp::Add, acc, {c.op(ExprOp::Log, acc, {s}), m}), true);
+    });
+  }
+  if (op == "softmax" || op == "log_softmax") {
+    if (!args.only_keywords({"dim", "dtype", "_stacklevel", "half_to_float"}) || !is_floating(out)) return false;
+    if (!last_dim_only(args.get(1, "dim"), rank)) return false;
+    const DType acc = opmath(out);
+    const bool log = op == "log_softmax";
+    return L.row_reduce(n, x, {}, [=](Cluster& c, int xe, const std::vector<int>&) {
+      // An explicit dtype= converts the input first (torch casts before the op).
+      const int xf = c.cast(c.cast(xe, out), acc);
+      const int m = c.op(ExprOp::ReduceMax, acc, {xf});
+      const int shifted = c.op(ExprOp::Sub, acc, {xf, m});
+      const int e = c.op(ExprOp::Exp, acc, {shifted});
+      const int s = c.op(ExprOp::ReduceSum, acc, {e});
+      const int r = log ? c.op(ExprOp::Sub, acc, {shifted, c.op(ExprOp::Log, acc, {s})})
+                        : c.op(ExprOp::Div, acc, {e, s});
+      return std::make_pair(r, false);
+    });
+  }
+  if (op == "layer_norm") {
+    if (!args.only_keywords({"normalized_shape", "weight", "bias", "eps", "cudnn_enable"}) || !is_floating(out))
+      return false;
+    auto shape = const_int_list(args.get(1, "normalized_shape"));
+    if (!shape || shape->size() != 1 || (*shape)[0] != static_cast<int64_t>(len)) return false;
+    const graph::Arg* w = args.get(2, "weight");
+    const graph::Arg* b = args.get(3, "bias");
+    double eps = 1e-5;
+    if (const graph::Arg* e = args.get(4, "eps")) {
+      auto v = const_number(e);
+      if (!v) return false;
+      eps = *v;
+    }
+    std::vector<Operand> extra;
+    int w_at = -1, b_at = -1;
+    for (auto [arg, at] : {std::pair{w, &w_at}, std::pair{b, &b_at}}) {
+      if (is_none(arg)) continue;
+      if (arg->kind != graph::Arg::Kind::Node || !L.value(arg->node).tensor) return false;
+      *at = static_cast<int>(extra.size());
+      extra.push_back(node_operand(arg->node));
+    }
+    const DType acc = opmath(out);
+    extra.push_back(scalar_operand(eps, acc));
+    const int eps_at = static_cast<int>(extra.size()) - 1;
+    return L.row_reduce(n, x, extra, [=](Cluster& c, int xe, const std::vector<int>& ex) {
+      const int xf = c.cast(xe, acc);
+      const int n_len = c.constant(acc, len);
+      const int mean = c.op(ExprOp::Div, acc, {c.op(ExprOp::ReduceSum, acc, {xf}), n_len});
+      const int d = c.op(ExprOp::Sub, acc, {xf, mean});
+      const int var = c.op(ExprOp::Div, acc, {c.op(ExprOp::ReduceSum, acc, {c.op(ExprOp::Mul, acc, {d, d})}), n_len});
+      const int rstd = c.op(ExprOp::Rsqrt, acc, {c.op(ExprOp::Add, acc, {var, ex[eps_at]})});
+      int y = c.op(ExprOp::Mul, acc, {d, rstd});
+      if (w_at >= 0) y = c.op(ExprOp::Mul, acc, {y, c.cast(ex[w_at], acc)});
+      if (b_at >= 0) y = c.op(ExprOp::Add, acc, {y, c.cast(ex[b_at], acc)});
+      return std::make_pair(y, false);
+    });
+  }
+  return false;
+}
+
+}  // namespace fastcomp::plan::detail

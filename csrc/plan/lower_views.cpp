@@ -1,0 +1,102 @@
+// Views as index arithmetic: a view, permute, transpose, expand, slice, split, ... of a buffer is another
+// layout of the same storage, taken from the node's metadata (torch computed it on meta tensors). No kernel
+// and no copy; a consumer kernel reads the storage with the view's strides.
+#include "plan/lowering.h"
+
+namespace fastcomp::plan::detail {
+namespace {
+
+// Ops whose result always shares its input's storage.
+bool always_view(const std::string& op) {
+  static const char* const kOps[] = {"view",   "permute", "transpose", "swapaxes", "t",      "expand",
+                                     "expand_as", "unsqueeze", "squeeze", "narrow", "select", "detach",
+                                     "unflatten", "movedim",   "alias",   "view_as"};
+  for (const char* o : kOps)
+    if (op == o) return true;
+  return false;
+}
+
+// Ops returning a tuple of views of their input; the tracer adds one getitem node per item.
+bool splits(const std::string& op) {
+  return op == "split" || op == "chunk" || op == "unbind" || op == "tensor_split" || op == "split_with_sizes";
+}
+
+// An index made only of ints, slices (step > 0), None and Ellipsis: torch returns a view.
+bool basic_index(const graph::Arg& a) {
+  if (a.kind == graph::Arg::Kind::Tuple || a.kind == graph::Arg::Kind::List) {
+    if (a.kind == graph::Arg::Kind::List) return false;  // a list index is advanced indexing
+    for (const auto& item : a.items)
+      if (!basic_index(item)) return false;
+    return true;
+  }
+  if (a.kind != graph::Arg::Kind::Const) return false;
+  PyObject* v = a.value.get();
+  if (PyTuple_Check(v)) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(v); ++i) {
+      graph::Arg item = graph::Arg::of_const(PyRef::borrow(PyTuple_GET_ITEM(v, i)));
+      if (!basic_index(item)) return false;
+    }
+    return true;
+  }
+  if (PyBool_Check(v)) return false;  // x[True] adds a dimension by masking
+  return PyLong_Check(v) || PySlice_Check(v) || v == Py_None || v == Py_Ellipsis;
+}
+
+bool is_contiguous(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
+  int64_t expected = 1;
+  for (size_t d = sizes.size(); d-- > 0;) {
+    if (sizes[d] != 1 && strides[d] != expected) return false;
+    expected *= sizes[d];
+  }
+  return true;
+}
+
+// The buffer of tensor node `input`, when its layout is the one its metadata describes (a view's metadata is
+// relative to that layout); -1 otherwise.
+int base_buffer(Lowerer& L, graph::NodeId input) {
+  if (!L.value(input).tensor) return -1;
+  const int b = L.buffer_for(input);
+  const Buffer& buf = L.buffer(b);
+  const graph::TensorMeta& meta = L.node(input).meta;
+  return buf.sizes == meta.sizes && buf.strides == meta.strides ? b : -1;
+}
+
+}  // namespace
+
+bool lower_view_op(Lowerer& L, const graph::Node& n, const std::string& op) {
+  if (n.args.empty() || n.args[0].kind != graph::Arg::Kind::Node) return false;
+  const graph::NodeId input = n.args[0].node;
+  if (op == "getitem" && n.target_name == "operator.getitem" && L.value(input).view_base >= 0) {
+    L.add_view(n, L.value(input).view_base);  // an item of a split
+    return true;
+  }
+  if (splits(op)) {
+    const int b = base_buffer(L, input);
+    if (b < 0) return false;
+    L.value(n.id).view_base = b;
+    return true;
+  }
+  if (n.type != graph::ValueType::Tensor) return false;
+  const bool reshape = op == "reshape" || op == "flatten" || op == "contiguous" || op == "reshape_as";
+  const bool getitem = op == "getitem" && n.args.size() == 2 && basic_index(n.args[1]);
+  if (!always_view(op) && !reshape && !getitem) return false;
+  if (op == "contiguous" && n.args.size() > 1) return false;  // a memory_format
+  const int b = base_buffer(L, input);
+  if (b < 0) return false;
+  if (reshape) {
+    const Buffer& from = L.buffer(b);
+    const bool out_contiguous = is_contiguous(n.meta.sizes, n.meta.strides);
+    // torch made a view when the input was contiguous or the result is not; otherwise it may have copied,
+    // and the copy's contents are the input's elements in row-major order.
+    if (!is_contiguous(from.sizes, from.strides) && out_contiguous) {
+      if (op == "contiguous") return false;  // a pointwise copy (lower_pointwise.cpp)
+      const int copy = L.contiguous_copy(b);
+      L.add_view(n, copy);
+      return true;
+    }
+  }
+  L.add_view(n, b);
+  return true;
+}
+
+}  // namespace fastcomp::plan::detail

@@ -1,0 +1,134 @@
+// The lowering state shared by lower.cpp (the driver: values, materialisation, extern steps) and the op
+// families (lower_pointwise.cpp, lower_reduce.cpp, lower_matmul.cpp, lower_views.cpp).
+#pragma once
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "plan/cluster.h"
+#include "plan/lower.h"
+
+namespace fastcomp::plan::detail {
+
+// What a graph node's value is while lowering.
+struct Value {
+  bool tensor = false;
+  // The value as an expression of an unsealed-or-sealed cluster (-1: none).
+  int cluster = -1, expr = -1;
+  bool row = false;    // a per-row value of a row-reduce cluster (else one per element of the space)
+  int buffer = -1;     // a buffer holding it (-1: not materialised yet)
+  int view_base = -1;  // a split/chunk/unbind result: the buffer its items view
+};
+
+// One argument of a pointwise op as lowering sees it.
+struct Operand {
+  enum class Kind : uint8_t { Scalar, Node } kind = Kind::Scalar;
+  double scalar = 0;
+  DType scalar_dtype = DType::F32;  // F64 for Python float, I64 for int, Bool for bool
+  graph::NodeId node = -1;
+};
+
+// The lowered name of a call target: "torch.nn.functional.gelu" -> "gelu", "Tensor.__add__" -> "add".
+std::string op_name(const std::string& target_name);
+
+// Named/positional access to a node's arguments.
+class CallArgs {
+ public:
+  explicit CallArgs(const graph::Node& node) : node_(node) {}
+  // The argument at `position` or keyword `name`, or null when absent.
+  const graph::Arg* get(size_t position, const char* name) const;
+  size_t positional() const { return node_.args.size(); }
+  // Keyword names other than `allowed` present on the call.
+  bool only_keywords(std::initializer_list<const char*> allowed) const;
+
+ private:
+  const graph::Node& node_;
+};
+
+// A constant argument as a C++ value; nullopt when it is not a constant of that kind.
+std::optional<double> const_number(const graph::Arg* a);
+std::optional<int64_t> const_int(const graph::Arg* a);
+std::optional<bool> const_bool(const graph::Arg* a);
+bool is_none(const graph::Arg* a);
+std::optional<std::vector<int64_t>> const_int_list(const graph::Arg* a);  // an int or a list/tuple of ints
+
+// The codegen element type of a torch.dtype, or nullopt (complex, float8, ...).
+std::optional<DType> dtype_of(PyObject* torch_dtype);
+bool is_floating(DType t);
+// Where torch computes an op whose result is `t`: f16/bf16 in f32 ("opmath"), others in themselves.
+DType opmath(DType t);
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes);
+
+class Lowerer {
+ public:
+  Lowerer(const graph::Graph& graph, const LowerOptions& options);
+  Program run();
+
+  // ---- used by the op families ------------------------------------------------------------------------
+  const graph::Graph& graph() const { return graph_; }
+  const graph::Node& node(graph::NodeId id) const { return graph_.nodes[id]; }
+  Value& value(graph::NodeId id) { return values_[id]; }
+  DType node_dtype(graph::NodeId id) const;
+
+  // Pointwise: the result of node `n` is fn(cluster, operand expressions), an expression over n's shape. Each
+  // operand expression has its own dtype (a scalar: its Python type's; a tensor: its element type).
+  using PointwiseFn = std::function<int(Cluster&, const std::vector<int>&)>;
+  void pointwise(const graph::Node& n, const std::vector<Operand>& operands, const PointwiseFn& fn);
+
+  // Row reduction over the last dimension of `x`: fn(cluster, x's expression) returns the result expression
+  // and whether it is per row (sum, mean) or per element (softmax, layer_norm). False when it does not fit
+  // (the caller makes the node an extern call).
+  using RowFn = std::function<std::pair<int, bool>(Cluster&, int)>;
+  bool row_reduce(const graph::Node& n, graph::NodeId x, const std::vector<Operand>& extra,
+                  const std::function<std::pair<int, bool>(Cluster&, int, const std::vector<int>&)>& fn);
+
+  // The value of node `id` in a buffer of its own (materialising it if needed); for a consumer outside its
+  // cluster, so the producing cluster is sealed.
+  int buffer_for(graph::NodeId id);
+  // A buffer with the value of `id` in a layout where at least one of the last two dimensions has stride 1 and
+  // the leading dimensions collapse; a contiguous copy when the value's own buffer has no such layout.
+  int add_buffer(Buffer b);
+  const Buffer& buffer(int id) const { return program_.buffers[id]; }
+  // Copies buffer `source` into a new contiguous Alloc buffer (a pointwise kernel) and returns it.
+  int contiguous_copy(int source);
+  void add_matmul(MatmulStep step);
+  // Node `n` runs as a call into torch (the catch-all for everything without a lowering).
+  void add_extern(const graph::Node& n);
+  // `n` is a view of `base`'s buffer with n's own meta layout.
+  void add_view(const graph::Node& n, int base_buffer);
+
+ private:
+  void lower_node(const graph::Node& n);
+  bool lower_call(const graph::Node& n);  // false: no lowering, use an extern step
+  int materialize(graph::NodeId id);      // a buffer holding the value; the cluster is not sealed
+  void seal(int cluster);
+  void ensure_object(graph::NodeId id);   // the value exists as a torch object at run time
+  void ensure_objects(const graph::Arg& a);
+  void flush_live_values(graph::NodeId at);  // before a mutating extern: every lazy value still needed
+  int cluster_of(int id);                     // follows merges
+  void merge(int into, int from);
+  std::vector<int64_t> strides_in_space(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
+                                        const std::vector<int64_t>& out_shape, bool row,
+                                        const std::vector<int64_t>& space) const;
+  bool lazy_fits(const Value& v, graph::NodeId id, const std::vector<int64_t>& out_shape, bool* row) const;
+
+  const graph::Graph& graph_;
+  LowerOptions options_;
+  Program program_;
+  std::vector<Value> values_;
+  std::vector<std::unique_ptr<Cluster>> clusters_;
+  std::vector<int> merged_into_;       // per cluster: -1, or the cluster it was merged into
+  std::vector<int> kernel_step_of_;    // per cluster: its index in program_.kernel_steps once sealed
+  std::vector<int> buffer_producer_;   // per buffer: the cluster that stores it, or -1
+  std::vector<int> last_use_;          // per node: the last node using it (graph size: the output)
+};
+
+// The op families. Each returns false when it has no lowering for `n` (an extern step is used).
+bool lower_pointwise_op(Lowerer& L, const graph::Node& n, const std::string& op);
+bool lower_reduction_op(Lowerer& L, const graph::Node& n, const std::string& op);
+bool lower_matmul_op(Lowerer& L, const graph::Node& n, const std::string& op);
+bool lower_view_op(Lowerer& L, const graph::Node& n, const std::string& op);
+
+}  // namespace fastcomp::plan::detail

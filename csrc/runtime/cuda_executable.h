@@ -1,0 +1,30 @@
+// The CUDA backend's executable: a fusion plan bound to a loaded NVRTC module, cuBLASLt plans and torch.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "codegen/kernel_ir.h"
+#include "graph/ir.h"
+#include "plan/program.h"
+#include "runtime/executable.h"
+
+namespace fastcomp::runtime {
+
+// The CUDA C of a plan: every kernel emitted for the device's limits, in one NVRTC program.
+struct CudaSource {
+  std::vector<codegen::KernelSource> kernels;  // one per plan::Program::kernels, same order
+  std::string program;                         // emit_program(kernels); empty when the plan has no kernels
+};
+/** Emits the plan's kernels. Throws std::invalid_argument if a kernel breaks codegen's rules (a lowering bug). */
+CudaSource emit_plan(const plan::Program& program, const codegen::DeviceLimits& limits);
+
+// Codegen limits of CUDA device `device`, from the driver. Throws CudaError / CudaLibraryError.
+codegen::DeviceLimits device_limits(int device);
+
+/** Compiles (through the kernel cache), loads and plans everything `program` needs on its device. Throws
+ *  NvrtcError (with the log), CudaError, CublasError or CudaLibraryError; the caller falls back to the torch
+ *  runner. */
+std::unique_ptr<Executable> make_cuda_executable(graph::Graph graph, plan::Program program, const CudaSource& source);
+
+}  // namespace fastcomp::runtime

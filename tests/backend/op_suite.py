@@ -1,0 +1,160 @@
+"""The CUDA backend's op-by-op suite: every op family the lowering handles, with odd shapes, non-contiguous
+inputs and broadcasting. Each case says what its plan must be (kernels, cuBLAS calls, extern ops), so a lowering
+that silently falls back to torch fails the CPU rehearsal test, and the GPU test compares values with eager."""
+import dataclasses
+import types
+from typing import Callable, Optional
+
+import torch
+import torch.nn.functional as F
+
+FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+
+
+@dataclasses.dataclass
+class Case:
+    name: str
+    fn: Callable
+    # make(shape, dtype, device) -> args; called with each of `shapes`
+    make: Callable
+    shapes: tuple
+    plan: Optional[tuple]  # (kernels, cuBLAS calls, extern ops) expected in the plan
+    dtypes: tuple = FLOATS
+
+
+def randn(shape, dtype, device):
+    return torch.randn(shape, dtype=dtype, device=device)
+
+
+def one(shape, dtype, device):
+    return (randn(shape, dtype, device),)
+
+
+def positive(shape, dtype, device):
+    return (torch.rand(shape, dtype=dtype, device=device) + 0.5,)
+
+
+def two(shape, dtype, device):
+    return randn(shape, dtype, device), randn(shape, dtype, device)
+
+
+def rows_and_vector(shape, dtype, device):
+    return randn(shape, dtype, device), randn(shape[-1:], dtype, device)
+
+
+FLAT = ((1,), (3,), (1025,), (65537,))
+ROWS = ((1, 1), (3, 1025), (5, 7), (64, 4096))
+
+CASES = []
+
+
+def case(name, fn, make=one, shapes=FLAT, plan=(1, 0, 0), dtypes=FLOATS):
+    if not isinstance(fn, types.FunctionType):  # torch builtins have no bytecode: compile a Python caller
+        fn = (lambda op: lambda *args: op(*args))(fn)
+    CASES.append(Case(name, fn, make, shapes, plan, dtypes))
+
+
+# ---- pointwise --------------------------------------------------------------------------------------------------
+case("neg", lambda x: -x)
+case("abs", torch.abs)
+case("exp", torch.exp)
+case("log", torch.log, positive)
+case("sqrt", torch.sqrt, positive)
+case("rsqrt", torch.rsqrt, positive)
+case("sigmoid", torch.sigmoid)
+case("tanh", torch.tanh)
+case("relu", F.relu)
+case("gelu", F.gelu)
+case("gelu_tanh", lambda x: F.gelu(x, approximate="tanh"))
+case("silu", F.silu)
+case("erf", torch.erf)
+case("sin_cos", lambda x: torch.sin(x) + torch.cos(x))
+case("reciprocal", torch.reciprocal, positive)
+case("square", torch.square)
+case("pow_scalars", lambda x: x**2 + x**3 - x.abs() ** 0.5)
+case("pow_tensor", lambda x, y: x.abs() ** y, two)
+case("add_sub_mul_div", lambda x, y: (x + y) * (x - y) / (y.abs() + 1.0), two)
+case("add_alpha", lambda x, y: torch.add(x, y, alpha=2.0), two)
+case("reflected_scalars", lambda x: 1.0 - x + 2.0 * x + 1.0 / (x.abs() + 1.0))
+case("maximum_minimum", lambda x, y: torch.maximum(x, y) - torch.minimum(x, y), two)
+case("compare_where", lambda x, y: torch.where(x > y, x, y * 0.5) + (x <= 0.1).to(x.dtype), two)
+case("where_scalar", lambda x: torch.where(x < 0, 0.0, x))
+case("clamp", lambda x: torch.clamp(x, -0.5, 0.5) + x.clamp(min=0.1))
+case("clamp_tensor", lambda x, y: torch.clamp(x, min=y), two)
+case("logical", lambda x, y: ((x > 0) & (y > 0) | (x < -1)).to(x.dtype), two)
+case("cast_chain", lambda x: (x.float() * 3).to(x.dtype) + 1)
+case("int_result", lambda x: (x > 0).sum(-1), shapes=((3, 1025), (64, 4096)))
+case("scalar_tensor_promotion", lambda x: x * 0.1 + 1)
+case("broadcast_rows", lambda x, v: x * v + v, rows_and_vector, shapes=ROWS)
+case("broadcast_outer", lambda x: x.unsqueeze(0) + x.unsqueeze(1), shapes=((3,), (33,)))
+case("dropout_eval", lambda x: F.dropout(x, 0.5, training=False) * 2)
+case("clone", lambda x: x.clone() + 1)
+
+# ---- views and layouts -------------------------------------------------------------------------------------------
+case("transposed_input", lambda x: x.t() * 2 + 1, shapes=((3, 1025), (64, 4096)))
+case("strided_slice", lambda x: x[:, ::2] + 1, shapes=((3, 1025), (64, 4096)))
+case("offset_slice", lambda x: x[1:, 3:] * 2, shapes=((3, 1025), (64, 4096)))
+case("expand", lambda x: x[:, :1].expand(-1, 8) * 2, shapes=((3, 1025), (64, 4096)))
+case("view_reshape", lambda x: (x.view(-1) * 2).reshape(x.shape[0], -1) + 1, shapes=((3, 1025), (64, 4096)),
+     plan=(2, 0, 0))
+case("permute", lambda x: x.permute(2, 0, 1) * 2, shapes=((2, 3, 5), (8, 64, 33)))
+case("split_halves", lambda x: x.chunk(2, dim=-1)[0] * x.chunk(2, dim=-1)[1], shapes=((3, 1024), (64, 4096)))
+case("contiguous_copy", lambda x: x.t().contiguous(), shapes=((3, 1025), (64, 4096)))
+case("cat_is_extern", lambda x: torch.cat((-x, x), dim=-1) * 2, shapes=((3, 1025),), plan=(2, 0, 1))
+
+# ---- reductions ---------------------------------------------------------------------------------------------------
+case("sum_last", lambda x: x.sum(-1), shapes=ROWS)
+case("sum_keepdim_epilogue", lambda x: x / x.sum(dim=-1, keepdim=True), shapes=ROWS)
+case("mean", lambda x: x.mean(-1, keepdim=True) * 2, shapes=ROWS)
+case("amax_amin", lambda x: x.amax(-1) - x.amin(-1), shapes=ROWS)
+case("var_std", lambda x: x.var(-1, keepdim=True) + x.std(-1, keepdim=True, unbiased=False),
+     shapes=((3, 1025), (5, 7), (64, 4096)))
+case("logsumexp", lambda x: torch.logsumexp(x, -1), shapes=ROWS)
+case("softmax", lambda x: torch.softmax(x, -1), shapes=ROWS)
+case("log_softmax", lambda x: F.log_softmax(x, dim=-1), shapes=ROWS)
+case("manual_softmax", lambda x: torch.exp(x) / torch.sum(torch.exp(x), dim=-1, keepdim=True), shapes=ROWS)
+case("layer_norm", lambda x: F.layer_norm(x, x.shape[-1:]), shapes=ROWS)
+# w * 0.5 is its own kernel over w's shape (a different iteration space), then the layer norm reads it
+case("layer_norm_affine", lambda x, w: F.layer_norm(x, x.shape[-1:], w, w * 0.5, 1e-6), rows_and_vector,
+     shapes=ROWS, plan=(2, 0, 0))
+case("rmsnorm", lambda x, w: (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6) * w).to(x.dtype),
+     rows_and_vector, shapes=ROWS)
+case("sum_dim0_is_extern", lambda x: x.sum(0) * 2, shapes=((3, 1025),), plan=(1, 0, 1))
+
+# ---- matrix products ------------------------------------------------------------------------------------------------
+MM_SHAPES = ((1, 1, 1), (3, 17, 5), (64, 1025, 33), (128, 512, 256))
+
+
+def linear_args(shape, dtype, device):
+    m, k, n = shape
+    return randn((m, k), dtype, device), randn((n, k), dtype, device) * k**-0.5, randn((n,), dtype, device)
+
+
+def matmul_args(shape, dtype, device):
+    m, k, n = shape
+    return randn((m, k), dtype, device), randn((k, n), dtype, device) * k**-0.5
+
+
+def batched_args(shape, dtype, device):
+    m, k, n = shape
+    return randn((4, m, k), dtype, device), randn((4, n, k), dtype, device) * k**-0.5
+
+
+case("linear_bias", F.linear, linear_args, MM_SHAPES, plan=(0, 1, 0))
+case("linear_no_bias_gelu", lambda x, w, b: F.gelu(F.linear(x, w)) + b, linear_args, MM_SHAPES, plan=(1, 1, 0))
+case("matmul_2d", lambda a, b: a @ b, matmul_args, MM_SHAPES, plan=(0, 1, 0))
+case("matmul_transposed_b", lambda a, b: a @ b.t().t(), matmul_args, MM_SHAPES, plan=(0, 1, 0))
+case("bmm_q_kT", lambda q, k: torch.softmax(q @ k.transpose(-2, -1), -1), batched_args, MM_SHAPES, plan=(1, 1, 0))
+case("nd_at_2d", lambda a, b: (a.unsqueeze(0).expand(2, -1, -1).contiguous() @ b) * 2, matmul_args, MM_SHAPES,
+     plan=(2, 1, 0))
+
+# ---- extern ops stay correct ---------------------------------------------------------------------------------------
+
+
+def embedding_args(shape, dtype, device):
+    n, d = shape
+    return torch.randint(0, n, (7,), device=device), randn((n, d), dtype, device)
+
+
+case("embedding_extern", lambda idx, table: F.embedding(idx, table) * 2, embedding_args, ((10, 3), (1000, 64)),
+     plan=(1, 0, 1))

@@ -1,0 +1,88 @@
+"""CPU rehearsal of the CUDA backend: every op-suite case and seed workload is traced on CPU tensors, lowered
+to a fusion plan as if it ran on a GPU, its CUDA C compiled to PTX with NVRTC, and the plan's shape (kernels,
+cuBLAS calls, extern ops) checked exactly. The graph itself runs through torch, so results still equal eager."""
+import re
+import warnings
+
+import pytest
+import torch
+
+import fastcomp
+from fastcomp import _C
+from fastcomp.testing import CompileCounter
+from tests.backend.op_suite import CASES
+from tests.helpers import assert_same
+
+
+
+@pytest.fixture(autouse=True)
+def rehearse():
+    try:
+        _C._testing.nvrtc_version()
+    except Exception as e:  # the CUDA runtime's own search failed: nothing to compile with
+        pytest.skip(f"NVRTC is not available: {e}")
+    _C.set_rehearse_cuda_backend(True)
+    yield
+    _C.set_rehearse_cuda_backend(False)
+
+
+def plan_counts(record):
+    m = re.match(r"rehearsal: (\d+) kernels, (\d+) cuBLAS calls, (\d+) extern ops", record["backend"])
+    assert m, record["backend"]
+    return tuple(int(g) for g in m.groups())
+
+
+def compile_and_check(fn, args):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an NVRTC or lowering failure warns: make it fail the test
+        with CompileCounter() as cc, torch.no_grad():
+            out = fastcomp.compile(fn)(*args)
+            assert_same(out, fn(*args), rtol=1e-5, atol=1e-5)
+    assert cc.graph_count == 1 and cc.break_count == 0, cc.records
+    return cc.records[0]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_op_plan(case):
+    shape = case.shapes[1] if len(case.shapes) > 1 else case.shapes[0]
+    record = compile_and_check(case.fn, case.make(shape, torch.float32, "cpu"))
+    assert plan_counts(record) == case.plan, record["plan"]
+    if case.plan[0]:
+        assert 'extern "C" __global__' in record["cuda_source"]
+
+
+# Seed workloads: (kernels, cuBLAS calls, extern ops). W7's attention stays one extern op (torch's MHA);
+# W9's cat is an extern op between its rope kernels.
+WORKLOAD_PLANS = {
+    "W1": (1, 0, 0),
+    "W2": (1, 0, 0),
+    "W3": (1, 0, 0),
+    "W4": (2, 1, 0),
+    "W5": (1, 2, 0),
+    "W6": (1, 5, 0),
+    "W8": (1, 0, 0),
+}
+
+
+@pytest.mark.parametrize("wid", sorted(WORKLOAD_PLANS))
+def test_workload_plan(wid):
+    from benchmarks.workloads import WORKLOADS
+
+    w = WORKLOADS[wid]
+    model, make_inputs = w.make("cpu", w.quick_scale)
+    args = make_inputs()
+    if w.dtype != torch.float32:  # CPU half kernels are incomplete in torch; the plan is what matters here
+        model = model.float() if isinstance(model, torch.nn.Module) else model
+        args = tuple(a.float() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args)
+    record = compile_and_check(model, args)
+    assert plan_counts(record) == WORKLOAD_PLANS[wid], record["plan"]
+
+
+def test_plan_text_names_buffers_and_steps():
+    def f(x, w, b):
+        return torch.nn.functional.gelu(torch.nn.functional.linear(x, w, b)) + x
+
+    record = compile_and_check(f, (torch.randn(8, 16), torch.randn(16, 16), torch.randn(16)))
+    plan = record["plan"]
+    assert "matmul f32 m=8 n=16 k=16" in plan and "epilogue=bias" in plan, plan
+    assert re.search(r"kernel k0\(b\d+, b\d+, b\d+\)", plan), plan

@@ -250,12 +250,19 @@ void MatmulPlan::Descriptors::destroy() {
   matmul = nullptr, a = b = c = d = nullptr, preference = nullptr;
 }
 
+void MatmulPlan::Descriptors::expect_alignment(uint32_t alignment, bool has_bias) {
+  for (cublasLtMatmulPreferenceAttributes_t attribute :
+       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+    FC_SET_ATTRIBUTE(cublasLtMatmulPreferenceSetAttribute, preference, attribute, alignment);
+  if (has_bias)
+    FC_SET_ATTRIBUTE(cublasLtMatmulDescSetAttribute, matmul, CUBLASLT_MATMUL_DESC_BIAS_POINTER, dummy_bias(alignment));
+}
+
 std::string check_matmul_descriptors(const MatmulDesc& desc, size_t workspace_bytes) {
   LtMatmul lt = lower_matmul(desc);
   MatmulPlan::Descriptors descriptors(desc, lt, workspace_bytes);
-  if (epilogue_has_bias(desc.epilogue))
-    FC_SET_ATTRIBUTE(cublasLtMatmulDescSetAttribute, descriptors.matmul, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                     dummy_bias(kPlannedAlignment));
+  descriptors.expect_alignment(kPlannedAlignment, epilogue_has_bias(desc.epilogue));
   return lt.to_string();
 }
 
@@ -276,13 +283,7 @@ MatmulPlan::~MatmulPlan() = default;
 
 MatmulPlan::Algo MatmulPlan::choose_algo(uint32_t alignment) const {
   const CublasLtApi& api = cublaslt();
-  for (cublasLtMatmulPreferenceAttributes_t attribute :
-       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-    FC_SET_ATTRIBUTE(cublasLtMatmulPreferenceSetAttribute, descriptors_.preference, attribute, alignment);
-  if (epilogue_has_bias(desc_.epilogue))
-    FC_SET_ATTRIBUTE(cublasLtMatmulDescSetAttribute, descriptors_.matmul, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                     dummy_bias(alignment));
+  descriptors_.expect_alignment(alignment, epilogue_has_bias(desc_.epilogue));
   cublasLtMatmulHeuristicResult_t result{};
   int count = 0;
   cublasLtMatrixLayout_t c = descriptors_.c ? descriptors_.c : descriptors_.d;

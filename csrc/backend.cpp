@@ -32,7 +32,9 @@ std::string torch_runner_reason(const graph::Graph& graph, int* device) {
     *device = index && PyLong_Check(index.get()) ? static_cast<int>(PyLong_AsLong(index.get())) : 0;
     PyErr_Clear();
     cuda = true;
-    if (n.meta.requires_grad) return "its outputs need gradients (training graphs run through torch for now)";
+    // Parameters require grad even under no_grad; what matters is whether any op's result does.
+    if (n.kind == graph::NodeKind::Call && n.meta.requires_grad)
+      return "its outputs need gradients (training graphs run through torch for now)";
   }
   return cuda ? "" : "no CUDA tensors";
 }

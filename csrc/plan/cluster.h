@@ -32,6 +32,7 @@ class Cluster {
   int op(ExprOp op, DType dtype, std::vector<int> args);
   int cast(int expr, DType dtype);  // `expr` itself when it already has that dtype
   DType dtype_of(int expr) const { return exprs_[expr].dtype; }
+  const codegen::Expr& expr(int id) const { return exprs_[id]; }
 
   // Writes `expr` to `buffer` with `strides` over the space; returns whether it was new (a value stored once).
   bool store(int expr, int buffer, DType dtype, const std::vector<int64_t>& strides, int64_t offset);

@@ -254,6 +254,15 @@ bool lower_pointwise_op(Lowerer& L, const graph::Node& n, const std::string& op)
       int lhs = c.cast(e[0], out);
       int rhs = e_op == ExprOp::Pow && c.dtype_of(e[1]) == opmath(out) && is_floating(out) ? e[1] : c.cast(e[1], out);
       if (alpha) rhs = c.op(ExprOp::Mul, out, {rhs, c.constant(out, round_to(*alpha, out))});
+      if (e_op == ExprOp::Pow && (out == DType::F16 || out == DType::BF16)) {
+        // torch's CUDA pow multiplies f16/bf16 values in their own type for these exponents, rounding after
+        // each product: x*x*x is two rounded products, not one.
+        const codegen::Expr& exponent = c.expr(rhs);
+        if (exponent.op == ExprOp::Constant && exponent.constant == 3)
+          return c.op(ExprOp::Mul, out, {c.op(ExprOp::Mul, out, {lhs, lhs}), lhs});
+        if (exponent.op == ExprOp::Constant && exponent.constant == -2)
+          return c.op(ExprOp::Div, out, {c.constant(out, 1.0), c.op(ExprOp::Mul, out, {lhs, lhs})});
+      }
       return c.op(e_op, out, {lhs, rhs});
     });
     return true;

@@ -104,7 +104,7 @@ case("cat_is_extern", lambda x: torch.cat((-x, x), dim=-1) * 2, shapes=((3, 1025
 
 # ---- reductions ---------------------------------------------------------------------------------------------------
 case("sum_last", lambda x: x.sum(-1), shapes=ROWS)
-case("sum_keepdim_epilogue", lambda x: x / x.sum(dim=-1, keepdim=True), shapes=ROWS)
+case("sum_keepdim_epilogue", lambda x: x / x.sum(dim=-1, keepdim=True), positive, shapes=ROWS)
 case("mean", lambda x: x.mean(-1, keepdim=True) * 2, shapes=ROWS)
 case("amax_amin", lambda x: x.amax(-1) - x.amin(-1), shapes=ROWS)
 case("var_std", lambda x: x.var(-1, keepdim=True) + x.std(-1, keepdim=True, unbiased=False),

@@ -38,6 +38,9 @@ class Mode:
     start_stats: Callable  # () -> CompileStats of this process (after compiler_module is imported)
     reset: Callable  # () -> None: forget every compiled function (torch._dynamo.reset / fastcomp.reset)
     caveat: str | None = None  # shown beside every row of the mode: what it does not do yet
+    # () -> None: block until work the compiler does off the first call's path (fastcomp's background kernel
+    # compiles) is finished, so steady-state timings measure the compiled code
+    wait_ready: Callable = lambda: None
 
 
 class CompileStats:
@@ -103,7 +106,11 @@ def _fastcomp_mode(name: str, description: str, caveat: str | None = None, **opt
     def reset():
         import fastcomp
         fastcomp.reset()
-    return Mode(name, description, "fastcomp", compile, disable, True, FastcompStats, reset, caveat)
+
+    def wait_ready():
+        import fastcomp
+        fastcomp.wait_for_compiles()
+    return Mode(name, description, "fastcomp", compile, disable, True, FastcompStats, reset, caveat, wait_ready)
 
 
 def _eager_mode() -> Mode:

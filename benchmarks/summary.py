@@ -26,6 +26,7 @@ def derive(row: dict, eager_us: float | None, copy_gb_per_s: float | None) -> di
         "speedup_vs_eager": eager_us / us if us and eager_us else None,
         "overhead_us_vs_eager": us - eager_us if us is not None and eager_us is not None else None,
         "cold_compile_ms": None if is_eager else _ms(_get(row, "cold", "compile_s")),
+        "cold_ready_ms": None if is_eager else _ms(_get(row, "cold", "ready_s")),
         "trace_ms": _ms(_get(row, "cold", "trace_s")),
         "warm_compile_ms": _ms(_get(row, "warm", "compile_s")) if _get(row, "warm", "status") == "ok" else None,
         "warm_trace_ms": _ms(_get(row, "warm", "trace_s")) if _get(row, "warm", "status") == "ok" else None,

@@ -136,9 +136,13 @@ def _gpu_checks(section_rows: dict) -> list[dict]:
         if case == "W1":
             checks.append(_check("workloads", case, FASTCOMP_MODE, f"µs/call < {GPU_W1_MAX_US:g} µs", "max",
                                  GPU_W1_MAX_US, fc_us, _fmt_us(fc_us)))
-        cold, warm = d.get("cold_compile_ms"), d.get("warm_compile_ms")
+        # Judged on when the compiled kernels are in use ("ready"), not on the first call, which fastcomp answers
+        # through torch while its kernels compile in the background.
+        first, ready, warm = d.get("cold_compile_ms"), d.get("cold_ready_ms"), d.get("warm_compile_ms")
+        cold = ready if ready is not None else first
         checks.append(_check("workloads", case, FASTCOMP_MODE, f"cold compile < {GPU_COLD_MAX_MS:g} ms", "max",
-                             GPU_COLD_MAX_MS, cold, f"{_fmt_ms(cold)} (trace {_fmt_ms(d.get('trace_ms'))})"))
+                             GPU_COLD_MAX_MS, cold, f"{_fmt_ms(cold)} until kernels run (first call "
+                             f"{_fmt_ms(first)}, trace {_fmt_ms(d.get('trace_ms'))})"))
         checks.append(_check("workloads", case, FASTCOMP_MODE, f"warm compile < {GPU_WARM_MAX_MS:g} ms", "max",
                              GPU_WARM_MAX_MS, warm, _fmt_ms(warm)))
         graphs, breaks = d.get("graphs"), d.get("graph_breaks")

@@ -9,6 +9,7 @@
 #include "frontend/trace/torch_refs.h"
 #include "plan/lower.h"
 #include "runtime/cuda/nvrtc.h"
+#include "runtime/background_compile.h"
 #include "runtime/cuda_executable.h"
 #include "support/config.h"
 #include "support/log.h"
@@ -141,13 +142,21 @@ BuiltExecutable build_executable(graph::Graph graph, frontend::GuardSet& guards)
       add_tf32_guard(guards);
       break;
     }
+  BuiltExecutable out;
+  out.summary = fmt::format("cuda: {} kernels, {} cuBLAS calls, {} extern ops", program.count(plan::Step::Kind::Kernel),
+                            program.count(plan::Step::Kind::Matmul), program.count(plan::Step::Kind::Extern));
+  out.plan_text = std::move(plan_text);
+  out.cuda_source = source.program;
   try {
-    auto executable = runtime::make_cuda_executable(graph, std::move(program), source);
-    BuiltExecutable out;
-    out.summary = executable->describe();
-    out.executable = std::move(executable);
-    out.plan_text = std::move(plan_text);
-    out.cuda_source = std::move(source.program);
+    std::shared_ptr<const std::string> binary = runtime::cached_plan_binary(program, source);
+    if (!binary && !source.program.empty() && config().background_compile) {
+      const std::string path = dumped.empty() ? save_failed_source(source.program) : (dumped / "kernels.cu").string();
+      out.executable = runtime::make_background_executable(std::move(graph), std::move(program), std::move(source),
+                                                           out.summary, path);
+      return out;
+    }
+    if (!binary) binary = runtime::compile_plan(program, source);
+    out.executable = runtime::make_cuda_executable(graph, std::move(program), source, std::move(binary));
     return out;
   } catch (const runtime::cuda::NvrtcError& e) {
     const std::string path = dumped.empty() ? save_failed_source(source.program) : (dumped / "kernels.cu").string();

@@ -23,5 +23,7 @@ def _fresh_fastcomp():
     import fastcomp
 
     fastcomp.reset()
-    yield
+    # Tests see the compiled code on the first call; test_background_compile turns it back on.
+    with fastcomp.config.patch(background_compile=False):
+        yield
     fastcomp.reset()

@@ -177,3 +177,12 @@ def test_hook_is_only_installed_during_compiled_calls():
     assert not fastcomp._C.is_dispatching()
     seen.append(1)
     assert seen == [1]
+
+
+def test_wait_for_compiles_returns_at_once_when_nothing_compiles():
+    import time
+
+    start = time.perf_counter()
+    assert fastcomp.wait_for_compiles() is True
+    assert fastcomp.wait_for_compiles(timeout=0.0) is True
+    assert time.perf_counter() - start < 1.0

@@ -24,6 +24,7 @@ using plan::Buffer;
 using plan::Step;
 
 constexpr size_t kCublasWorkspaceBytes = 4 << 20;
+constexpr const char* kProgramName = "fastcomp_graph";
 
 cuda::ScalarType scalar_type(codegen::DType t) {
   switch (t) {
@@ -76,14 +77,12 @@ PyRef torch_dtype(codegen::DType t) {
 
 class CudaExecutable final : public Executable {
  public:
-  CudaExecutable(graph::Graph graph, plan::Program program, const CudaSource& source)
+  CudaExecutable(graph::Graph graph, plan::Program program, const CudaSource& source,
+                 std::shared_ptr<const std::string> binary)
       : graph_(std::move(graph)), program_(std::move(program)) {
     const auto& T = frontend::torch_refs();
     const int device = program_.device;
     if (!source.program.empty()) {
-      const cuda::CudaArch arch = cuda::device_info(device).arch;
-      std::shared_ptr<const std::string> binary =
-          cuda::compile_cuda_cached(source.program, "fastcomp_graph", arch, cuda::Output::Cubin, {});
       module_ = std::make_unique<cuda::LoadedModule>(*binary, device);
       cuda::ContextGuard guard(device);
       for (const codegen::KernelSource& k : source.kernels) {
@@ -448,8 +447,21 @@ CudaSource emit_plan(const plan::Program& program, const codegen::DeviceLimits& 
   return out;
 }
 
-std::unique_ptr<Executable> make_cuda_executable(graph::Graph graph, plan::Program program, const CudaSource& source) {
-  return std::make_unique<CudaExecutable>(std::move(graph), std::move(program), source);
+std::shared_ptr<const std::string> compile_plan(const plan::Program& program, const CudaSource& source) {
+  if (source.program.empty()) return nullptr;
+  return cuda::compile_cuda_cached(source.program, kProgramName, cuda::device_info(program.device).arch,
+                                   cuda::Output::Cubin, {});
+}
+
+std::shared_ptr<const std::string> cached_plan_binary(const plan::Program& program, const CudaSource& source) {
+  if (source.program.empty()) return nullptr;
+  return cuda::cached_cuda_binary(source.program, kProgramName, cuda::device_info(program.device).arch,
+                                  cuda::Output::Cubin, {});
+}
+
+std::unique_ptr<Executable> make_cuda_executable(graph::Graph graph, plan::Program program, const CudaSource& source,
+                                                 std::shared_ptr<const std::string> binary) {
+  return std::make_unique<CudaExecutable>(std::move(graph), std::move(program), source, std::move(binary));
 }
 
 }  // namespace fastcomp::runtime

@@ -22,9 +22,16 @@ CudaSource emit_plan(const plan::Program& program, const codegen::DeviceLimits& 
 // Codegen limits of CUDA device `device`, from the driver. Throws CudaError / CudaLibraryError.
 codegen::DeviceLimits device_limits(int device);
 
-/** Compiles (through the kernel cache), loads and plans everything `program` needs on its device. Throws
- *  NvrtcError (with the log), CudaError, CublasError or CudaLibraryError; the caller falls back to the torch
- *  runner. */
-std::unique_ptr<Executable> make_cuda_executable(graph::Graph graph, plan::Program program, const CudaSource& source);
+/** The cubin of `source` for the program's device, through the kernel cache; null when there are no kernels.
+ *  Takes ~50-300 ms on a cache miss and needs no GIL (run it on a background thread). Throws NvrtcError (with
+ *  the log) or CudaLibraryError. */
+std::shared_ptr<const std::string> compile_plan(const plan::Program& program, const CudaSource& source);
+/** compile_plan's result when the kernel cache already holds it (memory or disk), else null. */
+std::shared_ptr<const std::string> cached_plan_binary(const plan::Program& program, const CudaSource& source);
+
+/** Loads `binary` (compile_plan's) and plans the cuBLASLt calls: the executable of `program`. Needs the GIL.
+ *  Throws CudaError, CublasError or CudaLibraryError; the caller falls back to the torch runner. */
+std::unique_ptr<Executable> make_cuda_executable(graph::Graph graph, plan::Program program, const CudaSource& source,
+                                                 std::shared_ptr<const std::string> binary);
 
 }  // namespace fastcomp::runtime

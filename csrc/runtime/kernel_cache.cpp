@@ -149,21 +149,18 @@ std::string write_entry(const fs::path& file, const std::string& key, std::strin
 
 KernelCache::KernelCache(fs::path directory) : directory_(std::move(directory)) {}
 
-std::shared_ptr<const std::string> KernelCache::get_or_compile(std::span<const std::string_view> key_parts,
-                                                               const std::function<std::string()>& compile) {
-  std::string key = encode_key(key_parts);
-  fs::path file;
+std::shared_ptr<const std::string> KernelCache::lookup(const std::string& key, fs::path* file) {
   {
     std::lock_guard lock(mutex_);
     if (auto it = memory_.find(key); it != memory_.end()) {
       ++stats_.memory_hits;
       return it->second;
     }
-    if (!directory_.empty()) file = directory_ / "kernels" / (hex(fnv1a(key)) + ".bin");
+    if (!directory_.empty()) *file = directory_ / "kernels" / (hex(fnv1a(key)) + ".bin");
   }
-  // File I/O, compiling and logging (which may take the GIL) all happen without the lock.
-  if (!file.empty()) {
-    DiskEntry entry = read_entry(file, key);
+  // File I/O and logging (which may take the GIL) happen without the lock.
+  if (!file->empty()) {
+    DiskEntry entry = read_entry(*file, key);
     if (entry.outcome == DiskEntry::Hit) {
       auto binary = std::make_shared<const std::string>(std::move(entry.binary));
       std::lock_guard lock(mutex_);
@@ -175,9 +172,22 @@ std::shared_ptr<const std::string> KernelCache::get_or_compile(std::span<const s
         std::lock_guard lock(mutex_);
         ++stats_.rejected_files;
       }
-      FC_LOG(compile, debug, "kernel cache: ignoring {} ({}); recompiling", file.string(), entry.why);
+      FC_LOG(compile, debug, "kernel cache: ignoring {} ({}); recompiling", file->string(), entry.why);
     }
   }
+  return nullptr;
+}
+
+std::shared_ptr<const std::string> KernelCache::find(std::span<const std::string_view> key_parts) {
+  fs::path file;
+  return lookup(encode_key(key_parts), &file);
+}
+
+std::shared_ptr<const std::string> KernelCache::get_or_compile(std::span<const std::string_view> key_parts,
+                                                               const std::function<std::string()>& compile) {
+  std::string key = encode_key(key_parts);
+  fs::path file;
+  if (auto hit = lookup(key, &file)) return hit;
   auto binary = std::make_shared<const std::string>(compile());
   std::string error = file.empty() ? "" : write_entry(file, key, *binary);
   if (!error.empty()) {

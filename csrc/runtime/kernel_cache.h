@@ -41,12 +41,18 @@ class KernelCache {
   std::shared_ptr<const std::string> get_or_compile(std::span<const std::string_view> key_parts,
                                                     const std::function<std::string()>& compile);
 
+  // The binary for `key_parts` from memory or disk, or null: never compiles (counts hits, not misses).
+  std::shared_ptr<const std::string> find(std::span<const std::string_view> key_parts);
+
   KernelCacheStats stats() const;
   std::filesystem::path directory() const;
   // Forgets every memory entry and counter and uses `directory` from now on: what a new process would see.
   void reset(std::filesystem::path directory);
 
  private:
+  // Memory, then disk; sets *file to the entry's path when there is a cache folder.
+  std::shared_ptr<const std::string> lookup(const std::string& key, std::filesystem::path* file);
+
   mutable std::mutex mutex_;
   std::filesystem::path directory_;
   std::unordered_map<std::string, std::shared_ptr<const std::string>> memory_;  // encoded key -> binary

@@ -8,6 +8,7 @@ struct Config {
   int recompile_limit = 8;          // cache entries per code object and option set before running eagerly
   bool error_on_recompile = false;  // raise instead of warning when the limit is hit
   bool suppress_errors = true;      // internal compile failures warn once and run eagerly
+  bool background_compile = true;   // NVRTC runs on a thread; the graph runs through torch until it is done
   bool cuda_backend = true;         // graphs on CUDA tensors run generated kernels (else the torch runner)
   bool rehearse_cuda_backend = false;  // tests: lower CPU graphs, compile their CUDA C to PTX, run them on torch
   std::string dump_dir;             // non-empty: every compile writes its artifacts (graph, plan, .cu) here

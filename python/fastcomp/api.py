@@ -105,6 +105,16 @@ def reset():
     _C.reset()
 
 
+def wait_for_compiles(timeout=None):
+    """Block until every kernel compile running in the background has finished.
+
+    fastcomp traces on the first call and runs that graph through torch while NVRTC compiles its kernels on a
+    thread; later calls switch to the kernels once they are ready. Call this at the end of a warm-up (a server
+    start, a benchmark) to make the next call use them. Returns False if `timeout` (seconds) passed first.
+    """
+    return _C.wait_for_compiles(-1.0 if timeout is None else float(timeout))
+
+
 def is_compiling():
     """True while fastcomp traces the calling code, False when it runs eagerly."""
     return False

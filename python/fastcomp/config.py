@@ -6,6 +6,8 @@ sees every change immediately. Environment variables give the start-up values:
 - ``FASTCOMP_SUPPRESS_ERRORS`` (0/1, default 1): internal compile failures warn and run eagerly instead of raising.
 - ``FASTCOMP_CUDA_BACKEND`` (0/1, default 1): graphs on CUDA tensors run fastcomp's generated kernels and cuBLASLt
   calls; 0 runs them op by op through torch.
+- ``FASTCOMP_BACKGROUND_COMPILE`` (0/1, default 1): kernels compile on a background thread while the graph runs
+  through torch; 0 compiles them before the first call returns.
 - ``FASTCOMP_DUMP_DIR`` (path, default unset): each compiled graph writes ``graph.txt``, ``plan.txt`` and
   ``kernels.cu`` into its own folder there.
 """
@@ -21,6 +23,7 @@ _DEFAULTS = {
     "error_on_recompile": os.environ.get("FASTCOMP_ERROR_ON_RECOMPILE", "0") == "1",
     "suppress_errors": os.environ.get("FASTCOMP_SUPPRESS_ERRORS", "1") == "1",
     "cuda_backend": os.environ.get("FASTCOMP_CUDA_BACKEND", "1") == "1",
+    "background_compile": os.environ.get("FASTCOMP_BACKGROUND_COMPILE", "1") == "1",
     "dump_dir": os.environ.get("FASTCOMP_DUMP_DIR", ""),
 }
 

@@ -85,3 +85,23 @@ def test_output_memory_is_torch_allocated():
         assert torch.cuda.memory_allocated() == before + out.numel() * 4
         del out
         assert torch.cuda.memory_allocated() == before
+
+
+def test_background_compile_answers_through_torch_then_switches_to_kernels():
+    from fastcomp import _C
+
+    def f(x):
+        return torch.sigmoid(x * 3.0 + 0.25) * x  # a program no other test compiles: a kernel-cache miss
+
+    compiled = fastcomp.compile(f)
+    before = _C._testing.kernel_cache_stats()["misses"]
+    with fastcomp.config.patch(background_compile=True), torch.no_grad():
+        x = torch.randn(3, 77, device="cuda")
+        with CompileCounter() as cc:
+            torch.testing.assert_close(compiled(x), f(x))  # answered while NVRTC runs on its thread
+        assert cc.graph_count == 1
+        assert fastcomp.wait_for_compiles(timeout=60)
+        assert _C._testing.kernel_cache_stats()["misses"] == before + 1
+        for _ in range(3):
+            x = torch.randn(3, 77, device="cuda")
+            torch.testing.assert_close(compiled(x), f(x), rtol=1e-5, atol=1e-6)

@@ -1,5 +1,7 @@
 #include "runtime/cuda/nvrtc.h"
 
+#include <array>
+
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -190,14 +192,31 @@ CompiledKernel compile_cuda(const std::string& source, const std::string& progra
   return out;
 }
 
+namespace {
+// Every fact that can change the binary, in the kernel cache's key.
+struct CacheKey {
+  std::string version, options;
+  std::array<std::string_view, 6> parts;
+  CacheKey(const std::string& source, const std::string& program_name, CudaArch arch, Output kind,
+           const std::vector<std::string>& extra_options)
+      : version(nvrtc_version().to_string()), options(join(nvrtc_options(source, arch, kind, extra_options), "\n")),
+        parts{"nvrtc", version, output_name(kind), program_name, options, source} {}
+};
+}  // namespace
+
 std::shared_ptr<const std::string> compile_cuda_cached(const std::string& source, const std::string& program_name,
                                                        CudaArch arch, Output kind,
                                                        const std::vector<std::string>& extra_options) {
-  std::string version = nvrtc_version().to_string();
-  std::string options = join(nvrtc_options(source, arch, kind, extra_options), "\n");
-  const std::string_view key[] = {"nvrtc", version, output_name(kind), program_name, options, source};
+  CacheKey key(source, program_name, arch, kind, extra_options);
   return kernel_cache().get_or_compile(
-      key, [&] { return compile_cuda(source, program_name, arch, kind, extra_options).binary; });
+      key.parts, [&] { return compile_cuda(source, program_name, arch, kind, extra_options).binary; });
+}
+
+std::shared_ptr<const std::string> cached_cuda_binary(const std::string& source, const std::string& program_name,
+                                                      CudaArch arch, Output kind,
+                                                      const std::vector<std::string>& extra_options) {
+  CacheKey key(source, program_name, arch, kind, extra_options);
+  return kernel_cache().find(key.parts);
 }
 
 }  // namespace fastcomp::runtime::cuda

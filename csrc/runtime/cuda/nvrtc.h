@@ -58,4 +58,9 @@ std::shared_ptr<const std::string> compile_cuda_cached(const std::string& source
                                                        CudaArch arch, Output kind,
                                                        const std::vector<std::string>& extra_options);
 
+// compile_cuda_cached's binary when the kernel cache (memory or disk) already has it, else null; never compiles.
+std::shared_ptr<const std::string> cached_cuda_binary(const std::string& source, const std::string& program_name,
+                                                      CudaArch arch, Output kind,
+                                                      const std::vector<std::string>& extra_options);
+
 }  // namespace fastcomp::runtime::cuda

@@ -1,0 +1,126 @@
+#include "runtime/background_compile.h"
+
+#include <Python.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "runtime/cuda/nvrtc.h"
+#include "support/log.h"
+
+namespace fastcomp::runtime {
+namespace {
+
+// Compiles in flight, for wait_for_compiles().
+struct InFlight {
+  std::mutex mutex;
+  std::condition_variable done;
+  int count = 0;
+};
+InFlight& in_flight() {
+  static auto* f = new InFlight();  // never destroyed: detached threads may finish during interpreter exit
+  return *f;
+}
+
+// What the compile thread hands over: written once by it, read by the executable after `ready`.
+struct Outcome {
+  std::atomic<bool> ready{false};
+  std::shared_ptr<const std::string> binary;
+  std::string error, nvrtc_log;
+};
+
+class BackgroundExecutable final : public Executable {
+ public:
+  BackgroundExecutable(graph::Graph graph, plan::Program program, CudaSource source, std::string summary,
+                       std::string source_path)
+      : fallback_(make_torch_runner(graph)),
+        graph_(std::move(graph)),
+        program_(std::move(program)),
+        source_(std::move(source)),
+        summary_(std::move(summary)),
+        source_path_(std::move(source_path)),
+        outcome_(std::make_shared<Outcome>()) {
+    {
+      std::lock_guard lock(in_flight().mutex);
+      ++in_flight().count;
+    }
+    // The thread owns copies of everything it reads, so the executable may die (fastcomp.reset()) first.
+    std::thread([outcome = outcome_, program = program_, source = source_] {
+      try {
+        outcome->binary = compile_plan(program, source);
+      } catch (const cuda::NvrtcError& e) {
+        outcome->error = e.what();
+        outcome->nvrtc_log = e.log;
+      } catch (const std::exception& e) {
+        outcome->error = e.what();
+      }
+      outcome->ready.store(true, std::memory_order_release);
+      std::lock_guard lock(in_flight().mutex);
+      --in_flight().count;
+      in_flight().done.notify_all();
+    }).detach();
+  }
+
+  PyObject* run(PyObject* const* inputs, size_t ninputs) override {
+    if (cuda_) return cuda_->run(inputs, ninputs);
+    if (!failed_ && outcome_->ready.load(std::memory_order_acquire)) promote();
+    return (cuda_ ? cuda_ : fallback_)->run(inputs, ninputs);
+  }
+
+  std::string describe() const override {
+    return summary_ + (cuda_ ? "" : failed_ ? " (failed: runs through torch)" : " (compiling: runs through torch)");
+  }
+
+ private:
+  void promote() {
+    if (!outcome_->error.empty()) {
+      failed_ = true;
+      FC_LOG(compile, warning,
+             "fastcomp: NVRTC rejected the generated CUDA C ({}); this graph keeps running through torch. Please "
+             "report it with the source: {}\nNVRTC log:\n{}",
+             outcome_->error, source_path_, outcome_->nvrtc_log);
+      return;
+    }
+    try {
+      cuda_ = make_cuda_executable(std::move(graph_), std::move(program_), source_, outcome_->binary);
+      FC_LOG(compile, debug, "background compile finished: {}", summary_);
+    } catch (const std::exception& e) {
+      failed_ = true;
+      FC_LOG(compile, warning, "fastcomp: the CUDA backend failed to load this graph ({}); it keeps running "
+             "through torch.", e.what());
+    }
+  }
+
+  std::unique_ptr<Executable> fallback_;
+  std::unique_ptr<Executable> cuda_;
+  graph::Graph graph_;
+  plan::Program program_;
+  CudaSource source_;
+  std::string summary_, source_path_;
+  std::shared_ptr<Outcome> outcome_;
+  bool failed_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Executable> make_background_executable(graph::Graph graph, plan::Program program, CudaSource source,
+                                                       std::string summary, std::string source_path) {
+  return std::make_unique<BackgroundExecutable>(std::move(graph), std::move(program), std::move(source),
+                                                std::move(summary), std::move(source_path));
+}
+
+bool wait_for_compiles(double timeout_s) {
+  bool finished = true;
+  Py_BEGIN_ALLOW_THREADS;
+  std::unique_lock lock(in_flight().mutex);
+  auto idle = [] { return in_flight().count == 0; };
+  if (timeout_s < 0) in_flight().done.wait(lock, idle);
+  else finished = in_flight().done.wait_for(lock, std::chrono::duration<double>(timeout_s), idle);
+  Py_END_ALLOW_THREADS;
+  return finished;
+}
+
+}  // namespace fastcomp::runtime

@@ -173,7 +173,9 @@ cpython::FrameOutcome run_break(const frontend::ResumePlan& plan, PyObject* outs
       PyErr_SetString(PyExc_SystemError, "fastcomp: a value live at a graph break is missing");
       return cpython::FrameOutcome::error();
     }
-    args[n++] = Py_NewRef(o);
+    o = v.attr ? PyObject_GetAttr(o, v.attr.get()) : Py_NewRef(o);
+    if (!o) return cpython::FrameOutcome::error();
+    args[n++] = o;
   }
   PyRef fn = PyRef::steal(PyFunction_New(plan.break_code.get(), frame.globals()));
   if (!fn) return cpython::FrameOutcome::error();

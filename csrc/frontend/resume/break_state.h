@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include "cpython/pyref.h"
+
 namespace fastcomp::frontend {
 
 // One value live at a break.
@@ -19,6 +21,7 @@ struct LiveValue {
   Kind kind = Kind::Null;
   int index = -1;
   bool grad_inside = false;
+  PyRef attr;  // Output/Source: when set, the value is getattr(that value, attr) (a bound method on the stack)
 };
 
 struct BreakState {

@@ -29,6 +29,11 @@ std::optional<ResumePlan> plan(const cpython::FrameView& frame, const Unsupporte
       return std::nullopt;
     }
   }
+  std::string loop = loop_around(*decoded(original), failure.root_instr - offset);
+  if (!loop.empty()) {
+    *why = loop;
+    return std::nullopt;
+  }
   TraceStop stop{failure.root_instr, failure.root_visit};
   TraceResult prefix = trace_frame(frame, &stop);
   if (!prefix.break_state) {

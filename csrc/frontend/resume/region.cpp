@@ -79,6 +79,14 @@ bool extends_region(Op op) {
 
 }  // namespace
 
+std::string loop_around(const InstrStream& stream, int instr) {
+  const auto& ins = stream.instrs;
+  for (int j = instr; j < static_cast<int>(ins.size()); ++j)
+    if (ins[j].target >= 0 && ins[j].target <= instr)
+      return "the break is inside a loop (the loop runs in CPython; the functions it calls are compiled)";
+  return "";
+}
+
 std::string find_region(const InstrStream& stream, int instr, const std::vector<Slot>& stack, int first_allowed,
                         BreakRegion* out) {
   const auto& ins = stream.instrs;
@@ -107,10 +115,10 @@ std::string find_region(const InstrStream& stream, int instr, const std::vector<
       if (!extends_region(ins[j].op) || !apply(ins[j], ext)) break;
     }
   }
-  // A break inside a loop would call a new continuation per iteration (unbounded recursion): not resumed.
-  for (int j = 0; j < n; ++j)
-    if (ins[j].target >= 0 && ins[j].target <= r.first && j >= r.last)
-      return "the break is inside a loop (its code runs in CPython; functions it calls are compiled)";
+  for (int i : {r.first, r.last}) {
+    std::string loop = loop_around(stream, i);
+    if (!loop.empty()) return loop;
+  }
   const Instr& last = ins[r.last];
   if (last.op != Op::JUMP) {
     r.fallthrough_exit = static_cast<int>(r.exits.size());

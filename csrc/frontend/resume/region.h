@@ -31,6 +31,10 @@ struct BreakRegion {
   std::vector<std::pair<int, int>> jumps;
 };
 
+/** Non-empty (the reason) when instruction `instr` is inside a loop of `stream`: a break there is not resumed,
+    because every iteration would call a new continuation (unbounded recursion). */
+std::string loop_around(const InstrStream& stream, int instr);
+
 /** Finds the region of a break at instruction `instr` of `stream` whose stack before it is `stack`. Returns an
     empty string on success, else why the break cannot be resumed (loops, instructions whose stack effect is
     not modelled, unsupported instructions elsewhere in the code). `first_allowed`: regions must not start

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <unordered_set>
 
 #include "frontend/resume/continuation.h"
@@ -55,7 +56,7 @@ std::string failure_text(const frontend::Unsupported& u) {
 
 // Whether code in `filename` is fastcomp's, torch's or the standard library's (never compiled on its own).
 bool in_skipped_dir(const std::string& filename) {
-  if (filename.empty() || filename[0] == '<') return true;  // <frozen importlib...>, <string>
+  if (filename.empty() || filename.rfind("<frozen ", 0) == 0) return true;  // importlib's frozen modules
   for (const std::string& dir : config().skip_dirs)
     if (filename.compare(0, dir.size(), dir) == 0) {
       // The standard library's directory also holds site-packages; only torch and fastcomp are skipped there.
@@ -72,6 +73,29 @@ bool counts_break(const frontend::Unsupported& u) {
   if (u.depth == 0 || u.user_stack.empty()) return true;
   const std::string& inner = u.user_stack.back();
   return in_skipped_dir(inner.substr(0, inner.rfind(':')));
+}
+
+// "file:line" of the user frames running between the compiled function and this frame (when this frame is
+// called from a compiled function's CPython part), outermost first; empty for the compiled function itself.
+std::vector<std::string> calling_user_frames(const DispatchContext& ctx, PyCodeObject* code) {
+  if (code == ctx.target) return {};
+  std::vector<std::string> out;
+  PyFrameObject* f = PyEval_GetFrame();  // borrowed: the caller of the frame being compiled
+  for (int n = 0; f && n < 64; ++n) {
+    PyRef c = PyRef::steal(reinterpret_cast<PyObject*>(PyFrame_GetCode(f)));
+    auto* co = reinterpret_cast<PyCodeObject*>(c.get());
+    const frontend::GeneratedCode* g = frontend::generated_code(co);
+    PyCodeObject* user = g ? g->original : co;
+    if (g || !in_skipped_dir(utf8(co->co_filename)))
+      out.push_back(fmt::format("{}:{}", utf8(co->co_filename), PyFrame_GetLineNumber(f)));
+    if (user == ctx.target) {
+      std::reverse(out.begin(), out.end());
+      return out;
+    }
+    f = PyFrame_GetBack(f);  // new reference on 3.11+, but the chain is kept alive by the running frames
+    Py_XDECREF(f);
+  }
+  return {};  // not called from the compiled function's frames as far as we can tell: no prefix
 }
 
 // The graph_breaks log, in Dynamo's shape, once per user location.
@@ -256,6 +280,10 @@ cpython::FrameOutcome dispatch(const cpython::FrameView& frame, DispatchContext&
   entry->compile_id = cache.compiles++;
   entry->compiled = compile_frame(frame, *ctx.options);
   CompiledFrame& c = entry->compiled;
+  if (c.failure) {
+    std::vector<std::string> outer = calling_user_frames(ctx, code);
+    c.failure->user_stack.insert(c.failure->user_stack.begin(), outer.begin(), outer.end());
+  }
   notify_observer(code, c, reasons);
 
   if (c.failure) {

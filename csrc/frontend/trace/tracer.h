@@ -145,6 +145,10 @@ class Tracer {
 // Decoded instructions of a code object, cached for the process (code objects are kept alive).
 std::shared_ptr<const InstrStream> decoded(PyCodeObject* code);
 
+// Objects whose identity, not their contents, is what a trace depends on (modules, classes, functions): wrap()
+// guards these by identity and everything else it cannot model by type only.
+bool guard_by_identity(PyObject* o);
+
 // Special objects (see register_special_object); borrowed, null when not registered.
 PyObject* special_object(const char* role);
 

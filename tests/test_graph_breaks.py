@@ -16,7 +16,7 @@ import fastcomp
 from fastcomp.testing import CompileCounter
 
 
-def run(fn, *args, compiled=None, calls=3, make_args=None):
+def run(fn, *args, compiled=None, calls=3, make_args=None, steady=True):
     """Runs compiled and eager `calls` times on fresh inputs; returns the counter of the first call."""
     compiled = compiled or fastcomp.compile(fn)
     first = None
@@ -32,7 +32,7 @@ def run(fn, *args, compiled=None, calls=3, make_args=None):
                 torch.testing.assert_close(a, b)
         if i == 0:
             first = cc
-        else:
+        elif steady:
             assert cc.frame_count == 0, cc.records  # later calls reuse the transformed code and resume functions
     return first
 
@@ -433,3 +433,41 @@ def test_each_break_code_message(code, fn):
     if code == "GB002":
         assert b.hint.startswith("`Tensor.item()` needs the tensor's value: return the tensor and call `.item()` "
                                  "outside, or use `torch.where`")
+
+
+def test_values_on_the_stack_across_a_break():
+    def f(x):
+        return x.sin() + eager_side_channel(x) * torch.cos(x), [x * 2, print(end="") or 3]
+
+    run(f, make_args=lambda: (torch.randn(3),))
+
+
+def test_break_inside_try_keeps_its_handler():
+    def f(x, fail):
+        try:
+            y = x + 1
+            if fail:
+                print("raising")
+                raise ValueError("handled")
+            print("fine")
+            z = y * 2
+        except ValueError:
+            z = -y
+        return z
+
+    run(f, make_args=lambda: (torch.randn(3), False))
+    # the resume function whose code raises is traced again on each call, like any frame that raises
+    run(f, make_args=lambda: (torch.randn(3), True), steady=False)
+
+
+def test_break_in_code_with_extended_args_and_long_jumps():
+    # More than 256 constants and names, and jumps longer than 255 code units around the break.
+    body = "\n".join(f"    v{i} = x + {i}.5" for i in range(300))
+    src = f"def big(x):\n{body}\n    print(end='')\n    if x.shape[0] > 1:\n{body.replace('    ', '        ')}\n"
+    src += "    return " + " + ".join(f"v{i}" for i in range(0, 300, 50)) + "\n"
+    namespace = {}
+    exec(compile(src, __file__ + ".big", "exec"), namespace)
+    big = namespace["big"]
+    assert big.__code__.co_nlocals > 256 and len(big.__code__.co_consts) > 256
+    cc = run(big, make_args=lambda: (torch.randn(2),), calls=2)
+    assert counts(cc) == (2, 1)

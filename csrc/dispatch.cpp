@@ -181,7 +181,8 @@ cpython::FrameOutcome run_break(const frontend::ResumePlan& plan, PyObject* outs
   constexpr size_t kInline = 16;
   PyObject* inline_args[kInline];
   std::vector<PyObject*> heap_args;
-  PyObject** args = plan.args.size() <= kInline ? inline_args : (heap_args.resize(plan.args.size()), heap_args.data());
+  const size_t nargs = plan.args.size() + plan.exit_codes.size();
+  PyObject** args = nargs <= kInline ? inline_args : (heap_args.resize(nargs), heap_args.data());
   size_t n = 0;
   struct Release {
     PyObject** args;
@@ -201,10 +202,29 @@ cpython::FrameOutcome run_break(const frontend::ResumePlan& plan, PyObject* outs
     if (!o) return cpython::FrameOutcome::error();
     args[n++] = o;
   }
-  PyRef fn = PyRef::steal(PyFunction_New(plan.break_code.get(), frame.globals()));
-  if (!fn) return cpython::FrameOutcome::error();
+  // The break code and its resume functions as function objects of the frame's globals and closure, made
+  // once and reused while those stay the same (the common case: one function object per code).
   PyObject* closure = PyFunction_GET_CLOSURE(frame.function());
-  if (closure && PyFunction_SetClosure(fn.get(), closure) < 0) return cpython::FrameOutcome::error();
+  frontend::ResumePlan::Functions& fns = plan.functions;
+  if (!fns.break_fn || fns.globals.get() != frame.globals() || fns.closure.get() != closure) {
+    frontend::ResumePlan::Functions made;
+    made.globals = PyRef::borrow(frame.globals());
+    made.closure = PyRef::borrow(closure);
+    auto make_fn = [&](PyObject* code) {
+      PyRef fn = PyRef::steal(PyFunction_New(code, frame.globals()));
+      if (fn && closure && PyFunction_SetClosure(fn.get(), closure) < 0) fn = PyRef();
+      return fn;
+    };
+    made.break_fn = make_fn(plan.break_code.get());
+    if (!made.break_fn) return cpython::FrameOutcome::error();
+    for (const PyRef& code : plan.exit_codes) {
+      made.exit_fns.push_back(make_fn(code.get()));
+      if (!made.exit_fns.back()) return cpython::FrameOutcome::error();
+    }
+    fns = std::move(made);
+  }
+  PyRef fn = fns.break_fn;  // kept while the call runs, even if a nested call replaces the cached ones
+  for (const PyRef& exit_fn : fns.exit_fns) args[n++] = exit_fn.new_ref();
   hold_outs = PyRef();
   cpython::UnsuspendHook resume_interception;
   PyObject* result = PyObject_Vectorcall(fn.get(), args, n, nullptr);

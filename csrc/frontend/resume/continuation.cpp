@@ -18,8 +18,8 @@ std::unordered_map<PyCodeObject*, GeneratedCode>& registry() {
   static auto* r = new std::unordered_map<PyCodeObject*, GeneratedCode>();
   return *r;
 }
-std::unordered_map<std::string, PyRef>& made() {
-  static auto* m = new std::unordered_map<std::string, PyRef>();
+std::unordered_map<std::string, Continuation>& made() {
+  static auto* m = new std::unordered_map<std::string, Continuation>();
   return *m;
 }
 
@@ -66,6 +66,8 @@ class Builder {
   explicit Builder(const ContinuationSpec& spec)
       : s_(spec), code_(spec.original), src_(decoded(spec.original)) {}
 
+  std::vector<PyRef> exit_codes() const { return exit_codes_; }
+
   PyRef build() {
     lay_out_locals();
     consts_ = PyRef::steal(PySequence_List(code_->co_consts));
@@ -87,6 +89,11 @@ class Builder {
         varnames_.push_back(fmt::format("___stack{}", i));
       }
     for (const auto& name : s_.locals) varnames_.push_back(name);
+    if (s_.region)
+      for (size_t x = 0; x < s_.region->exits.size(); ++x) {
+        exit_fn_.push_back(static_cast<int>(varnames_.size()));
+        varnames_.push_back(fmt::format("___resume{}", x));
+      }
     nargs_ = static_cast<int>(varnames_.size());
     std::vector<std::string> names(n);
     for (int i = 0; i < n; ++i) names[i] = utf8(PyTuple_GET_ITEM(code_->co_localsplusnames, i));
@@ -137,7 +144,7 @@ class Builder {
       r.grad_inside.assign(e.stack.size(), false);
       for (size_t i = 0; i < e.stack.size() && i < s_.grad_inside.size(); ++i) r.grad_inside[i] = s_.grad_inside[i];
       r.locals = s_.locals;
-      exit_codes_.push_back(make_continuation(r));
+      exit_codes_.push_back(make_continuation(r).code);
     }
   }
 
@@ -204,7 +211,7 @@ class Builder {
   int stub_size(const BreakRegion::Exit& e) const {
     int size = static_cast<int>(e.stack.size());  // spill
     for (Slot s : e.stack) size += s == Slot::GradCtx ? 7 : 0;
-    size += 1 + (nfree_ ? nfree_ + 1 : 0) + 2;  // NULL, closure, code, MAKE_FUNCTION
+    size += 2;  // NULL, the resume function
     for (Slot s : e.stack) size += s == Slot::Value ? 1 : 0;
     return size + static_cast<int>(s_.locals.size()) + 2;  // CALL, RETURN_VALUE
   }
@@ -233,12 +240,7 @@ class Builder {
         emit(make(Op::POP_TOP), pos);
       }
       emit(make(Op::PUSH_NULL), pos);
-      if (nfree_) {
-        for (int f = 0; f < nfree_; ++f) emit(make(Op::LOAD_CLOSURE, static_cast<int>(varnames_.size()) + f), pos);
-        emit(make(Op::BUILD_TUPLE, nfree_), pos);
-      }
-      emit(make(Op::LOAD_CONST, add_const(exit_codes_[x].get())), pos);
-      emit(make(Op::MAKE_FUNCTION, nfree_ ? 0x08 : 0), pos);
+      emit(make(Op::LOAD_FAST, exit_fn_.at(x)), pos);
       int nargs = 0;
       for (int i = 0; i < depth; ++i)
         if (e.stack[i] == Slot::Value) {
@@ -303,7 +305,7 @@ class Builder {
   int nfree_ = 0, nargs_ = 0, prefix_ = 0, stub_start_ = 0;
   std::unordered_map<size_t, int> stack_arg_;
   std::vector<std::string> varnames_;
-  std::vector<int> slot_of_, tmp_, local_args_;
+  std::vector<int> slot_of_, tmp_, local_args_, exit_fn_;
   std::vector<PyRef> exit_codes_;
   std::vector<Instr> out_;
   std::vector<ExceptionEntry> table_;
@@ -311,12 +313,13 @@ class Builder {
 
 }  // namespace
 
-PyRef make_continuation(const ContinuationSpec& spec) {
+Continuation make_continuation(const ContinuationSpec& spec) {
   std::string key = spec_key(spec);
   auto it = made().find(key);
   if (it != made().end()) return it->second;
   Builder builder(spec);
   PyRef code = builder.build();
+  Continuation result{code, builder.exit_codes()};
   GeneratedCode info;
   info.original = spec.original;
   Py_INCREF(spec.original);
@@ -330,8 +333,8 @@ PyRef make_continuation(const ContinuationSpec& spec) {
       break;
     }
   registry()[reinterpret_cast<PyCodeObject*>(code.get())] = info;
-  made().emplace(key, code);
-  return code;
+  made().emplace(key, result);
+  return result;
 }
 
 const GeneratedCode* generated_code(PyCodeObject* code) {

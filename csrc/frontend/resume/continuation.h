@@ -1,7 +1,8 @@
 // Continuation code objects, made from a user's original code object with the bytecode encoder:
-//  - a *break* code runs the region of a graph break in CPython (B): it receives the live stack values and
-//    locals as arguments, rebuilds the stack (re-entering `with torch.no_grad()` blocks), jumps to the region,
-//    and at each exit of the region calls the resume function for that exit and returns its result;
+//  - a *break* code runs the region of a graph break in CPython (B): it receives the live stack values, the
+//    locals and one resume function per exit of the region as arguments, rebuilds the stack (re-entering
+//    `with torch.no_grad()` blocks), jumps to the region, and at each exit calls that exit's resume function
+//    and returns its result;
 //  - a *resume function* (`<qualname>.__resume_at_<offset>`) receives the stack and locals at an exit, rebuilds
 //    the stack and jumps into the original code there; it is an ordinary frame, so the hook compiles it.
 // Both keep the original code's free variables (in order; the caller passes its closure), its line table and
@@ -26,9 +27,14 @@ struct ContinuationSpec {
   const BreakRegion* region = nullptr;  // set: make a break code running this region (entry == region->first)
 };
 
+struct Continuation {
+  PyRef code;
+  std::vector<PyRef> exits;  // break code: the resume function code of each region exit, in argument order
+};
+
 /** The code object for `spec`, made once per distinct spec and reused. Throws std::runtime_error (or
     BytecodeError) when it cannot be built. Needs the GIL. */
-PyRef make_continuation(const ContinuationSpec& spec);
+Continuation make_continuation(const ContinuationSpec& spec);
 
 // What fastcomp knows about a code object it generated.
 struct GeneratedCode {

@@ -72,7 +72,9 @@ std::optional<ResumePlan> plan(const cpython::FrameView& frame, const Unsupporte
   spec.entry = region.first;
   spec.region = &region;
   try {
-    result.break_code = make_continuation(spec);
+    Continuation made = make_continuation(spec);
+    result.break_code = made.code;
+    result.exit_codes = made.exits;
   } catch (const std::exception& e) {
     PyErr_Clear();
     *why = e.what();

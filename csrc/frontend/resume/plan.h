@@ -15,9 +15,18 @@
 namespace fastcomp::frontend {
 
 struct ResumePlan {
-  PyRef break_code;             // see continuation.h; called with `args`, its result is the frame's result
-  std::vector<LiveValue> args;  // Output / Source values, in argument order
-  int instr = -1;               // the break's instruction index in the original code
+  PyRef break_code;              // see continuation.h; called with `args` then one function per exit code
+  std::vector<PyRef> exit_codes; // the resume functions' code objects, one per exit of the break's region
+  std::vector<LiveValue> args;   // Output / Source values, in argument order
+  int instr = -1;                // the break's instruction index in the original code
+
+  // The function objects last made for these codes (same globals and closure: reused on the next call).
+  struct Functions {
+    PyRef globals, closure;  // closure may be null
+    PyRef break_fn;
+    std::vector<PyRef> exit_fns;
+  };
+  mutable Functions functions;  // guarded by the GIL
 };
 
 /** Given the failure of a full trace of `frame`, traces again up to the failing instruction of the frame's own

@@ -471,3 +471,39 @@ def test_break_in_code_with_extended_args_and_long_jumps():
     assert big.__code__.co_nlocals > 256 and len(big.__code__.co_consts) > 256
     cc = run(big, make_args=lambda: (torch.randn(2),), calls=2)
     assert counts(cc) == (2, 1)
+
+
+GRABBED = []
+
+
+@fastcomp.disable
+def grab_caller_frame():
+    GRABBED.append(sys._getframe(1))
+
+
+def test_generated_code_is_well_formed_bytecode():
+    import dis
+
+    from fastcomp._C import _testing as T
+
+    def f(x, n):
+        with torch.no_grad():
+            y = x * n
+            grab_caller_frame()
+            z = y + 1
+        return z
+
+    GRABBED.clear()
+    torch.testing.assert_close(fastcomp.compile(f)(torch.randn(2), 3) * 0, torch.zeros(2))
+    (frame,) = GRABBED
+    break_code = frame.f_code  # the code CPython runs at the break, made from f's code
+    resume_code = frame.f_locals["___resume0"].__code__
+    assert break_code.co_name == resume_code.co_name == "f" and "__resume_at_" in resume_code.co_qualname
+    assert frame.f_lineno == f.__code__.co_firstlineno + 3  # the user's line of the break
+    for code in (break_code, resume_code):
+        assert T.roundtrip(code) == (code.co_code, code.co_exceptiontable, code.co_linetable)
+        list(dis.get_instructions(code))  # every offset, jump and table entry decodes
+    # the with block's __exit__ is not an argument: the resume function enters the block again
+    assert resume_code.co_varnames[0] == "___stack1" and "___stack0" not in resume_code.co_varnames
+    del frame
+    GRABBED.clear()

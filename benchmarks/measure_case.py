@@ -40,7 +40,7 @@ HEAVY_MODULES = ("torch._dynamo", "torch._inductor", "torch.fx.experimental.symb
 
 def build(spec: dict, mode: Mode, device: torch.device):
     """(model, make_input_sets, dynamic) for the spec's case."""
-    if spec["section"] == "overhead":
+    if spec["section"] == "overhead" or spec["case"] in OVERHEAD_CASES:
         case = OVERHEAD_CASES[spec["case"]]
         model, make_input_sets = case.make(device, mode.disable)
         return model, make_input_sets, case.dynamic

@@ -6,8 +6,10 @@ instead of the import of the harness.
 
 Each compiling mode also reports what it compiled (`start_stats`): graphs, graph breaks and the time the
 compiler itself says it spent compiling frames ("trace" in the reports):
-- fastcomp: a `fastcomp.testing.CompileCounter` held open for the whole process; graphs = records with status
-  `compiled`, breaks = records with status `unsupported`, trace = the sum of the records' `compile_time_s`.
+- fastcomp: a `fastcomp.testing.CompileCounter` held open for the whole process; graphs = graphs with at least
+  one op (a frame that breaks compiles the graph before the break, its resume function the one after), breaks =
+  graph breaks, each counted by the frame whose code holds it; trace = the sum of the records'
+  `compile_time_s`.
 - torch.compile: Dynamo's process-wide counters (`unique_graphs`, the `graph_break` reasons) and its timer
   `compilation_time_metrics["_compile.compile_inner"]`, the whole compile of each frame: Dynamo's capture and
   guards plus the backend (a no-op for `tc-eager`, so there it is Dynamo's trace; Inductor's code generation

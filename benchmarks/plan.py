@@ -5,7 +5,8 @@ Sections:
 - `overhead`: guard/dispatch and graph-break cases (overhead_cases.py) on the run's device, cold only.
 - `cpu`: the tracker issue's CPU measurements, with no GPU needed: W1 (per-call overhead), W5 and W7 (cold
   compile and trace time) at full size on the CPU against Dynamo's capture alone (`tc-eager`); any W id with
-  `--workloads`.
+  `--workloads`. Also the `graph_break` overhead case (one break, two graphs) on the CPU, unless
+  `--overhead-cases` leaves it out.
 
 `--part K/N` runs the K-th of N slices of the plan, cut between cases (a case's modes stay together, so each
 part's report has eager beside its compilers) so that the longest part's estimated time is as short as it
@@ -24,6 +25,7 @@ SECTIONS = ("workloads", "overhead", "cpu")
 GPU_MODES = ("eager", "tc", "tc-ro", "fc", "fc-ro")
 CPU_MODES = ("eager", "tc-eager", "fc")
 CPU_WORKLOADS = ("W1", "W5", "W7")  # the tracker issue's CPU section
+CPU_OVERHEAD_CASES = ("graph_break",)  # per-call cost of a function with one graph break, on the CPU
 
 # --quick: a CPU smoke run for CI, small enough to finish in well under a minute on two cores.
 QUICK_SECTIONS = ("cpu", "overhead")
@@ -67,8 +69,10 @@ def make_plan(sections, workloads, overhead_cases, modes, device: str, scale: fl
             cases = overhead_cases
         else:
             cases = workloads or (CPU_WORKLOADS if section == "cpu" else tuple(WORKLOADS))
+        if section == "cpu":
+            cases = (*cases, *(c for c in CPU_OVERHEAD_CASES if c in (overhead_cases or ())))
         for case in cases:
-            if section == "overhead":
+            if section == "overhead" or case in OVERHEAD_CASES:
                 case_scale = None
             elif scale is not None:
                 case_scale = scale

@@ -87,7 +87,7 @@ TRACE_LEGEND = ("trace: the time the compiler reports for its own frame compiles
                 "fastcomp: the sum of its CompileCounter records' compile_time_s; torch.compile: Dynamo's "
                 "`_compile.compile_inner` timer (capture + guards + backend: Dynamo's trace alone for tc-eager, "
                 "with Inductor's code generation for tc/tc-ro); none for eager. graphs / breaks: over the whole "
-                "cold process — fastcomp: records with status compiled / unsupported; Dynamo: unique graphs / "
+                "cold process — fastcomp: graphs with ops / breaks (CompileCounter); Dynamo: unique graphs / "
                 "graph-break reasons.")
 LEGENDS = {
     "workloads": "cold/warm ms: import of the compiler + compile() + first call, with empty / reused compiler "

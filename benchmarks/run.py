@@ -99,7 +99,7 @@ def output_stem(out: Path, date: str, slug: str, suffix: str = "") -> Path:
 
 def _describe_case(job: plan.Job) -> dict:
     row = {"section": job.section, "case": job.case, "mode": job.mode, "device": job.device, "scale": job.scale}
-    if job.section == "overhead":
+    if job.section == "overhead" or job.case in OVERHEAD_CASES:
         return row | {"description": OVERHEAD_CASES[job.case].description, "memory_bound": False}
     workload = WORKLOADS[job.case]
     return row | {"name": workload.name, "description": workload.description,

@@ -18,6 +18,8 @@ CPU_W1_MIN_SPEEDUP_VS_TC = 2.0
 CPU_TRACE_WORKLOADS = ("W5", "W7")
 CPU_TRACE_MAX_MS = 20.0
 CPU_TRACE_MIN_SPEEDUP_VS_TC = 50.0
+CPU_BREAK_CASE = "graph_break"  # one graph break, two graphs
+CPU_BREAK_MAX_US_PER_GRAPH = 2.0  # µs/call ≤ eager + this per graph
 
 GPU_PEERS = ("eager", "tc", "tc-ro")
 GPU_MEMORY_BOUND_MAX_RATIO_TO_FLOOR = 1.15
@@ -85,6 +87,14 @@ def _cpu_checks(section_rows: dict) -> list[dict]:
             checks.append(_check("cpu", "W1", FASTCOMP_MODE, f"µs/call ≥ {CPU_W1_MIN_SPEEDUP_VS_TC:g}× faster than "
                                  f"{peer}", "min", CPU_W1_MIN_SPEEDUP_VS_TC, speedup,
                                  f"{speedup:.2f}× ({_fmt_us(fc_us)} vs {_fmt_us(peer_us)})" if speedup else None))
+    if (CPU_BREAK_CASE, FASTCOMP_MODE) in section_rows:
+        fc_us, eager_us = d(CPU_BREAK_CASE, FASTCOMP_MODE).get("us_per_call"), d(CPU_BREAK_CASE, "eager").get("us_per_call")
+        graphs = 2
+        over = fc_us - eager_us if fc_us is not None and eager_us is not None else None
+        checks.append(_check("cpu", CPU_BREAK_CASE, FASTCOMP_MODE,
+                             f"µs/call ≤ eager + {CPU_BREAK_MAX_US_PER_GRAPH:g} µs per graph ({graphs} graphs)", "max",
+                             CPU_BREAK_MAX_US_PER_GRAPH * graphs, over,
+                             f"{over:+.2f} µs ({_fmt_us(fc_us)} vs {_fmt_us(eager_us)})" if over is not None else None))
     for case in CPU_TRACE_WORKLOADS:
         if (case, FASTCOMP_MODE) not in section_rows:
             continue

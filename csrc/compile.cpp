@@ -19,10 +19,15 @@ CompiledFrame compile_frame(const cpython::FrameView& frame, const CompileOption
   auto start = std::chrono::steady_clock::now();
   CompiledFrame out;
   frontend::TraceResult trace = frontend::trace_frame(frame);
-  out.guards = std::move(trace.guards);
   out.failure = std::move(trace.failure);
   out.user_error = std::move(trace.user_error);
-  if (out.failure || !out.user_error.empty()) {
+  if (out.failure && out.user_error.empty() && !options.fullgraph) {
+    // A graph break: trace again up to it; the graph runs that far and CPython continues from there.
+    auto plan = frontend::plan_graph_break(frame, *out.failure, trace, &out.not_resumed);
+    if (plan) out.resume = std::make_shared<const frontend::ResumePlan>(std::move(*plan));
+  }
+  out.guards = std::move(trace.guards);
+  if ((out.failure && !out.resume) || !out.user_error.empty()) {
     out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return out;
   }

@@ -8,6 +8,7 @@
 
 #include "cpython/frame.h"
 #include "frontend/guards/guards.h"
+#include "frontend/resume/plan.h"
 #include "frontend/trace/unsupported.h"
 #include "runtime/executable.h"
 
@@ -27,7 +28,11 @@ struct CompileOptions {
 struct CompiledFrame {
   frontend::GuardSet guards;
   std::unique_ptr<runtime::Executable> executable;  // null: run this frame eagerly under these guards
-  std::optional<frontend::Unsupported> failure;     // why the frame runs eagerly, when it does
+  std::optional<frontend::Unsupported> failure;     // why the frame breaks the graph (or runs eagerly), when it does
+  // Set when the frame breaks the graph and continues: `executable` runs the graph up to the break and outputs
+  // the values the break code takes. Shared so that a call in flight keeps it while the cache changes.
+  std::shared_ptr<const frontend::ResumePlan> resume;
+  std::string not_resumed;                          // why a break runs the whole frame eagerly instead
   std::string user_error;                           // the user's code raised while tracing
   std::string graph_text;
   std::vector<std::string> ops;

@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <unordered_set>
+
+#include "frontend/resume/continuation.h"
 #include "frontend/trace/tracer.h"
 #include "runtime/cache.h"
 #include "support/config.h"
@@ -50,6 +54,69 @@ std::string failure_text(const frontend::Unsupported& u) {
                      line.empty() ? "" : "\n    " + line, frontend::break_code_hint(u.code));
 }
 
+// Whether code in `filename` is fastcomp's, torch's or the standard library's (never compiled on its own).
+bool in_skipped_dir(const std::string& filename) {
+  if (filename.empty() || filename.rfind("<frozen ", 0) == 0) return true;  // importlib's frozen modules
+  for (const std::string& dir : config().skip_dirs)
+    if (filename.compare(0, dir.size(), dir) == 0) {
+      // The standard library's directory also holds site-packages; only torch and fastcomp are skipped there.
+      std::string_view rest(filename.c_str() + dir.size());
+      if (rest.find("-packages/") == std::string_view::npos) return true;
+    }
+  return false;
+}
+
+// A break is counted by the frame whose own code holds it; a caller that inlined that code breaks too (before
+// the call), but the callee's frame is compiled on its own and counts it, unless its code is never compiled
+// on its own.
+bool counts_break(const frontend::Unsupported& u) {
+  if (u.depth == 0 || u.user_stack.empty()) return true;
+  const std::string& inner = u.user_stack.back();
+  return in_skipped_dir(inner.substr(0, inner.rfind(':')));
+}
+
+// "file:line" of the user frames running between the compiled function and this frame (when this frame is
+// called from a compiled function's CPython part), outermost first; empty for the compiled function itself.
+std::vector<std::string> calling_user_frames(const DispatchContext& ctx, PyCodeObject* code) {
+  if (code == ctx.target) return {};
+  std::vector<std::string> out;
+  PyFrameObject* f = PyEval_GetFrame();  // borrowed: the caller of the frame being compiled
+  for (int n = 0; f && n < 64; ++n) {
+    PyRef c = PyRef::steal(reinterpret_cast<PyObject*>(PyFrame_GetCode(f)));
+    auto* co = reinterpret_cast<PyCodeObject*>(c.get());
+    const frontend::GeneratedCode* g = frontend::generated_code(co);
+    PyCodeObject* user = g ? g->original : co;
+    if (g || !in_skipped_dir(utf8(co->co_filename)))
+      out.push_back(fmt::format("{}:{}", utf8(co->co_filename), PyFrame_GetLineNumber(f)));
+    if (user == ctx.target) {
+      std::reverse(out.begin(), out.end());
+      return out;
+    }
+    f = PyFrame_GetBack(f);  // new reference on 3.11+, but the chain is kept alive by the running frames
+    Py_XDECREF(f);
+  }
+  return {};  // not called from the compiled function's frames as far as we can tell: no prefix
+}
+
+// The graph_breaks log, in Dynamo's shape, once per user location.
+void log_break(PyCodeObject* code, const frontend::Unsupported& u, const std::string& not_resumed) {
+  if (!log::enabled(log::Topic::graph_breaks)) return;
+  static auto* logged = new std::unordered_set<std::string>();
+  if (!logged->insert(u.user_loc + "|" + u.what()).second) return;
+  std::string text = fmt::format("Graph break in user code at {}\nGraph Break Reason: {} {}: {}\n  Explanation: {}\n  Hint: {}",
+                                 u.user_loc, frontend::break_code_id(u.code), frontend::break_code_headline(u.code),
+                                 u.what(), frontend::break_code_explanation(u.code), frontend::break_code_hint(u.code));
+  if (!not_resumed.empty()) text += fmt::format("\n  {} runs eagerly: {}", where(code), not_resumed);
+  text += "\nUser code traceback:";
+  for (const std::string& loc : u.user_stack) {
+    auto colon = loc.rfind(':');
+    text += fmt::format("\n  File \"{}\", line {}", loc.substr(0, colon), loc.substr(colon + 1));
+    std::string line = source_line(loc);
+    if (!line.empty()) text += "\n    " + line;
+  }
+  log::emit(log::Topic::graph_breaks, log::Level::info, text);
+}
+
 void notify_observer(PyCodeObject* code, const CompiledFrame& c, const std::vector<std::string>& recompile_reasons) {
   if (!*g_observer || g_observer->get() == Py_None) return;
   PyRef d = PyRef::steal(PyDict_New());
@@ -60,7 +127,11 @@ void notify_observer(PyCodeObject* code, const CompiledFrame& c, const std::vect
   set("name", PyUnicode_FromString(utf8(code->co_qualname).c_str()));
   set("filename", PyUnicode_FromString(utf8(code->co_filename).c_str()));
   set("firstlineno", PyLong_FromLong(code->co_firstlineno));
-  set("status", PyUnicode_FromString(c.executable ? "compiled" : c.failure ? "unsupported" : "user_error"));
+  const char* status = c.resume ? "break" : c.executable ? "compiled" : c.failure ? "unsupported" : "user_error";
+  set("status", PyUnicode_FromString(status));
+  set("graphs", PyLong_FromLong(c.executable && !c.ops.empty() ? 1 : 0));
+  set("breaks", PyLong_FromLong(c.failure && counts_break(*c.failure) ? 1 : 0));
+  set("resumed", PyBool_FromLong(c.resume != nullptr));
   set("graph", PyUnicode_FromString(c.graph_text.c_str()));
   PyObject* ops = PyList_New(0);
   for (auto& op : c.ops) {
@@ -85,6 +156,14 @@ void notify_observer(PyCodeObject* code, const CompiledFrame& c, const std::vect
     set("break_hint", PyUnicode_FromString(frontend::break_code_hint(c.failure->code)));
     set("user_loc", PyUnicode_FromString(c.failure->user_loc.c_str()));
     set("source_line", PyUnicode_FromString(source_line(c.failure->user_loc).c_str()));
+    set("break_explanation", PyUnicode_FromString(frontend::break_code_explanation(c.failure->code)));
+    PyObject* stack = PyList_New(0);
+    for (const std::string& loc : c.failure->user_stack) {
+      PyRef item = PyRef::steal(Py_BuildValue("(ss)", loc.c_str(), source_line(loc).c_str()));
+      PyList_Append(stack, item.get());
+    }
+    set("user_stack", stack);
+    if (!c.not_resumed.empty()) set("not_resumed", PyUnicode_FromString(c.not_resumed.c_str()));
   }
   if (!c.user_error.empty()) set("user_error", PyUnicode_FromString(c.user_error.c_str()));
   PyObject* reasons = PyList_New(0);
@@ -97,10 +176,77 @@ void notify_observer(PyCodeObject* code, const CompiledFrame& c, const std::vect
   if (!r) PyErr_WriteUnraisable(g_observer->get());
 }
 
-cpython::FrameOutcome run_entry(runtime::CacheEntry& entry, const frontend::GuardScratch& scratch) {
-  if (!entry.compiled.executable) return cpython::FrameOutcome::run_default();
-  PyObject* out = entry.compiled.executable->run(scratch.inputs.data(), scratch.inputs.size());
-  return out ? cpython::FrameOutcome::result(out) : cpython::FrameOutcome::error();
+// Runs the break code of `plan` with the prefix graph's outputs `outs` and the frame's inputs: CPython executes
+// the break, and the resume functions it calls are intercepted (and compiled) like any user frame.
+cpython::FrameOutcome run_break(const frontend::ResumePlan& plan, PyObject* outs, const frontend::GuardScratch& scratch,
+                                const cpython::FrameView& frame) {
+  PyRef hold_outs = PyRef::steal(outs);
+  constexpr size_t kInline = 16;
+  PyObject* inline_args[kInline];
+  std::vector<PyObject*> heap_args;
+  const size_t nargs = plan.args.size() + plan.exit_codes.size();
+  PyObject** args = nargs <= kInline ? inline_args : (heap_args.resize(nargs), heap_args.data());
+  size_t n = 0;
+  struct Release {
+    PyObject** args;
+    size_t& n;
+    ~Release() {
+      for (size_t i = 0; i < n; ++i) Py_DECREF(args[i]);
+    }
+  } release{args, n};
+  // New references: a nested compile reuses `scratch`, and the break code may drop what it was given.
+  for (const frontend::LiveValue& v : plan.args) {
+    PyObject* o = v.kind == frontend::LiveValue::Kind::Output ? PyTuple_GET_ITEM(outs, v.index) : scratch.values[v.index];
+    if (!o) {
+      PyErr_SetString(PyExc_SystemError, "fastcomp: a value live at a graph break is missing");
+      return cpython::FrameOutcome::error();
+    }
+    o = v.attr ? PyObject_GetAttr(o, v.attr.get()) : Py_NewRef(o);
+    if (!o) return cpython::FrameOutcome::error();
+    args[n++] = o;
+  }
+  // The break code and its resume functions as function objects of the frame's globals and closure, made
+  // once and reused while those stay the same (the common case: one function object per code).
+  PyObject* closure = PyFunction_GET_CLOSURE(frame.function());
+  frontend::ResumePlan::Functions& fns = plan.functions;
+  if (!fns.break_fn || fns.globals.get() != frame.globals() || fns.closure.get() != closure) {
+    frontend::ResumePlan::Functions made;
+    made.globals = PyRef::borrow(frame.globals());
+    made.closure = PyRef::borrow(closure);
+    auto make_fn = [&](PyObject* code) {
+      PyRef fn = PyRef::steal(PyFunction_New(code, frame.globals()));
+      if (fn && closure && PyFunction_SetClosure(fn.get(), closure) < 0) fn = PyRef();
+      return fn;
+    };
+    made.break_fn = make_fn(plan.break_code.get());
+    if (!made.break_fn) return cpython::FrameOutcome::error();
+    for (const PyRef& code : plan.exit_codes) {
+      made.exit_fns.push_back(make_fn(code.get()));
+      if (!made.exit_fns.back()) return cpython::FrameOutcome::error();
+    }
+    fns = std::move(made);
+  }
+  PyRef fn = fns.break_fn;  // kept while the call runs, even if a nested call replaces the cached ones
+  for (const PyRef& exit_fn : fns.exit_fns) args[n++] = exit_fn.new_ref();
+  hold_outs = PyRef();
+  cpython::UnsuspendHook resume_interception;
+  PyObject* result = PyObject_Vectorcall(fn.get(), args, n, nullptr);
+  return result ? cpython::FrameOutcome::result(result) : cpython::FrameOutcome::error();
+}
+
+cpython::FrameOutcome run_compiled(const CompiledFrame& c, const frontend::GuardScratch& scratch,
+                                   const cpython::FrameView& frame) {
+  if (!c.executable) return cpython::FrameOutcome::run_default();
+  std::shared_ptr<const frontend::ResumePlan> plan = c.resume;  // the cache may change while the break runs
+  PyObject* out = c.executable->run(scratch.inputs.data(), scratch.inputs.size());
+  if (!out) return cpython::FrameOutcome::error();
+  if (!plan) return cpython::FrameOutcome::result(out);
+  return run_break(*plan, out, scratch, frame);
+}
+
+cpython::FrameOutcome run_entry(runtime::CacheEntry& entry, const frontend::GuardScratch& scratch,
+                                const cpython::FrameView& frame) {
+  return run_compiled(entry.compiled, scratch, frame);
 }
 
 cpython::FrameOutcome dispatch(const cpython::FrameView& frame, DispatchContext& ctx) {
@@ -114,7 +260,7 @@ cpython::FrameOutcome dispatch(const cpython::FrameView& frame, DispatchContext&
       if (e.options_key != ctx.options->key) continue;
       if (!frontend::check_guards(e.compiled.guards, frame, scratch, nullptr)) continue;
       if (i) std::rotate(cache.entries.begin(), cache.entries.begin() + i, cache.entries.begin() + i + 1);
-      return run_entry(*cache.entries.front(), scratch);
+      return run_entry(*cache.entries.front(), scratch, frame);
     }
   }
 
@@ -151,40 +297,51 @@ cpython::FrameOutcome dispatch(const cpython::FrameView& frame, DispatchContext&
     log::emit(log::Topic::recompiles, log::Level::info, text);
   }
 
+  runtime::assign_frame_id(cache);
   auto entry = std::make_unique<runtime::CacheEntry>();
   entry->options_key = ctx.options->key;
   entry->compile_id = cache.compiles++;
   entry->compiled = compile_frame(frame, *ctx.options);
   CompiledFrame& c = entry->compiled;
+  if (c.failure) {
+    std::vector<std::string> outer = calling_user_frames(ctx, code);
+    c.failure->user_stack.insert(c.failure->user_stack.begin(), outer.begin(), outer.end());
+  }
   notify_observer(code, c, reasons);
 
   if (c.failure) {
-    std::string text = failure_text(*c.failure);
-    FC_LOG(graph_breaks, info, "Graph break in {}:\n{}", where(code), text);
+    log_break(code, *c.failure, c.not_resumed);
     if (ctx.options->fullgraph) {
+      std::string text = failure_text(*c.failure);
       raise("Unsupported", fmt::format("fastcomp.compile(fullgraph=True) cannot capture {} in one graph:\n{}", where(code), text));
       return cpython::FrameOutcome::error();
     }
-    if (!cache.warned_failure && !ctx.explain) {
+    // A break that continues is reported by the logs and explain(); a frame that runs eagerly as a whole is
+    // worth a warning, once, when it is the function the user compiled.
+    if (!c.resume && code == ctx.target && !cache.warned_failure && !ctx.explain) {
       cache.warned_failure = true;
-      warn(fmt::format("fastcomp: running {} eagerly: {}", where(code), text));
+      warn(fmt::format("fastcomp: running {} eagerly: {}{}", where(code), failure_text(*c.failure),
+                       c.not_resumed.empty() ? "" : "\n  (the break cannot be resumed: " + c.not_resumed + ")"));
     }
-  } else if (!c.user_error.empty()) {
-    FC_LOG(compile, debug, "{} raised while tracing ({}); running it eagerly", where(code), c.user_error);
-  } else {
-    FC_LOG(compile, info, "compiled {} in {:.2f} ms: {} ops", where(code), c.seconds * 1e3, c.ops.size());
+  }
+  if (c.executable)
+    FC_LOG(compile, info, "compiled {}{} in {:.2f} ms: {} ops", where(code), c.resume ? " up to a graph break" : "",
+           c.seconds * 1e3, c.ops.size());
+  if (c.executable) {
     FC_LOG(graph, info, "TRACED GRAPH {}/{} {}\n{}runs on {}", cache.frame_id, entry->compile_id, where(code),
            c.graph_text, c.backend);
     if (log::enabled(log::Topic::guards))
       log::emit(log::Topic::guards, log::Level::info,
                 fmt::format("GUARDS {}/{} {}:\n{}", cache.frame_id, entry->compile_id, where(code), c.guards.to_string()));
+  } else if (!c.user_error.empty()) {
+    FC_LOG(compile, debug, "{} raised while tracing ({}); running it eagerly", where(code), c.user_error);
   }
   if (ctx.explain || !c.user_error.empty()) {
     // explain() reports without caching; a user error is re-raised by the eager run below.
     if (!c.executable) return cpython::FrameOutcome::run_default();
     if (!frontend::check_guards(c.guards, frame, scratch, nullptr)) return cpython::FrameOutcome::run_default();
-    PyObject* out = c.executable->run(scratch.inputs.data(), scratch.inputs.size());
-    return out ? cpython::FrameOutcome::result(out) : cpython::FrameOutcome::error();
+    // explain() drops the entry when this returns; the break code keeps what it needs.
+    return run_compiled(c, scratch, frame);
   }
   cache.entries.insert(cache.entries.begin(), std::move(entry));
   runtime::CacheEntry& e = *cache.entries.front();
@@ -195,7 +352,19 @@ cpython::FrameOutcome dispatch(const cpython::FrameView& frame, DispatchContext&
                      where(code)));
     return cpython::FrameOutcome::run_default();
   }
-  return run_entry(e, scratch);
+  return run_entry(e, scratch, frame);
+}
+
+// Whether a frame that is not the compiled function's own is compiled as a frame of its own: user code called
+// while a compiled function runs in CPython (around a graph break, or in a frame that runs eagerly), and the
+// resume functions of graph breaks. Torch, the standard library and fastcomp's break code always run as is.
+bool compiles_nested(PyCodeObject* code) {
+  if (const frontend::GeneratedCode* g = frontend::generated_code(code)) return !g->is_break_code;
+  if (!(code->co_flags & CO_OPTIMIZED)) return false;  // module and class bodies
+  runtime::CodeCache& cache = runtime::code_cache(code);
+  if (cache.role == runtime::CodeCache::Role::Unknown)
+    cache.role = in_skipped_dir(utf8(code->co_filename)) ? runtime::CodeCache::Role::Skip : runtime::CodeCache::Role::User;
+  return cache.role == runtime::CodeCache::Role::User;
 }
 
 }  // namespace
@@ -213,11 +382,7 @@ void set_compile_observer(PyObject* observer) { *g_observer = PyRef::borrow(obse
 
 cpython::FrameOutcome handle_frame(const cpython::FrameView& frame) {
   DispatchContext* ctx = tl_active;
-  if (!ctx || frame.code() != ctx->target) return cpython::FrameOutcome::run_default();
-  // This frame belongs to the compiled call; nested calls of the same code (recursion) run normally.
-  DispatchContext inner = *ctx;
-  inner.target = nullptr;
-  ActiveDispatch scope(&inner);
+  if (!ctx || (frame.code() != ctx->target && !compiles_nested(frame.code()))) return cpython::FrameOutcome::run_default();
   try {
     return dispatch(frame, *ctx);
   } catch (const std::exception& e) {

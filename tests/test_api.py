@@ -92,9 +92,20 @@ def test_fullgraph_raises_with_reason_location_and_hint():
     assert "test_api.py:" in msg and 'print("hello")' in msg and "hint:" in msg
 
 
-def test_unsupported_code_warns_once_and_runs_eagerly(capsys):
+def test_graph_break_that_resumes_does_not_warn(recwarn):
     def f(x):
         print("side effect", x.shape[0])
+        return x + 1
+
+    x = torch.randn(3)
+    torch.testing.assert_close(fastcomp.compile(f)(x), x + 1)
+    assert [str(w.message) for w in recwarn] == []
+
+
+def test_unresumable_break_warns_once_and_runs_eagerly(capsys):
+    def f(x):
+        for _ in range(2):
+            print("side effect", x.shape[0])
         return x + 1
 
     compiled = fastcomp.compile(f)
@@ -104,7 +115,7 @@ def test_unsupported_code_warns_once_and_runs_eagerly(capsys):
     with CompileCounter() as cc:
         compiled(torch.randn(3))
     assert cc.frame_count == 0  # the eager decision is cached under the same guards
-    assert capsys.readouterr().out.count("side effect 3") == 2
+    assert capsys.readouterr().out.count("side effect 3") == 4
 
 
 def test_disable_never_traces():
@@ -149,7 +160,7 @@ def test_explain_reports_breaks_with_user_location():
         return x.sum().item()
 
     out = fastcomp.explain(f)(torch.randn(3))
-    assert out.graph_count == 0 and out.graph_break_count == 1
+    assert out.graph_count == 1 and out.graph_break_count == 1  # the sum, then .item() runs in CPython
     (b,) = out.break_reasons
     assert b.code == "GB002" and "Tensor.item" in b.reason and b.source_line == "return x.sum().item()"
     assert b.user_loc.endswith(f"test_api.py:{f.__code__.co_firstlineno + 1}")

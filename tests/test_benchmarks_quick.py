@@ -145,7 +145,8 @@ def test_quick_run_reports_every_requested_row(tmp_path):
                 assert row["warm"] and row["warm"]["status"] == "ok", (row["warm"] or {}).get("error")
                 assert row["cold"]["accuracy"]["within_tolerance"]
                 assert row["derived"]["retrace_ms"] is not None
-                assert (row["derived"]["graphs"], row["derived"]["graph_breaks"]) == (1, 0), case
+                expected = (2, 1) if case == "graph_break" else (1, 0)  # graph_break: x + 1 | disabled call | - 1
+                assert (row["derived"]["graphs"], row["derived"]["graph_breaks"]) == expected, case
     for case in plan.QUICK_WORKLOADS:
         assert rows[("cpu", case, "fc")]["cold"]["first_compile"]["graphs"] == 1
     assert results["environment"]["torch"] == torch.__version__

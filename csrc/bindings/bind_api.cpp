@@ -1,5 +1,6 @@
 #include "api/dispatcher.h"
 #include "bindings/bind.h"
+#include <pybind11/stl.h>
 #include "cpython/eval_hook.h"
 #include "dispatch.h"
 #include "frontend/trace/tracer.h"
@@ -42,6 +43,8 @@ void bind_api(py::module_& m) {
   m.def("set_compile_observer", [](py::object o) { set_compile_observer(o.ptr()); });
   m.def("register_special", [](const std::string& role, py::object o) { frontend::register_special_object(role, o.ptr()); });
   m.def("is_dispatching", &is_dispatching);
+  m.def("set_skip_dirs", [](std::vector<std::string> dirs) { config().skip_dirs = std::move(dirs); },
+        "directories whose code is never compiled as a nested frame");
   m.def(
       "set_rehearse_cuda_backend", [](bool on) { config().rehearse_cuda_backend = on; },
       "tests: lower graphs on CPU tensors as if on a GPU, compile their CUDA C to PTX, run them through torch");

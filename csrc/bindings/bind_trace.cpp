@@ -1,5 +1,6 @@
 // _C._testing entry points for the tracer's helpers: the fast metadata paths that stand in for meta calls.
 #include "bindings/bind.h"
+#include "frontend/trace/unsupported.h"
 #include "frontend/trace/attention_meta.h"
 #include "frontend/trace/elementwise_meta.h"
 #include "frontend/trace/nn_meta.h"
@@ -53,6 +54,18 @@ void bind_trace(py::module_& m) {
       },
       py::arg("fn"), py::arg("args"), py::arg("kwargs") = py::none(), py::arg("grad_enabled") = false,
       "(describe(attn_output), describe(attn_weights) or None) as the tracer computes them, or None.");
+  m.def(
+      "break_codes",
+      [] {
+        py::list out;
+        for (int i = 0; i <= static_cast<int>(frontend::BreakCode::Other); ++i) {
+          auto c = static_cast<frontend::BreakCode>(i);
+          out.append(py::make_tuple(frontend::break_code_id(c), frontend::break_code_headline(c),
+                                    frontend::break_code_explanation(c), frontend::break_code_hint(c)));
+        }
+        return out;
+      },
+      "(code, headline, explanation, hint) of every graph-break code");
 }
 
 }  // namespace fastcomp::bindings

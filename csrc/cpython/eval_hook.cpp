@@ -100,6 +100,10 @@ SuspendHook::SuspendHook() : previous_(std::exchange(this_thread.suspended, true
 
 SuspendHook::~SuspendHook() { this_thread.suspended = previous_; }
 
+UnsuspendHook::UnsuspendHook() : previous_(std::exchange(this_thread.suspended, false)) {}
+
+UnsuspendHook::~UnsuspendHook() { this_thread.suspended = previous_; }
+
 bool hook_installed() {
   return _PyInterpreterState_GetEvalFrameFunc(PyInterpreterState_Get()) == &eval_frame_shim;
 }

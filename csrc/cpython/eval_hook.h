@@ -53,6 +53,19 @@ class SuspendHook {
   bool previous_;
 };
 
+// While alive, frames on this thread are offered to the handler again although a SuspendHook is alive (a
+// handler uses it to run the CPython part of a frame it compiled, whose calls must be intercepted).
+class UnsuspendHook {
+ public:
+  UnsuspendHook();
+  ~UnsuspendHook();
+  UnsuspendHook(const UnsuspendHook&) = delete;
+  UnsuspendHook& operator=(const UnsuspendHook&) = delete;
+
+ private:
+  bool previous_;
+};
+
 bool hook_installed();  // for tests: whether the interpreter-wide hook is set right now
 
 }  // namespace fastcomp::cpython

@@ -21,7 +21,11 @@ int next_frame_id() {
 
 }  // namespace
 
-CodeCache::CodeCache() : frame_id(next_frame_id()) { live_caches().insert(this); }
+CodeCache::CodeCache() { live_caches().insert(this); }
+
+void assign_frame_id(CodeCache& cache) {
+  if (cache.frame_id < 0) cache.frame_id = next_frame_id();
+}
 CodeCache::~CodeCache() { live_caches().erase(this); }
 
 CodeCache& code_cache(PyCodeObject* code) {

@@ -17,7 +17,10 @@ struct CacheEntry {
 };
 
 struct CodeCache {
-  int frame_id = 0;
+  // Whether frames of this code are compiled when a compiled function's CPython part calls them.
+  enum class Role : uint8_t { Unknown, User, Skip };
+  Role role = Role::Unknown;
+  int frame_id = -1;  // assigned at the first compile (assign_frame_id)
   int compiles = 0;
   std::vector<std::unique_ptr<CacheEntry>> entries;  // MRU first
   bool warned_limit = false;
@@ -29,6 +32,8 @@ struct CodeCache {
 
 // The cache of `code`, created on first use. Owned by the code object.
 CodeCache& code_cache(PyCodeObject* code);
+// Gives `cache` the next frame id if it has none yet ("<frame id>/<compile id>" in logs).
+void assign_frame_id(CodeCache& cache);
 // Drops every entry of every code object (fastcomp.reset()).
 void reset_all_caches();
 

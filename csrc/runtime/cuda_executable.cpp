@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <functional>
 
 #include "frontend/trace/torch_refs.h"
@@ -14,6 +15,7 @@
 #include "runtime/cuda/driver.h"
 #include "runtime/cuda/module.h"
 #include "runtime/cuda/nvrtc.h"
+#include "support/log.h"
 #include "support/pystr.h"
 
 namespace fastcomp::runtime {
@@ -80,6 +82,7 @@ class CudaExecutable final : public Executable {
   CudaExecutable(graph::Graph graph, plan::Program program, const CudaSource& source,
                  std::shared_ptr<const std::string> binary)
       : graph_(std::move(graph)), program_(std::move(program)) {
+    const auto start = std::chrono::steady_clock::now();
     const auto& T = frontend::torch_refs();
     const int device = program_.device;
     if (!source.program.empty()) {
@@ -145,6 +148,9 @@ class CudaExecutable final : public Executable {
     if (!current_stream_) throw std::runtime_error("fastcomp: torch._C._cuda_getCurrentRawStream is missing");
     device_index_ = PyRef::steal(PyLong_FromLong(device));
     plan_lifetimes();
+    FC_LOG(compile, debug, "cuda executable: loaded {} kernels and planned {} cuBLASLt calls in {:.1f} ms",
+           launches_.size(), matmuls_.size(),
+           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
   }
 
   PyObject* run(PyObject* const* inputs, size_t ninputs) override {

@@ -1,6 +1,7 @@
 // fastcomp's settings, as fastcomp.config sets them from Python (which also reads the FASTCOMP_* variables).
 #pragma once
 #include <string>
+#include <vector>
 
 namespace fastcomp {
 
@@ -12,6 +13,9 @@ struct Config {
   bool cuda_backend = true;         // graphs on CUDA tensors run generated kernels (else the torch runner)
   bool rehearse_cuda_backend = false;  // tests: lower CPU graphs, compile their CUDA C to PTX, run them on torch
   std::string dump_dir;             // non-empty: every compile writes its artifacts (graph, plan, .cu) here
+  // Code under these directories (torch, the standard library, fastcomp) is never compiled as a frame of its
+  // own when the CPython part of a compiled function calls it. Set by the Python package at import.
+  std::vector<std::string> skip_dirs;
 };
 
 Config& config();

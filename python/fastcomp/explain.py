@@ -1,8 +1,5 @@
 """fastcomp.explain(fn)(*args): compile afresh, run, and report graphs, ops, guards and graph breaks."""
 import dataclasses
-import inspect
-
-import torch
 
 from fastcomp import _C, _events
 from fastcomp.api import _target_code
@@ -13,12 +10,21 @@ class BreakReason:
     code: str          # stable id, e.g. "GB002"
     headline: str      # e.g. "data-dependent Python value"
     reason: str        # what exactly was not capturable
-    user_loc: str      # "file.py:12"
-    source_line: str   # the user's line of code
+    user_loc: str      # "file.py:12", the innermost user frame
+    source_line: str   # the user's line of code there
     hint: str          # what to change
+    explanation: str = ""  # why a graph cannot hold it
+    user_stack: list = dataclasses.field(default_factory=list)  # [("file.py:12", "source line")], outermost first
+    resumed: bool = True   # False: the frame ran eagerly instead (e.g. a break inside a loop)
 
     def __str__(self):
-        return f"{self.code} {self.headline}: {self.reason}\n    at {self.user_loc}: {self.source_line}\n    hint: {self.hint}"
+        lines = [f"{self.code} {self.headline}: {self.reason}"]
+        for loc, line in self.user_stack or [(self.user_loc, self.source_line)]:
+            lines.append(f"    at {loc}: {line}")
+        lines.append(f"    hint: {self.hint}")
+        if not self.resumed:
+            lines.append("    (not resumed: the frame ran eagerly)")
+        return "\n".join(lines)
 
 
 @dataclasses.dataclass
@@ -31,18 +37,21 @@ class ExplainOutput:
     out_guards: list
     compile_times: list  # seconds per compiled frame
     backends: list = dataclasses.field(default_factory=list)  # per graph: what runs it (kernels, cuBLAS, externs)
+    order: list = dataclasses.field(default_factory=list)  # ("graph", i) / ("break", i) in program order
 
     def __str__(self):
         lines = [f"Graph Count: {self.graph_count}", f"Graph Break Count: {self.graph_break_count}",
                  f"Op Count: {sum(len(ops) for ops in self.ops_per_graph)}"]
-        if self.break_reasons:
-            lines.append("Break Reasons:")
-            for i, b in enumerate(self.break_reasons, 1):
-                lines.append(f"  Break Reason {i}: {b}")
-        for i, (graph, ops) in enumerate(zip(self.graphs, self.ops_per_graph), 1):
-            backend = self.backends[i - 1] if i <= len(self.backends) else ""
-            lines.append(f"Graph {i} ({len(ops)} ops){', runs on ' + backend if backend else ''}:")
-            lines.extend("  " + line for line in graph.rstrip().splitlines())
+        order = self.order or ([("graph", i) for i in range(len(self.graphs))] +
+                               [("break", i) for i in range(len(self.break_reasons))])
+        for kind, i in order:
+            if kind == "graph":
+                backend = self.backends[i] if i < len(self.backends) else ""
+                lines.append(f"Graph {i + 1} ({len(self.ops_per_graph[i])} ops)"
+                             f"{', runs on ' + backend if backend else ''}:")
+                lines.extend("  " + line for line in self.graphs[i].rstrip().splitlines())
+            else:
+                lines.append(f"Break Reason {i + 1}: {self.break_reasons[i]}")
         lines.append(f"Guards ({len(self.out_guards)}):")
         lines.extend("  " + g for g in self.out_guards)
         lines.append("Compile Times: " + ", ".join(f"{t * 1e3:.2f} ms" for t in self.compile_times))
@@ -50,7 +59,13 @@ class ExplainOutput:
 
 
 def explain(fn):
-    """Returns a callable: ``fastcomp.explain(fn)(*args, **kwargs) -> ExplainOutput``. It runs `fn` once."""
+    """Returns a callable: ``fastcomp.explain(fn)(*args, **kwargs) -> ExplainOutput``. It runs `fn` once.
+
+    Every frame that runs is compiled afresh: the compiled function, the resume functions after its graph
+    breaks, and the functions its CPython parts call. ``graph_count`` counts graphs with at least one op;
+    ``graph_break_count`` counts breaks, each by the frame whose own code holds it (a break inside a helper
+    also ends the caller's graph, but it is one break), so it is not ``graph_count - 1``.
+    """
 
     def run(*args, **kwargs):
         records = []
@@ -58,17 +73,21 @@ def explain(fn):
         dispatcher = _C.make_dispatcher(fn, target, False, None, "default", "default", explain=True)
         with _events.subscribe(records.append):
             dispatcher(*args, **kwargs)
-        graphs, ops, guards, times, breaks, backends = [], [], [], [], [], []
+        graphs, ops, guards, times, breaks, order, backends = [], [], [], [], [], [], []
         for r in records:
             times.append(r["compile_time_s"])
             guards.extend(r["guards"])
-            if r["status"] == "compiled":
+            if r["graphs"]:
+                order.append(("graph", len(graphs)))
                 graphs.append(r["graph"])
                 ops.append(r["ops"])
                 backends.append(r.get("backend", ""))
-            elif r["status"] == "unsupported":
+            if r["breaks"]:
+                order.append(("break", len(breaks)))
                 breaks.append(BreakReason(r["break_code"], r["break_headline"], r["break_reason"], r["user_loc"],
-                                          r["source_line"], r["break_hint"]))
-        return ExplainOutput(graphs, len(graphs), len(breaks), breaks, ops, guards, times, backends)
+                                          r["source_line"], r["break_hint"], r["break_explanation"],
+                                          list(r["user_stack"]), r["resumed"]))
+        return ExplainOutput(graphs, len(graphs), len(breaks), breaks, ops, guards, times, backends=backends,
+                             order=order)
 
     return run

@@ -33,4 +33,9 @@ struct EncodedCode {
 };
 EncodedCode encode(const InstrStream& stream);
 
+/** The first instruction CPython must execute to run instruction `index` on its own: a decoded CALL's
+    KW_NAMES / PRECALL (kept as NOPs before it) set up the call, so execution entering at the CALL must enter
+    at them. Other instructions are their own group. */
+int call_group_start(const InstrStream& stream, int index);
+
 }  // namespace fastcomp::frontend

@@ -196,4 +196,14 @@ EncodedCode encode(const InstrStream& stream) {
           emit_locations(stream, parts, first_part)};
 }
 
+int call_group_start(const InstrStream& stream, int index) {
+  const OpcodeTable& table = detail::opcode_table();
+  if (index <= 0 || index >= static_cast<int>(stream.instrs.size()) || stream.instrs[index].op != Op::CALL) return index;
+  auto is_prelude = [&](const Instr& in) {
+    return in.op == Op::NOP && in.raw_opcode != 0 && (in.raw_opcode == table.kw_names || in.raw_opcode == table.precall);
+  };
+  while (index > 0 && is_prelude(stream.instrs[index - 1])) --index;
+  return index;
+}
+
 }  // namespace fastcomp::frontend

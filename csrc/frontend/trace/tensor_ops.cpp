@@ -71,6 +71,11 @@ static Converted convert_arg(Tracer& t, const ValueRef& v, PyObject** device) {
       return c;
     }
     default: {
+      // An object read from the frame and guarded by type only (a numpy array, say) would be baked into the
+      // graph as the object seen while tracing.
+      if (v->is(VKind::Object) && v->source >= 0 && !guard_by_identity(v->obj.get()))
+        throw Unsupported(BreakCode::UnsupportedValue,
+                          fmt::format("cannot pass {} from the frame to a torch function", describe(*v)));
       PyRef c = t.as_python_constant(v);
       if (!c)
         throw Unsupported(BreakCode::UnsupportedValue, fmt::format("cannot pass {} to a torch function", describe(*v)));

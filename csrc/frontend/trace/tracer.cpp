@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <functional>
 #include <mutex>
 #include <unordered_map>
 
@@ -47,7 +48,18 @@ std::shared_ptr<const InstrStream> decoded(PyCodeObject* code) {
   return stream;
 }
 
-Tracer::Tracer(const cpython::FrameView& frame) : root_(frame) {}
+namespace {
+// Thrown when the root frame reaches TraceStop; caught in Tracer::run, which still has the root frame.
+struct StopAtBreak {};
+// The state at a stop cannot be handed to CPython (a value the rest of the frame sees has no Python form).
+struct NotResumable : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+}  // namespace
+
+Tracer::Tracer(const cpython::FrameView& frame, const TraceStop* stop) : root_(frame) {
+  if (stop) stop_ = *stop;
+}
 
 ValueRef Tracer::pop() {
   auto& s = frame().stack;
@@ -123,12 +135,24 @@ TraceResult Tracer::run() {
     if (autocast.get() == Py_True)
       throw Unsupported(BreakCode::UnsupportedValue, "autocast is enabled; fastcomp does not trace under autocast yet");
   }
+  root_visits_.assign(f.instrs->instrs.size(), 0);
   ValueRef result;
+  bool stopped = false;
   try {
     result = run_frame(f);
+  } catch (StopAtBreak&) {
+    stopped = true;
   } catch (...) {
     if (grad_enabled_ != grad_enabled_at_start_) set_grad_mode(grad_enabled_at_start_);
     throw;
+  }
+  if (stopped) {
+    try {
+      return capture_break(f);
+    } catch (...) {
+      if (grad_enabled_ != grad_enabled_at_start_) set_grad_mode(grad_enabled_at_start_);
+      throw;
+    }
   }
   graph_.output = to_output_arg(result);
   add_global_state_guards(grad_mode_read_ || grad_enabled_ != grad_enabled_at_start_);
@@ -158,6 +182,67 @@ void Tracer::add_global_state_guards(bool grad_mode_matters) {
 }
 
 void Tracer::note_requires_grad(bool requires_grad) { grad_mode_read_ |= requires_grad; }
+
+TraceResult Tracer::capture_break(TraceFrame& f) {
+  BreakState state;
+  state.instr = f.pc;
+  graph::Arg out;
+  out.kind = graph::Arg::Kind::Tuple;
+  std::unordered_map<const Value*, int> made;  // a value the trace made is rebuilt once, so aliases stay aliases
+  std::function<LiveValue(const ValueRef&)> live_value;
+  auto live = live_value = [&](const ValueRef& v) -> LiveValue {
+    if (!v || v->is(VKind::Null)) return {LiveValue::Kind::Null};
+    if (v->is(VKind::CtxExit)) return {LiveValue::Kind::GradCtx};
+    if (v->is(VKind::Method) && v->items[0] && !v->items[0]->is(VKind::Null)) {
+      // A method loaded before the break and called by it: its object keeps its identity (list.append).
+      LiveValue self = live_value(v->items[0]);
+      if (self.kind != LiveValue::Kind::Output && self.kind != LiveValue::Kind::Source)
+        throw NotResumable("the code after the break needs " + describe(*v));
+      self.attr = PyRef::steal(PyUnicode_FromString(v->name.substr(v->name.rfind('.') + 1).c_str()));
+      return self;
+    }
+    if (v->source >= 0 && !v->is(VKind::Cell)) return {LiveValue::Kind::Source, v->source};
+    auto it = made.find(v.get());
+    if (it != made.end()) return {LiveValue::Kind::Output, it->second};
+    try {
+      out.items.push_back(to_output_arg(v));
+    } catch (Unsupported&) {
+      throw NotResumable("the code after the break needs " + describe(*v) + ", which has no Python form yet");
+    }
+    int index = static_cast<int>(out.items.size()) - 1;
+    made.emplace(v.get(), index);
+    return {LiveValue::Kind::Output, index};
+  };
+  for (const ValueRef& v : f.stack) state.stack.push_back(live(v));
+  // A with block's __exit__ restores the mode outside it; the mode inside is the next block's outside mode,
+  // or the current mode for the innermost block.
+  bool inside = grad_enabled_;
+  for (size_t i = f.stack.size(); i-- > 0;) {
+    if (!f.stack[i] || !f.stack[i]->is(VKind::CtxExit)) continue;
+    state.stack[i].grad_inside = inside;
+    inside = f.stack[i]->flag;
+  }
+  PyCodeObject* code = root_.code();
+  for (int i = 0; i < root_.nlocalsplus(); ++i) {
+    switch (root_.slot_kind(i)) {
+      case cpython::SlotKind::Free: continue;  // the continuation gets the same closure
+      case cpython::SlotKind::Cell:
+      case cpython::SlotKind::CellArg:
+        throw NotResumable("a break in a function with cell variables (" + utf8(cpython::slot_name(code, i)) + ")");
+      default: break;
+    }
+    if (f.locals[i]) state.locals.emplace_back(i, live(f.locals[i]));
+    else if (!f.lazy_sources.empty() && f.lazy_sources[i] >= 0)
+      state.locals.emplace_back(i, LiveValue{LiveValue::Kind::Source, f.lazy_sources[i]});
+  }
+  // The graph ends here, so it leaves grad mode as it found it; the code after the break re-enters the blocks.
+  if (grad_enabled_ != grad_enabled_at_start_) set_grad_mode(grad_enabled_at_start_);
+  graph_.output = std::move(out);
+  add_global_state_guards(true);
+  TraceResult r{std::move(graph_), std::move(guards_)};
+  r.break_state = std::move(state);
+  return r;
+}
 
 graph::Arg Tracer::to_output_arg(const ValueRef& v) {
   switch (v->kind) {
@@ -203,6 +288,17 @@ graph::Arg Tracer::to_output_arg(const ValueRef& v) {
       }
       return graph::Arg::of_node(graph_.add(std::move(node)));
     }
+    case VKind::Method: {
+      // A bound method (a graph break between loading a method and calling it): getattr(self, name) at run time.
+      graph::Node node;
+      node.kind = graph::NodeKind::Call;
+      node.target = PyRef::borrow(PyDict_GetItemString(PyEval_GetBuiltins(), "getattr"));
+      node.target_name = "getattr";
+      node.args.push_back(to_output_arg(v->items[0]));
+      std::string name = v->name.substr(v->name.rfind('.') + 1);  // Method names may be qualified (Tensor.item)
+      node.args.push_back(graph::Arg::of_const(PyRef::steal(PyUnicode_FromString(name.c_str()))));
+      return graph::Arg::of_node(graph_.add(std::move(node)));
+    }
     default: {
       PyRef c = as_python_constant(v);
       if (!c) throw Unsupported(BreakCode::UnsupportedValue, "cannot return " + describe(*v) + " from a compiled function");
@@ -226,12 +322,28 @@ ValueRef Tracer::run_frame(TraceFrame& f) {
   while (!returned) {
     if (f.pc < 0 || f.pc >= static_cast<int>(instrs.size()))
       throw Unsupported(BreakCode::Other, "fastcomp internal error: instruction pointer out of range");
+    if (f.depth == 0) {
+      int& visits = root_visits_[f.pc];
+      if (f.pc == stop_.instr && visits + 1 == stop_.visit) throw StopAtBreak{};
+      ++visits;
+    }
     const Instr& in = instrs[f.pc++];
     if (in.line >= 0) f.line = in.line;
     try {
       step(f, in, &returned, &result);
     } catch (Unsupported& u) {
-      if (u.user_loc.empty()) u.user_loc = user_loc();  // the innermost user frame, while it is still on the stack
+      if (u.user_loc.empty()) {  // the innermost user frame, while it is still on the stack
+        u.user_loc = user_loc();
+        u.depth = f.depth;
+        for (const TraceFrame* t : frames_) {
+          PyRef filename = PyRef::steal(code_attr(t->code.get(), "co_filename"));
+          u.user_stack.push_back(fmt::format("{}:{}", utf8(filename.get()), t->line));
+        }
+      }
+      if (f.depth == 0) {
+        u.root_instr = f.pc - 1;
+        u.root_visit = root_visits_[f.pc - 1];
+      }
       throw;
     }
   }
@@ -251,7 +363,12 @@ void Tracer::step(TraceFrame& f, const Instr& in, bool* returned, ValueRef* resu
     case Op::PUSH_NULL: push(make_null()); return;
     case Op::COPY: push(top(in.arg)); return;
     case Op::SWAP: std::swap(top(1), top(in.arg)); return;
-    case Op::LOAD_CONST: push(make_const_borrowed(PyTuple_GET_ITEM(code->co_consts, in.arg))); return;
+    case Op::LOAD_CONST: {
+      PyObject* c = PyTuple_GET_ITEM(code->co_consts, in.arg);
+      // Classes appear as constants only in code fastcomp generated (resume functions re-entering `with`).
+      push(PyType_Check(c) ? make_object(PyRef::borrow(c), -1) : make_const_borrowed(c));
+      return;
+    }
     case Op::RETURN_CONST:
       *returned = true;
       *result = make_const_borrowed(PyTuple_GET_ITEM(code->co_consts, in.arg));
@@ -460,10 +577,15 @@ TraceResult Tracer::take_partial() {
   return TraceResult{std::move(graph_), std::move(guards_), {}, {}};
 }
 
-TraceResult trace_frame(const cpython::FrameView& frame) {
-  Tracer tracer(frame);
+TraceResult trace_frame(const cpython::FrameView& frame, const TraceStop* stop) {
+  Tracer tracer(frame, stop);
   try {
     return tracer.run();
+  } catch (NotResumable& e) {
+    PyErr_Clear();
+    TraceResult r = tracer.take_partial();
+    r.failure = Unsupported(BreakCode::Other, e.what());
+    return r;
   } catch (Unsupported& u) {
     PyErr_Clear();
     TraceResult r = tracer.take_partial();

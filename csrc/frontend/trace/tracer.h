@@ -13,6 +13,7 @@
 #include "cpython/frame.h"
 #include "frontend/bytecode/instr.h"
 #include "frontend/guards/guards.h"
+#include "frontend/resume/break_state.h"
 #include "frontend/trace/unsupported.h"
 #include "frontend/trace/value.h"
 #include "graph/ir.h"
@@ -24,11 +25,14 @@ struct TraceResult {
   GuardSet guards;  // when the trace failed: the guards of the path taken up to the failure
   std::optional<Unsupported> failure;  // set when fastcomp cannot capture the code
   std::string user_error;              // set when the user's code raised while tracing
+  // Set when the trace stopped at `stop`: the graph outputs a tuple of the values `break_state` names.
+  std::optional<BreakState> break_state;
   bool ok() const { return !failure && user_error.empty(); }
 };
 
-/** Traces the frame's function from its first instruction to its return. Never throws for user code. */
-TraceResult trace_frame(const cpython::FrameView& frame);
+/** Traces the frame's function from its first instruction to its return, or (with `stop`) up to just before
+    that instruction, returning the live state there. Never throws for user code. */
+TraceResult trace_frame(const cpython::FrameView& frame, const TraceStop* stop = nullptr);
 
 // Objects the tracer treats specially, registered by the Python package at import
 // (fastcomp.is_compiling, the fastcomp.disable wrapper type, ...).
@@ -52,7 +56,7 @@ struct TraceFrame {
 
 class Tracer {
  public:
-  explicit Tracer(const cpython::FrameView& frame);
+  explicit Tracer(const cpython::FrameView& frame, const TraceStop* stop = nullptr);
   TraceResult run();
   TraceResult take_partial();  // after run() threw: what was recorded so far
 
@@ -116,7 +120,12 @@ class Tracer {
   void step(TraceFrame& f, const Instr& in, bool* returned, ValueRef* result);
   void realize_local(TraceFrame& f, int slot);
   void add_global_state_guards(bool grad_mode_matters);
+  TraceResult capture_break(TraceFrame& root);  // at the stop: live values become graph outputs / sources
+
+ public:
   graph::Arg to_output_arg(const ValueRef& v);
+
+ private:
 
   cpython::FrameView root_;
   graph::Graph graph_;
@@ -128,11 +137,17 @@ class Tracer {
   std::unordered_map<PyObject*, ValueRef> tensor_by_object_;  // aliasing between sources
   bool module_hook_guards_added_ = false;
   bool grad_mode_read_ = false;  // grad mode influenced the trace (see add_global_state_guards)
+  TraceStop stop_;                 // instr -1: trace to the end
+  std::vector<int> root_visits_;   // executions started of each root instruction
   friend struct TracerAccess;
 };
 
 // Decoded instructions of a code object, cached for the process (code objects are kept alive).
 std::shared_ptr<const InstrStream> decoded(PyCodeObject* code);
+
+// Objects whose identity, not their contents, is what a trace depends on (modules, classes, functions): wrap()
+// guards these by identity and everything else it cannot model by type only.
+bool guard_by_identity(PyObject* o);
 
 // Special objects (see register_special_object); borrowed, null when not registered.
 PyObject* special_object(const char* role);

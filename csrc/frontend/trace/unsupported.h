@@ -4,6 +4,7 @@
 #pragma once
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace fastcomp::frontend {
 
@@ -23,12 +24,17 @@ enum class BreakCode {
 const char* break_code_id(BreakCode c);
 const char* break_code_headline(BreakCode c);
 const char* break_code_hint(BreakCode c);
+const char* break_code_explanation(BreakCode c);
 
 struct Unsupported : std::runtime_error {
   Unsupported(BreakCode c, const std::string& reason) : std::runtime_error(reason), code(c) {}
   BreakCode code;
   std::string user_loc;     // "file.py:12", filled by the interpreter
   std::string source_line;  // the user's source line, stripped
+  std::vector<std::string> user_stack;  // "file.py:12" of each traced frame, outermost first
+  int depth = 0;          // 0: raised by the traced frame's own code; n: inside a function it inlined, n deep
+  int root_instr = -1;    // the traced frame's instruction that was executing (a call, for depth > 0)
+  int root_visit = 0;     // how many times that instruction had started executing, this one included
 };
 
 // The user's code raised during tracing; a Python exception may be set. Eager execution reproduces it.

@@ -38,14 +38,13 @@ bool is_constant(PyObject* o) {
 
 bool is_namedtuple(PyObject* o) { return PyTuple_Check(o) && !PyTuple_CheckExact(o) && PyObject_HasAttrString(o, "_fields"); }
 
-// Objects whose identity, not their attributes, is what the trace depends on.
+}  // namespace
+
 bool guard_by_identity(PyObject* o) {
   return PyModule_Check(o) || PyType_Check(o) || PyFunction_Check(o) || PyCFunction_Check(o) ||
          PyMethod_Check(o) || torch_refs().is_module(o) || Py_TYPE(o) == &PyMethodDescr_Type ||
          Py_TYPE(o) == &PyWrapperDescr_Type;
 }
-
-}  // namespace
 
 void Tracer::guard(GuardKind kind, int source, PyObject* expected) {
   if (source < 0) return;

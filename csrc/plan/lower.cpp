@@ -162,18 +162,25 @@ int Lowerer::contiguous_copy(int source) {
   b.dtype = src.dtype;
   b.sizes = src.sizes;
   b.strides = contiguous_strides(src.sizes);
-  const int producer = buffer_producer_[src.root];
-  if (producer >= 0) seal(producer);
+  const int out = add_buffer(b);
+  add_kernel(src.sizes, {source}, [&](Cluster& c) {
+    c.store(c.load(src.root, src.dtype, src.strides, src.offset), out, b.dtype, b.strides, 0);
+  });
+  return out;
+}
+
+void Lowerer::add_kernel(const std::vector<int64_t>& space, const std::vector<int>& inputs,
+                         const std::function<void(Cluster&)>& build) {
+  for (int b : inputs) {
+    const int producer = buffer_producer_[program_.buffers[b].root];
+    if (producer >= 0) seal(producer);
+  }
   const int c = static_cast<int>(clusters_.size());
-  clusters_.push_back(std::make_unique<Cluster>(src.sizes));
+  clusters_.push_back(std::make_unique<Cluster>(space));
   merged_into_.push_back(-1);
   kernel_step_of_.push_back(-1);
-  const int e = clusters_[c]->load(src.root, src.dtype, src.strides, src.offset);
-  const int out = add_buffer(b);
-  clusters_[c]->store(e, out, b.dtype, b.strides, 0);
-  buffer_producer_[out] = c;
-  seal(c);
-  return out;
+  build(*clusters_[c]);
+  seal(c);  // sealed at once: nothing can fuse into it, so its outputs need no producer entry
 }
 
 void Lowerer::add_matmul(MatmulStep step) {
@@ -382,7 +389,7 @@ bool Lowerer::row_reduce(const graph::Node& n, graph::NodeId x, const std::vecto
 bool Lowerer::lower_call(const graph::Node& n) {
   const std::string op = op_name(n.target_name);
   return lower_view_op(*this, n, op) || lower_pointwise_op(*this, n, op) || lower_reduction_op(*this, n, op) ||
-         lower_matmul_op(*this, n, op);
+         lower_matmul_op(*this, n, op) || lower_attention_op(*this, n, op);
 }
 
 void Lowerer::lower_node(const graph::Node& n) {

@@ -36,6 +36,15 @@ Operand scalar_operand(double v, DType t) {
 
 }  // namespace
 
+int softmax_expr(Cluster& c, int x, DType acc, bool log) {
+  const int xf = c.cast(x, acc);
+  const int m = c.op(ExprOp::ReduceMax, acc, {xf});
+  const int shifted = c.op(ExprOp::Sub, acc, {xf, m});
+  const int e = c.op(ExprOp::Exp, acc, {shifted});
+  const int s = c.op(ExprOp::ReduceSum, acc, {e});
+  return log ? c.op(ExprOp::Sub, acc, {shifted, c.op(ExprOp::Log, acc, {s})}) : c.op(ExprOp::Div, acc, {e, s});
+}
+
 bool lower_reduction_op(Lowerer& L, const graph::Node& n, const std::string& op) {
   if (n.type != graph::ValueType::Tensor || n.args.empty() || n.args[0].kind != graph::Arg::Kind::Node) return false;
   const graph::NodeId x = n.args[0].node;
@@ -110,14 +119,7 @@ bool lower_reduction_op(Lowerer& L, const graph::Node& n, const std::string& op)
     const bool log = op == "log_softmax";
     return L.row_reduce(n, x, {}, [=](Cluster& c, int xe, const std::vector<int>&) {
       // An explicit dtype= converts the input first (torch casts before the op).
-      const int xf = c.cast(c.cast(xe, out), acc);
-      const int m = c.op(ExprOp::ReduceMax, acc, {xf});
-      const int shifted = c.op(ExprOp::Sub, acc, {xf, m});
-      const int e = c.op(ExprOp::Exp, acc, {shifted});
-      const int s = c.op(ExprOp::ReduceSum, acc, {e});
-      const int r = log ? c.op(ExprOp::Sub, acc, {shifted, c.op(ExprOp::Log, acc, {s})})
-                        : c.op(ExprOp::Div, acc, {e, s});
-      return std::make_pair(r, false);
+      return std::make_pair(softmax_expr(c, c.cast(xe, out), acc, log), false);
     });
   }
   if (op == "layer_norm") {

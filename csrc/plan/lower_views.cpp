@@ -70,6 +70,17 @@ bool lower_view_op(Lowerer& L, const graph::Node& n, const std::string& op) {
     L.add_view(n, L.value(input).view_base);  // an item of a split
     return true;
   }
+  if (op == "getitem" && n.target_name == "operator.getitem" && !L.value(input).items.empty()) {
+    // An item of a tuple lowering built itself: its buffer, or nothing for an item that never exists.
+    const std::vector<int>& items = L.value(input).items;
+    const auto i = n.args.size() == 2 ? const_int(&n.args[1]) : std::nullopt;
+    if (!i || *i < 0 || *i >= static_cast<int64_t>(items.size())) return false;  // torch makes it from the tuple
+    if (items[*i] >= 0) {
+      L.value(n.id).tensor = true;
+      L.value(n.id).buffer = items[*i];
+    }
+    return true;
+  }
   if (splits(op)) {
     const int b = base_buffer(L, input);
     if (b < 0) return false;

@@ -20,6 +20,9 @@ struct Value {
   bool row = false;    // a per-row value of a row-reduce cluster (else one per element of the space)
   int buffer = -1;     // a buffer holding it (-1: not materialised yet)
   int view_base = -1;  // a split/chunk/unbind result: the buffer its items view
+  // A tuple lowering built item by item (multi_head_attention_forward): each item's buffer, -1 for an item that
+  // never exists at run time (lowering made sure nothing reads it).
+  std::vector<int> items;
 };
 
 // One argument of a pointwise op as lowering sees it.
@@ -93,6 +96,11 @@ class Lowerer {
   const Buffer& buffer(int id) const { return program_.buffers[id]; }
   // Copies buffer `source` into a new contiguous Alloc buffer (a pointwise kernel) and returns it.
   int contiguous_copy(int source);
+  // A kernel of lowering's own, for no graph node: `build` fills a fresh cluster over `space` with loads of
+  // `inputs` (buffer ids; their producers run first), expressions and stores to Alloc buffers, and the kernel
+  // takes its place among the steps at once.
+  void add_kernel(const std::vector<int64_t>& space, const std::vector<int>& inputs,
+                  const std::function<void(Cluster&)>& build);
   void add_matmul(MatmulStep step);
   // Node `n` runs as a call into torch (the catch-all for everything without a lowering).
   void add_extern(const graph::Node& n);
@@ -130,5 +138,9 @@ bool lower_pointwise_op(Lowerer& L, const graph::Node& n, const std::string& op)
 bool lower_reduction_op(Lowerer& L, const graph::Node& n, const std::string& op);
 bool lower_matmul_op(Lowerer& L, const graph::Node& n, const std::string& op);
 bool lower_view_op(Lowerer& L, const graph::Node& n, const std::string& op);
+bool lower_attention_op(Lowerer& L, const graph::Node& n, const std::string& op);
+
+// Softmax (log_softmax when `log`) of row-reduce expression `x` along its row, computed in `acc`; per element.
+int softmax_expr(Cluster& c, int x, DType acc, bool log);
 
 }  // namespace fastcomp::plan::detail

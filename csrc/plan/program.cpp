@@ -57,6 +57,8 @@ std::string MatmulStep::to_string() const {
   out += fmt::format(" b=b{}({}, {}", b, b_row_stride, b_col_stride);
   out += batch != 1 ? fmt::format(", {})", b_batch_stride) : ")";
   out += fmt::format(" -> b{}", d);
+  if (d_row_stride != n || (batch != 1 && d_batch_stride != m * n))  // D is row-major and dense unless said here
+    out += batch != 1 ? fmt::format("({}, {})", d_row_stride, d_batch_stride) : fmt::format("({})", d_row_stride);
   if (epilogue != Epilogue::None) out += fmt::format(" epilogue={}", epilogue_name(epilogue));
   if (bias >= 0) out += fmt::format(" bias=b{}", bias);
   return out;

@@ -53,6 +53,8 @@ struct MatmulStep {
   int64_t d_row_stride = 0, d_batch_stride = 0;
   Epilogue epilogue = Epilogue::None;
   graph::NodeId node = -1;
+  // "matmul f32 m=64 n=64 k=64 batch=8 a=b11(64, 1, 4096) b=b9(64, 1, 4096) -> b12(512, 64)": each operand's
+  // (row, column, batch) strides; D's (row, batch) strides only where D is not dense row-major.
   std::string to_string() const;
 };
 

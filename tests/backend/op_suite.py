@@ -158,3 +158,37 @@ def embedding_args(shape, dtype, device):
 
 case("embedding_extern", lambda idx, table: F.embedding(idx, table) * 2, embedding_args, ((10, 3), (1000, 64)),
      plan=(1, 0, 1))
+
+# ---- attention --------------------------------------------------------------------------------------------------
+# (batch, seq, embed, heads); the module is an argument: one per shape and dtype, kept across calls (a new module
+# would be a new guard, so a recompile).
+MHA_SHAPES = ((2, 5, 24, 3), (3, 1, 16, 4), (4, 33, 64, 8), (1, 7, 24, 3))
+_MHA_MODULES = {}
+
+
+def mha_args(batch_first):
+    def make(shape, dtype, device):
+        b, t, e, h = shape
+        key = (batch_first, shape, dtype, str(device))
+        if key not in _MHA_MODULES:
+            attn = torch.nn.MultiheadAttention(e, h, batch_first=batch_first).to(device, dtype).eval()
+            with torch.no_grad():  # a non-zero in_proj_bias (torch starts it at 0)
+                attn.in_proj_bias.normal_()
+            _MHA_MODULES[key] = attn
+        return randn((b, t, e) if batch_first else (t, b, e), dtype, device), _MHA_MODULES[key]
+
+    return make
+
+
+def mha_weights_used(x, attn):
+    out, weights = attn(x, x, x)
+    return out + weights.sum(-1, keepdim=True)
+
+
+# QKV projection, one kernel splitting heads, scores, softmax kernel, values, output projection; the module's
+# three mask/dtype helper calls stay extern ops, and so does the transpose back to batch-first that is returned.
+case("mha_batch_first", lambda x, attn: attn(x, x, x)[0], mha_args(True), MHA_SHAPES, plan=(2, 4, 4))
+case("mha_seq_first", lambda x, attn: attn(x, x, x, need_weights=False)[0] * 2, mha_args(False), MHA_SHAPES,
+     plan=(3, 4, 3))
+# The averaged weights are needed: torch's own multi_head_attention_forward runs (the sum and the add are kernels).
+case("mha_weights_used_is_extern", mha_weights_used, mha_args(True), MHA_SHAPES, plan=(2, 0, 7))

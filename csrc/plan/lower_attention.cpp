@@ -1,0 +1,272 @@
+// nn.MultiheadAttention's F.multi_head_attention_forward as the backend's own steps, instead of one call into
+// torch's slow path (which also computes the averaged attention weights that callers usually discard). For
+// self-attention in inference without masks, with T = seq len, B = batch, E = embed, H = heads, D = E / H:
+//   qkv = x @ in_proj_weight^T + in_proj_bias    one GEMM over x's rows in their storage order (no transpose copy)
+//   q, k, v -> [B*H, T, D] each, q * D^-1/2       one kernel (torch scales q before the product too)
+//   s = q @ k^T; p = softmax(s); o = p @ v        batched GEMMs around a row-reduce kernel; o lands as [T, B, E]
+//   out = o @ out_proj_weight^T + out_proj_bias   one GEMM into item 0 of the result, in torch's layout
+// Item 1 (the weights) must be unused: it never exists. Masks, dropout, bias_k/v, separate projection weights,
+// a key or value other than the query, or any other use of the result keep the extern call.
+#include <cmath>
+
+#include "plan/lowering.h"
+
+namespace fastcomp::plan::detail {
+namespace {
+
+bool mentions(const graph::Arg& a, graph::NodeId id) {
+  if (a.kind == graph::Arg::Kind::Node && a.node == id) return true;
+  for (const auto& item : a.items)
+    if (mentions(item, id)) return true;
+  return false;
+}
+
+bool uses(const graph::Node& user, graph::NodeId id) {
+  for (const auto& a : user.args)
+    if (mentions(a, id)) return true;
+  for (const auto& a : user.kwargs)
+    if (mentions(a, id)) return true;
+  return false;
+}
+
+bool used(const graph::Graph& g, graph::NodeId id) {
+  if (mentions(g.output, id)) return true;
+  for (const graph::Node& n : g.nodes)
+    if (uses(n, id)) return true;
+  return false;
+}
+
+// The getitem(tuple, 0) node when the tuple is read only by it and by unused getitem(tuple, 1) nodes; -1 when
+// the tuple, or the weights item, is needed in any other way.
+graph::NodeId output_item(const graph::Graph& g, graph::NodeId tuple) {
+  if (mentions(g.output, tuple)) return -1;
+  graph::NodeId out = -1;
+  for (const graph::Node& n : g.nodes) {
+    if (!uses(n, tuple)) continue;
+    std::optional<int64_t> i;
+    if (n.target_name == "operator.getitem" && n.args.size() == 2 && !n.kwnames &&
+        n.args[0].kind == graph::Arg::Kind::Node && n.args[0].node == tuple)
+      i = const_int(&n.args[1]);
+    if (i && *i < 0) *i += 2;
+    if (i == 0 && out < 0 && n.type == graph::ValueType::Tensor) out = n.id;
+    else if (i != 1 || used(g, n.id)) return -1;
+  }
+  return out;
+}
+
+bool dense_row_major(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
+  const std::vector<int64_t> expected = contiguous_strides(sizes);
+  for (size_t d = 0; d < sizes.size(); ++d)
+    if (sizes[d] != 1 && strides[d] != expected[d]) return false;
+  return true;
+}
+
+// Buffer `b` itself when cuBLASLt can read it as a row-major matrix (rows = all but its last dimension, which
+// has stride 1; a vector: stride 1), else a contiguous copy.
+int row_major(Lowerer& L, int b) {
+  const Buffer& buf = L.buffer(b);
+  const size_t r = buf.sizes.size();
+  bool ok = buf.sizes[r - 1] == 1 || buf.strides[r - 1] == 1;
+  if (r == 2) ok = ok && (buf.sizes[0] == 1 || buf.strides[0] >= buf.sizes[1]);
+  return ok ? b : L.contiguous_copy(b);
+}
+
+// The query [T, B, E] read as T*B rows of E: in t-major order (row t*B + b) or b-major (row b*T + t), one row
+// stride apart. nullopt when neither order has a single stride (the caller copies the query first).
+struct Rows {
+  bool t_major = true;
+  int64_t stride = 0;
+};
+std::optional<Rows> rows_of(const Buffer& q) {
+  const int64_t T = q.sizes[0], B = q.sizes[1], E = q.sizes[2];
+  if (E > 1 && q.strides[2] != 1) return std::nullopt;
+  Rows r;
+  if (T == 1 && B == 1) r.stride = E;
+  else if (B == 1) r.stride = q.strides[0];
+  else if (T == 1 || q.strides[0] == B * q.strides[1]) r.stride = q.strides[1];
+  else if (q.strides[1] == T * q.strides[0]) r = {false, q.strides[0]};
+  else return std::nullopt;
+  if (r.stride < E) return std::nullopt;  // overlapping rows (an expanded query)
+  return r;
+}
+
+int alloc(Lowerer& L, DType t, const std::vector<int64_t>& sizes, graph::NodeId node = -1) {
+  Buffer b;
+  b.kind = Buffer::Kind::Alloc;
+  b.node = node;
+  b.dtype = t;
+  b.sizes = sizes;
+  b.strides = contiguous_strides(sizes);
+  return L.add_buffer(b);
+}
+
+// out[m, n] = x[m, k] @ w[n, k]^T (+ bias): F.linear on row-major x (row stride `x_row_stride`) and weight `w`.
+void linear(Lowerer& L, DType t, int x, int64_t x_row_stride, int w, int bias, int out, int64_t m,
+            graph::NodeId node) {
+  const Buffer& wb = L.buffer(w);
+  MatmulStep s;
+  s.dtype = t;
+  s.m = m;
+  s.n = wb.sizes[0];
+  s.k = wb.sizes[1];
+  s.a = x;
+  s.a_row_stride = x_row_stride;
+  s.a_col_stride = 1;
+  s.b = w;  // B = W^T: B[k][n] = W[n][k]
+  s.b_row_stride = wb.strides[1];
+  s.b_col_stride = wb.strides[0];
+  s.bias = bias;
+  s.epilogue = bias >= 0 ? MatmulStep::Epilogue::Bias : MatmulStep::Epilogue::None;
+  s.d = out;
+  s.d_row_stride = s.n;
+  s.node = node;
+  L.add_matmul(s);
+}
+
+const graph::Arg* tensor_arg(const graph::Arg* a) {
+  return a && a->kind == graph::Arg::Kind::Node ? a : nullptr;
+}
+
+bool is_false(const graph::Arg* a) { return !a || const_bool(a) == false; }
+
+bool lower_self_attention(Lowerer& L, const graph::Node& n) {
+  CallArgs args(n);
+  if (!args.only_keywords({"query", "key", "value", "embed_dim_to_check", "num_heads", "in_proj_weight",
+                           "in_proj_bias", "bias_k", "bias_v", "add_zero_attn", "dropout_p", "out_proj_weight",
+                           "out_proj_bias", "training", "key_padding_mask", "need_weights", "attn_mask",
+                           "use_separate_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight",
+                           "static_k", "static_v", "average_attn_weights", "is_causal"}))
+    return false;
+  const graph::Arg* q = tensor_arg(args.get(0, "query"));
+  const graph::Arg* k = tensor_arg(args.get(1, "key"));
+  const graph::Arg* v = tensor_arg(args.get(2, "value"));
+  const graph::Arg* in_w = tensor_arg(args.get(5, "in_proj_weight"));
+  const graph::Arg* in_b = args.get(6, "in_proj_bias");
+  const graph::Arg* out_w = tensor_arg(args.get(11, "out_proj_weight"));
+  const graph::Arg* out_b = args.get(12, "out_proj_bias");
+  if (!q || !k || !v || q->node != k->node || q->node != v->node || !in_w || !out_w) return false;
+  if ((!is_none(in_b) && !tensor_arg(in_b)) || (!is_none(out_b) && !tensor_arg(out_b))) return false;
+  static const std::pair<size_t, const char*> kMustBeNone[] = {
+      {7, "bias_k"},         {8, "bias_v"},         {14, "key_padding_mask"}, {16, "attn_mask"}, {18, "q_proj_weight"},
+      {19, "k_proj_weight"}, {20, "v_proj_weight"}, {21, "static_k"},         {22, "static_v"}};
+  for (auto [position, name] : kMustBeNone)
+    if (!is_none(args.get(position, name))) return false;
+  if (!is_false(args.get(9, "add_zero_attn")) || !is_false(args.get(17, "use_separate_proj_weight")) ||
+      !is_false(args.get(24, "is_causal")))
+    return false;
+  const std::optional<double> dropout = const_number(args.get(10, "dropout_p"));
+  const graph::Arg* training = args.get(13, "training");  // defaults to True
+  if (!dropout || (*dropout != 0 && !(training && const_bool(training) == false))) return false;
+  if (const graph::Arg* w = args.get(15, "need_weights"); w && !const_bool(w)) return false;
+
+  const graph::NodeId item0 = output_item(L.graph(), n.id);
+  if (item0 < 0 || !L.value(q->node).tensor) return false;
+  const std::vector<int64_t>& qs = L.node(q->node).meta.sizes;
+  if (qs.size() != 3) return false;  // an unbatched query
+  const int64_t T = qs[0], B = qs[1], E = qs[2];
+  const std::optional<int64_t> H = const_int(args.get(4, "num_heads"));
+  if (!H || *H <= 0 || E % *H != 0 || const_int(args.get(3, "embed_dim_to_check")) != E || T * B * E == 0)
+    return false;
+  const int64_t D = E / *H;
+  const DType t = L.node_dtype(q->node);
+  if (t != DType::F32 && t != DType::F16 && t != DType::BF16) return false;
+  auto shaped = [&](const graph::Arg* a, std::vector<int64_t> sizes) {
+    return is_none(a) || (L.value(a->node).tensor && L.node_dtype(a->node) == t && L.node(a->node).meta.sizes == sizes);
+  };
+  if (!shaped(in_w, {3 * E, E}) || !shaped(in_b, {3 * E}) || !shaped(out_w, {E, E}) || !shaped(out_b, {E}))
+    return false;
+  const graph::TensorMeta& out_meta = L.node(item0).meta;
+  if (L.node_dtype(item0) != t || out_meta.sizes != qs || !dense_row_major(out_meta.sizes, out_meta.strides))
+    return false;
+
+  // From here on the node is lowered: no more fallbacks.
+  int x = L.buffer_for(q->node);
+  std::optional<Rows> rows = rows_of(L.buffer(x));
+  if (!rows) {
+    x = L.contiguous_copy(x);
+    rows = Rows{true, E};
+  }
+  const int w_in = row_major(L, L.buffer_for(in_w->node));
+  const int b_in = is_none(in_b) ? -1 : row_major(L, L.buffer_for(in_b->node));
+  const int w_out = row_major(L, L.buffer_for(out_w->node));
+  const int b_out = is_none(out_b) ? -1 : row_major(L, L.buffer_for(out_b->node));
+
+  const int qkv = alloc(L, t, {T * B, 3 * E});
+  linear(L, t, x, rows->stride, w_in, b_in, qkv, T * B, n.id);
+
+  // Heads apart: q, k, v as [B*H, T, D] (index b*H + h, as torch's view of [T, B*H, D] transposed numbers them).
+  const int64_t row = 3 * E;
+  const std::vector<int64_t> qkv_strides = {rows->t_major ? row : T * row, D, rows->t_major ? B * row : row, 1};
+  const std::vector<int64_t> head_space = {B, *H, T, D};
+  const int q_h = alloc(L, t, {B * *H, T, D}), k_h = alloc(L, t, {B * *H, T, D}), v_h = alloc(L, t, {B * *H, T, D});
+  const DType acc = opmath(t);
+  L.add_kernel(head_space, {qkv}, [&](Cluster& c) {
+    const std::vector<int64_t> out_strides = contiguous_strides(head_space);
+    const int scaled = c.op(ExprOp::Mul, acc,
+                            {c.cast(c.load(qkv, t, qkv_strides, 0), acc), c.constant(acc, std::sqrt(1.0 / D))});
+    c.store(c.cast(scaled, t), q_h, t, out_strides, 0);
+    c.store(c.load(qkv, t, qkv_strides, E), k_h, t, out_strides, 0);
+    c.store(c.load(qkv, t, qkv_strides, 2 * E), v_h, t, out_strides, 0);
+  });
+
+  MatmulStep scores;  // s[i] = q[i] @ k[i]^T: [T, T] per (b, h)
+  scores.dtype = t;
+  scores.m = T;
+  scores.n = T;
+  scores.k = D;
+  scores.batch = B * *H;
+  scores.a = q_h;
+  scores.a_row_stride = D;
+  scores.a_col_stride = 1;
+  scores.a_batch_stride = T * D;
+  scores.b = k_h;  // B[d][t'] = k[t'][d]
+  scores.b_row_stride = 1;
+  scores.b_col_stride = D;
+  scores.b_batch_stride = T * D;
+  scores.d = alloc(L, t, {B * *H, T, T});
+  scores.d_row_stride = T;
+  scores.d_batch_stride = T * T;
+  scores.node = n.id;
+  L.add_matmul(scores);
+
+  const int p = alloc(L, t, {B * *H, T, T});
+  L.add_kernel({B * *H, T, T}, {scores.d}, [&](Cluster& c) {
+    c.make_row_reduce();
+    const std::vector<int64_t> strides = contiguous_strides({B * *H, T, T});
+    c.store(c.cast(softmax_expr(c, c.load(scores.d, t, strides, 0), acc, false), t), p, t, strides, 0);
+  });
+
+  // o[i] = p[i] @ v[i], written straight into [T, B, E]: row t of (b, h) at t*B*E + (b*H + h)*D.
+  MatmulStep values;
+  values.dtype = t;
+  values.m = T;
+  values.n = D;
+  values.k = T;
+  values.batch = B * *H;
+  values.a = p;
+  values.a_row_stride = T;
+  values.a_col_stride = 1;
+  values.a_batch_stride = T * T;
+  values.b = v_h;
+  values.b_row_stride = D;
+  values.b_col_stride = 1;
+  values.b_batch_stride = T * D;
+  values.d = alloc(L, t, {T, B, E});
+  values.d_row_stride = B * E;
+  values.d_batch_stride = D;
+  values.node = n.id;
+  L.add_matmul(values);
+
+  const int out = alloc(L, t, qs, item0);
+  linear(L, t, values.d, E, w_out, b_out, out, T * B, n.id);
+  L.value(n.id).items = {out, -1};
+  return true;
+}
+
+}  // namespace
+
+bool lower_attention_op(Lowerer& L, const graph::Node& n, const std::string& op) {
+  return op == "multi_head_attention_forward" && lower_self_attention(L, n);
+}
+
+}  // namespace fastcomp::plan::detail

@@ -290,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def finish(results: dict, reports: Reports) -> int:
     """Chart, final JSON and markdown; prints the markdown."""
+    summary.derive_all(results)  # merged results arrive without derived numbers; the chart needs them
     chart_problem = report_chart.write(results, reports.stem.with_suffix(".png"))
     if chart_problem:
         results["meta"]["notes"].append(f"No chart: {chart_problem}.")

@@ -110,8 +110,7 @@ BuiltExecutable rehearse(graph::Graph graph) {
                                 runtime::cuda::Output::Ptx, {});
   BuiltExecutable runner = torch_runner(std::move(graph), "rehearsal");
   out.executable = std::move(runner.executable);
-  out.summary = fmt::format("rehearsal: {} kernels, {} cuBLAS calls, {} extern ops", program.count(plan::Step::Kind::Kernel),
-                            program.count(plan::Step::Kind::Matmul), program.count(plan::Step::Kind::Extern));
+  out.summary = "rehearsal: " + program.counts_text();
   return out;
 }
 
@@ -143,8 +142,7 @@ BuiltExecutable build_executable(graph::Graph graph, frontend::GuardSet& guards)
       break;
     }
   BuiltExecutable out;
-  out.summary = fmt::format("cuda: {} kernels, {} cuBLAS calls, {} extern ops", program.count(plan::Step::Kind::Kernel),
-                            program.count(plan::Step::Kind::Matmul), program.count(plan::Step::Kind::Extern));
+  out.summary = "cuda: " + program.counts_text();
   out.plan_text = std::move(plan_text);
   out.cuda_source = source.program;
   try {

@@ -15,34 +15,32 @@ int Cluster::load(int buffer, DType dtype, const std::vector<int64_t>& strides, 
     operand = static_cast<int>(loads_.size());
     loads_.push_back({buffer, codegen::Operand{dtype, strides, offset}});
   }
-  auto key = std::make_tuple(static_cast<int>(ExprOp::Load), static_cast<int>(dtype), std::vector<int>{}, operand, 0.0);
-  if (auto it = cse_.find(key); it != cse_.end()) return it->second;
   codegen::Expr e;
   e.op = ExprOp::Load;
   e.dtype = dtype;
   e.operand = operand;
-  exprs_.push_back(e);
-  return cse_[key] = static_cast<int>(exprs_.size() - 1);
+  return intern(std::move(e));
 }
 
 int Cluster::constant(DType dtype, double value) {
-  auto key = std::make_tuple(static_cast<int>(ExprOp::Constant), static_cast<int>(dtype), std::vector<int>{}, -1, value);
-  if (auto it = cse_.find(key); it != cse_.end()) return it->second;
   codegen::Expr e;
   e.op = ExprOp::Constant;
   e.dtype = dtype;
   e.constant = value;
-  exprs_.push_back(e);
-  return cse_[key] = static_cast<int>(exprs_.size() - 1);
+  return intern(std::move(e));
 }
 
 int Cluster::op(ExprOp op, DType dtype, std::vector<int> args) {
-  auto key = std::make_tuple(static_cast<int>(op), static_cast<int>(dtype), args, -1, 0.0);
-  if (auto it = cse_.find(key); it != cse_.end()) return it->second;
   codegen::Expr e;
   e.op = op;
   e.dtype = dtype;
   e.args = std::move(args);
+  return intern(std::move(e));
+}
+
+int Cluster::intern(codegen::Expr e) {
+  auto key = std::make_tuple(static_cast<int>(e.op), static_cast<int>(e.dtype), e.args, e.operand, e.constant);
+  if (auto it = cse_.find(key); it != cse_.end()) return it->second;
   exprs_.push_back(std::move(e));
   return cse_[key] = static_cast<int>(exprs_.size() - 1);
 }

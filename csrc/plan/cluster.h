@@ -45,6 +45,9 @@ class Cluster {
   codegen::Kernel kernel(const std::string& name, std::vector<int>* args) const;
 
  private:
+  // The index of an expression equal to `e`, adding it if there is none (common subexpressions are shared).
+  int intern(codegen::Expr e);
+
   struct Load {
     int buffer;
     codegen::Operand operand;

@@ -169,16 +169,25 @@ int Lowerer::contiguous_copy(int source) {
   return out;
 }
 
+int Lowerer::new_cluster(const std::vector<int64_t>& space) {
+  clusters_.push_back(std::make_unique<Cluster>(space));
+  merged_into_.push_back(-1);
+  kernel_step_of_.push_back(-1);
+  return static_cast<int>(clusters_.size()) - 1;
+}
+
+int Lowerer::load_buffer(Cluster& c, int buffer, const std::vector<int64_t>& out_shape, bool row) const {
+  const Buffer& b = program_.buffers[buffer];
+  return c.load(b.root, b.dtype, strides_in_space(b.sizes, b.strides, out_shape, row, c.space()), b.offset);
+}
+
 void Lowerer::add_kernel(const std::vector<int64_t>& space, const std::vector<int>& inputs,
                          const std::function<void(Cluster&)>& build) {
   for (int b : inputs) {
     const int producer = buffer_producer_[program_.buffers[b].root];
     if (producer >= 0) seal(producer);
   }
-  const int c = static_cast<int>(clusters_.size());
-  clusters_.push_back(std::make_unique<Cluster>(space));
-  merged_into_.push_back(-1);
-  kernel_step_of_.push_back(-1);
+  const int c = new_cluster(space);
   build(*clusters_[c]);
   seal(c);  // sealed at once: nothing can fuse into it, so its outputs need no producer entry
 }
@@ -304,12 +313,7 @@ void Lowerer::pointwise(const graph::Node& n, const std::vector<Operand>& operan
         target = static_cast<int>(c);
         break;
       }
-    if (target < 0) {
-      target = static_cast<int>(clusters_.size());
-      clusters_.push_back(std::make_unique<Cluster>(out));
-      merged_into_.push_back(-1);
-      kernel_step_of_.push_back(-1);
-    }
+    if (target < 0) target = new_cluster(out);
   }
   Cluster& c = *clusters_[target];
   std::vector<int> exprs;
@@ -320,8 +324,7 @@ void Lowerer::pointwise(const graph::Node& n, const std::vector<Operand>& operan
     } else if (!from_buffer[i]) {
       exprs.push_back(values_[o.node].expr);
     } else {
-      const Buffer& b = program_.buffers[values_[o.node].buffer];
-      exprs.push_back(c.load(b.root, b.dtype, strides_in_space(b.sizes, b.strides, out, row, c.space()), b.offset));
+      exprs.push_back(load_buffer(c, values_[o.node].buffer, out, row));
     }
   }
   Value& result = values_[n.id];
@@ -331,8 +334,7 @@ void Lowerer::pointwise(const graph::Node& n, const std::vector<Operand>& operan
   result.expr = c.cast(fn(c, exprs), node_dtype(n.id));
 }
 
-bool Lowerer::row_reduce(const graph::Node& n, graph::NodeId x, const std::vector<Operand>& extra,
-                         const std::function<std::pair<int, bool>(Cluster&, int, const std::vector<int>&)>& fn) {
+bool Lowerer::row_reduce(const graph::Node& n, graph::NodeId x, const std::vector<Operand>& extra, const RowFn& fn) {
   const std::vector<int64_t> space = graph_.nodes[x].meta.sizes;
   if (space.empty() || space.back() == 0) return false;
   int64_t rows = 1;
@@ -352,31 +354,14 @@ bool Lowerer::row_reduce(const graph::Node& n, graph::NodeId x, const std::vecto
   int x_buffer = -1;
   if (target >= 0 && clusters_[target]->sealed()) target = -1;
   if (target < 0) x_buffer = buffer_for(x);
-  if (target < 0) {
-    target = static_cast<int>(clusters_.size());
-    clusters_.push_back(std::make_unique<Cluster>(space));
-    merged_into_.push_back(-1);
-    kernel_step_of_.push_back(-1);
-  }
+  if (target < 0) target = new_cluster(space);
   Cluster& c = *clusters_[target];
   c.make_row_reduce();
-  int x_expr;
-  if (x_buffer < 0) {
-    x_expr = vx.expr;
-  } else {
-    const Buffer& b = program_.buffers[x_buffer];
-    x_expr = c.load(b.root, b.dtype, strides_in_space(b.sizes, b.strides, space, false, space), b.offset);
-  }
+  const int x_expr = x_buffer < 0 ? vx.expr : load_buffer(c, x_buffer, space, false);
   std::vector<int> extra_exprs;
-  for (size_t i = 0; i < extra.size(); ++i) {
-    if (extra[i].kind == Operand::Kind::Scalar) {
-      extra_exprs.push_back(c.constant(extra[i].scalar_dtype, extra[i].scalar));
-      continue;
-    }
-    const Buffer& b = program_.buffers[extra_buffers[i]];
-    extra_exprs.push_back(
-        c.load(b.root, b.dtype, strides_in_space(b.sizes, b.strides, space, false, space), b.offset));
-  }
+  for (size_t i = 0; i < extra.size(); ++i)
+    extra_exprs.push_back(extra[i].kind == Operand::Kind::Scalar ? c.constant(extra[i].scalar_dtype, extra[i].scalar)
+                                                                 : load_buffer(c, extra_buffers[i], space, false));
   auto [expr, per_row] = fn(c, x_expr, extra_exprs);
   Value& result = values_[n.id];
   result.tensor = true;

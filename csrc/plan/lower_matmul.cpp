@@ -63,45 +63,26 @@ std::optional<Matrices> as_matrices(const Buffer& b, bool fold_rows, const std::
     m.rows = b.sizes[r - 2];
     m.row_stride = b.strides[r - 2];
     // Batch dimensions aligned right against the output's; missing or size-1 ones broadcast with stride 0.
+    if (r - 2 > batch_sizes.size()) return std::nullopt;
     std::vector<int64_t> strides(batch_sizes.size(), 0);
     const size_t lead = batch_sizes.size() - (r - 2);
-    if (r - 2 > batch_sizes.size()) return std::nullopt;
     for (size_t d = 0; d + 2 < r; ++d) {
       if (b.sizes[d] != 1 && b.sizes[d] != batch_sizes[lead + d]) return std::nullopt;
       strides[lead + d] = b.sizes[d] == 1 ? 0 : b.strides[d];
     }
-    int64_t count = 1, stride = 0;
-    bool have = false;
-    for (size_t d = batch_sizes.size(); d-- > 0;) {
-      if (batch_sizes[d] == 1) continue;
-      if (!have) {
-        stride = strides[d];
-        have = true;
-      } else if (strides[d] != stride * count) {
-        return std::nullopt;
-      }
-      count *= batch_sizes[d];
-    }
-    m.batch = count;
-    m.batch_stride = stride;
+    auto batch = collapse(batch_sizes, strides, 0, batch_sizes.size());
+    if (!batch) return std::nullopt;
+    m.batch = batch->first;
+    m.batch_stride = batch->second;
   }
   if (!readable(m)) return std::nullopt;
   return m;
 }
 
-bool is_contiguous(const Buffer& b) {
-  int64_t expected = 1;
-  for (size_t d = b.sizes.size(); d-- > 0;) {
-    if (b.sizes[d] != 1 && b.strides[d] != expected) return false;
-    expected *= b.sizes[d];
-  }
-  return true;
-}
-
 // The operand's matrices, copying it into a contiguous buffer when its own layout does not fit.
 std::optional<Matrices> operand(Lowerer& L, int* buffer, bool fold_rows, const std::vector<int64_t>& batch) {
   if (auto m = as_matrices(L.buffer(*buffer), fold_rows, batch)) return m;
-  if (is_contiguous(L.buffer(*buffer))) return std::nullopt;
+  if (L.buffer(*buffer).is_contiguous()) return std::nullopt;
   *buffer = L.contiguous_copy(*buffer);
   return as_matrices(L.buffer(*buffer), fold_rows, batch);
 }

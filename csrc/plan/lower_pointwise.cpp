@@ -160,7 +160,7 @@ std::optional<ExprOp> comparison_op(const std::string& op) {
 }
 
 // Casts: Tensor.float() and friends, .to(dtype) and .type(dtype) without a device or other options.
-bool is_cast(Lowerer& L, const graph::Node& n, const std::string& op) {
+bool is_cast(const graph::Node& n, const std::string& op) {
   static const char* const kMethods[] = {"float", "half", "bfloat16", "double", "int", "long", "short", "bool", "byte",
                                          "char"};
   for (const char* m : kMethods)
@@ -182,7 +182,7 @@ bool lower_pointwise_op(Lowerer& L, const graph::Node& n, const std::string& op)
   bool ok = true;
   auto first = [&] { return operand_of(L, args.get(0, "input"), &ok); };
 
-  if (is_cast(L, n, op) || op == "clone" || op == "contiguous" ||
+  if (is_cast(n, op) || op == "clone" || op == "contiguous" ||
       (op == "dropout" && const_bool(args.get(2, "training")) == false)) {
     if (op == "clone" && !args.only_keywords({})) return false;
     std::vector<Operand> ops{first()};

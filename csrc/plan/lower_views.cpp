@@ -42,15 +42,6 @@ bool basic_index(const graph::Arg& a) {
   return PyLong_Check(v) || PySlice_Check(v) || v == Py_None || v == Py_Ellipsis;
 }
 
-bool is_contiguous(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
-  int64_t expected = 1;
-  for (size_t d = sizes.size(); d-- > 0;) {
-    if (sizes[d] != 1 && strides[d] != expected) return false;
-    expected *= sizes[d];
-  }
-  return true;
-}
-
 // The buffer of tensor node `input`, when its layout is the one its metadata describes (a view's metadata is
 // relative to that layout); -1 otherwise.
 int base_buffer(Lowerer& L, graph::NodeId input) {

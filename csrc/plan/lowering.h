@@ -62,7 +62,6 @@ std::optional<DType> dtype_of(PyObject* torch_dtype);
 bool is_floating(DType t);
 // Where torch computes an op whose result is `t`: f16/bf16 in f32 ("opmath"), others in themselves.
 DType opmath(DType t);
-std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes);
 
 class Lowerer {
  public:
@@ -80,18 +79,16 @@ class Lowerer {
   using PointwiseFn = std::function<int(Cluster&, const std::vector<int>&)>;
   void pointwise(const graph::Node& n, const std::vector<Operand>& operands, const PointwiseFn& fn);
 
-  // Row reduction over the last dimension of `x`: fn(cluster, x's expression) returns the result expression
-  // and whether it is per row (sum, mean) or per element (softmax, layer_norm). False when it does not fit
-  // (the caller makes the node an extern call).
-  using RowFn = std::function<std::pair<int, bool>(Cluster&, int)>;
-  bool row_reduce(const graph::Node& n, graph::NodeId x, const std::vector<Operand>& extra,
-                  const std::function<std::pair<int, bool>(Cluster&, int, const std::vector<int>&)>& fn);
+  // Row reduction over the last dimension of `x`: fn(cluster, x's expression, the `extra` operands'
+  // expressions) returns the result expression and whether it is per row (sum, mean) or per element (softmax,
+  // layer_norm). False when it does not fit (the caller makes the node an extern call).
+  using RowFn = std::function<std::pair<int, bool>(Cluster&, int, const std::vector<int>&)>;
+  bool row_reduce(const graph::Node& n, graph::NodeId x, const std::vector<Operand>& extra, const RowFn& fn);
 
   // The value of node `id` in a buffer of its own (materialising it if needed); for a consumer outside its
   // cluster, so the producing cluster is sealed.
   int buffer_for(graph::NodeId id);
-  // A buffer with the value of `id` in a layout where at least one of the last two dimensions has stride 1 and
-  // the leading dimensions collapse; a contiguous copy when the value's own buffer has no such layout.
+  // Adds `b` to the plan (a non-view is its own root) and returns its id.
   int add_buffer(Buffer b);
   const Buffer& buffer(int id) const { return program_.buffers[id]; }
   // Copies buffer `source` into a new contiguous Alloc buffer (a pointwise kernel) and returns it.
@@ -116,6 +113,9 @@ class Lowerer {
   void ensure_objects(const graph::Arg& a);
   void flush_live_values(graph::NodeId at);  // before a mutating extern: every lazy value still needed
   int cluster_of(int id);                     // follows merges
+  int new_cluster(const std::vector<int64_t>& space);
+  // The expression loading `buffer` into cluster `c` for an op of shape `out_shape` (row: a per-row op).
+  int load_buffer(Cluster& c, int buffer, const std::vector<int64_t>& out_shape, bool row) const;
   void merge(int into, int from);
   std::vector<int64_t> strides_in_space(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
                                         const std::vector<int64_t>& out_shape, bool row,

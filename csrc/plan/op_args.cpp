@@ -101,10 +101,4 @@ bool is_floating(DType t) { return t == DType::F16 || t == DType::BF16 || t == D
 
 DType opmath(DType t) { return t == DType::F16 || t == DType::BF16 ? DType::F32 : t; }
 
-std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes) {
-  std::vector<int64_t> s(sizes.size(), 1);
-  for (size_t d = sizes.size(); d-- > 1;) s[d - 1] = s[d] * std::max<int64_t>(sizes[d], 1);
-  return s;
-}
-
 }  // namespace fastcomp::plan::detail

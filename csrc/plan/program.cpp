@@ -1,15 +1,12 @@
 #include "plan/program.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
 
 namespace fastcomp::plan {
 namespace {
-
-std::string join(const std::vector<int64_t>& v) {
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
-  return out;
-}
 
 const char* epilogue_name(MatmulStep::Epilogue e) {
   switch (e) {
@@ -25,13 +22,19 @@ const char* epilogue_name(MatmulStep::Epilogue e) {
 
 }  // namespace
 
-bool Buffer::is_contiguous() const {
+bool is_contiguous(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
   int64_t expected = 1;
   for (size_t d = sizes.size(); d-- > 0;) {
     if (sizes[d] != 1 && strides[d] != expected) return false;
     expected *= sizes[d];
   }
   return true;
+}
+
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> s(sizes.size(), 1);
+  for (size_t d = sizes.size(); d-- > 1;) s[d - 1] = s[d] * std::max<int64_t>(sizes[d], 1);
+  return s;
 }
 
 std::string Buffer::to_string() const {
@@ -42,8 +45,8 @@ std::string Buffer::to_string() const {
     case Kind::Extern: what = "extern"; break;
     case Kind::View: what = fmt::format("view b{}", root); break;
   }
-  std::string out = fmt::format("{} {}[{}]", what, codegen::dtype_name(dtype), join(sizes));
-  if (!is_contiguous()) out += fmt::format(" strides=({})", join(strides));
+  std::string out = fmt::format("{} {}[{}]", what, codegen::dtype_name(dtype), fmt::join(sizes, ", "));
+  if (!is_contiguous()) out += fmt::format(" strides=({})", fmt::join(strides, ", "));
   if (offset) out += fmt::format(" offset={}", offset);
   if (node >= 0) out += fmt::format("  # %{}", node);
   return out;
@@ -68,6 +71,11 @@ int Program::count(Step::Kind kind) const {
   int n = 0;
   for (const Step& s : steps) n += s.kind == kind;
   return n;
+}
+
+std::string Program::counts_text() const {
+  return fmt::format("{} kernels, {} cuBLAS calls, {} extern ops", count(Step::Kind::Kernel), count(Step::Kind::Matmul),
+                     count(Step::Kind::Extern));
 }
 
 std::string Program::to_string(const graph::Graph& graph) const {

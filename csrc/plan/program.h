@@ -14,6 +14,10 @@ namespace fastcomp::plan {
 
 using codegen::DType;
 
+// Row-major with no gaps (size-1 dimensions may have any stride), as torch's is_contiguous().
+bool is_contiguous(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides);
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes);
+
 // A tensor at run time. Its element (i0, i1, ...) lives at root_pointer + offset + sum(i_d * strides[d]) (in
 // elements), where root_pointer is the data pointer of buffer `root` (itself, unless it is a view).
 struct Buffer {
@@ -31,7 +35,7 @@ struct Buffer {
   std::vector<int64_t> sizes, strides;  // in elements
   int64_t offset = 0;                   // in elements, from the root's data pointer (0 unless View)
 
-  bool is_contiguous() const;
+  bool is_contiguous() const { return plan::is_contiguous(sizes, strides); }
   std::string to_string() const;  // "b3 = alloc f32[32, 512]" / "b4 = view b0 f32[512, 32] strides=(1, 512)"
 };
 
@@ -81,6 +85,7 @@ struct Program {
   int device = 0;                            // CUDA device ordinal of every tensor
 
   int count(Step::Kind kind) const;
+  std::string counts_text() const;  // "2 kernels, 1 cuBLAS calls, 0 extern ops": what explain() and logs report
   std::string to_string(const graph::Graph& graph) const;  // fusion.txt: buffers, then steps in order
 };
 

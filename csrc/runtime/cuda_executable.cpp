@@ -10,6 +10,7 @@
 #include <functional>
 
 #include "frontend/trace/torch_refs.h"
+#include "runtime/arg_values.h"
 #include "runtime/cuda/arch.h"
 #include "runtime/cuda/cublaslt.h"
 #include "runtime/cuda/driver.h"
@@ -180,6 +181,7 @@ class CudaExecutable final : public Executable {
     if (!stream_obj) return nullptr;
     auto stream = reinterpret_cast<cuda::CUstream>(PyLong_AsVoidPtr(stream_obj.get()));
 
+    std::vector<void*> params;  // one kernel's parameter slots, reused by every launch of this call
     try {
       cuda::ContextGuard guard(program_.device);
       for (size_t si = 0; si < program_.steps.size(); ++si) {
@@ -188,15 +190,12 @@ class CudaExecutable final : public Executable {
           if (!allocate(b, tensors, ptr, objects)) return nullptr;
         switch (s.kind) {
           case Step::Kind::Kernel: {
+            // Each kernel parameter is a root buffer's pointer; cuLaunchKernel copies the values it points at.
             const plan::KernelStep& k = program_.kernel_steps[s.index];
-            std::vector<void*> args(k.args.size());
-            std::vector<char*> values(k.args.size());
-            for (size_t i = 0; i < k.args.size(); ++i) {
-              values[i] = ptr[program_.buffers[k.args[i]].root];
-              args[i] = &values[i];
-            }
+            params.clear();
+            for (int b : k.args) params.push_back(&ptr[program_.buffers[b].root]);
             const Launch& l = launches_[k.kernel];
-            cuda::launch(l.function, l.grid, l.block, l.shared, stream, args.data());
+            cuda::launch(l.function, l.grid, l.block, l.shared, stream, params.data());
             break;
           }
           case Step::Kind::Matmul: {
@@ -216,12 +215,11 @@ class CudaExecutable final : public Executable {
       PyErr_SetString(PyExc_RuntimeError, fmt::format("fastcomp: CUDA executable failed: {}", e.what()).c_str());
       return nullptr;
     }
-    return materialize(graph_.output, objects);
+    return new_arg(graph_.output, objects);
   }
 
   std::string describe() const override {
-    return fmt::format("cuda: {} kernels, {} cuBLAS calls, {} extern ops", program_.count(Step::Kind::Kernel),
-                       program_.count(Step::Kind::Matmul), program_.count(Step::Kind::Extern));
+    return "cuda: " + program_.counts_text();
   }
 
  private:
@@ -266,8 +264,8 @@ class CudaExecutable final : public Executable {
     const graph::Node& node = graph_.nodes[id];
     std::vector<PyObject*> argv{nullptr};
     std::vector<PyRef> temps;
-    for (const auto& a : node.args) argv.push_back(borrow(a, objects, temps));
-    for (const auto& a : node.kwargs) argv.push_back(borrow(a, objects, temps));
+    for (const auto& a : node.args) argv.push_back(borrow_arg(a, objects, temps));
+    for (const auto& a : node.kwargs) argv.push_back(borrow_arg(a, objects, temps));
     for (size_t i = 1; i < argv.size(); ++i)
       if (!argv[i]) return false;
     PyObject* out = PyObject_Vectorcall(node.target.get(), argv.data() + 1,
@@ -300,56 +298,6 @@ class CudaExecutable final : public Executable {
     for (size_t d = 0; d < b.strides.size(); ++d)
       if (b.sizes[d] != 1 && PyLong_AsLongLong(PyTuple_GET_ITEM(strides.get(), d)) != b.strides[d]) return false;
     return true;
-  }
-
-  PyObject* borrow(const graph::Arg& a, std::vector<PyObject*>& objects, std::vector<PyRef>& temps) {
-    if (a.kind == graph::Arg::Kind::Node) {
-      if (!objects[a.node])
-        PyErr_SetString(PyExc_RuntimeError, fmt::format("fastcomp internal: %{} has no object", a.node).c_str());
-      return objects[a.node];
-    }
-    if (a.kind == graph::Arg::Kind::Const) return a.value.get();
-    temps.push_back(PyRef::steal(materialize(a, objects)));
-    return temps.back().get();
-  }
-
-  PyObject* materialize(const graph::Arg& a, std::vector<PyObject*>& objects) {  // new reference
-    switch (a.kind) {
-      case graph::Arg::Kind::Node:
-        if (!objects[a.node]) {
-          PyErr_SetString(PyExc_RuntimeError, fmt::format("fastcomp internal: %{} has no object", a.node).c_str());
-          return nullptr;
-        }
-        return Py_NewRef(objects[a.node]);
-      case graph::Arg::Kind::Const: return a.value.new_ref();
-      case graph::Arg::Kind::Tuple:
-      case graph::Arg::Kind::List: {
-        const bool tuple = a.kind == graph::Arg::Kind::Tuple;
-        PyObject* out = tuple ? PyTuple_New(a.items.size()) : PyList_New(a.items.size());
-        for (size_t i = 0; out && i < a.items.size(); ++i) {
-          PyObject* item = materialize(a.items[i], objects);
-          if (!item) {
-            Py_DECREF(out);
-            return nullptr;
-          }
-          if (tuple) PyTuple_SET_ITEM(out, i, item);
-          else PyList_SET_ITEM(out, i, item);
-        }
-        return out;
-      }
-      case graph::Arg::Kind::Dict: {
-        PyObject* out = PyDict_New();
-        for (size_t i = 0; out && i < a.items.size(); ++i) {
-          PyRef item = PyRef::steal(materialize(a.items[i], objects));
-          if (!item || PyDict_SetItem(out, a.keys[i].get(), item.get()) < 0) {
-            Py_DECREF(out);
-            return nullptr;
-          }
-        }
-        return out;
-      }
-    }
-    return nullptr;
   }
 
   // When each Alloc buffer is allocated (before its first writer) and when buffers and node objects die (after

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "frontend/trace/torch_refs.h"
+#include "runtime/arg_values.h"
 #include "runtime/executable.h"
 
 namespace fastcomp::runtime {
@@ -44,8 +45,8 @@ class TorchRunner final : public Executable {
       argv.clear();
       temps.clear();
       argv.push_back(nullptr);  // PY_VECTORCALL_ARGUMENTS_OFFSET slot
-      for (const auto& a : node.args) argv.push_back(materialize(a, values, temps));
-      for (const auto& a : node.kwargs) argv.push_back(materialize(a, values, temps));
+      for (const auto& a : node.args) argv.push_back(borrow_arg(a, values, temps));
+      for (const auto& a : node.kwargs) argv.push_back(borrow_arg(a, values, temps));
       for (size_t i = 1; i < argv.size(); ++i)
         if (!argv[i]) return fail(grad_mode_at_entry);
       PyObject* out = PyObject_Vectorcall(node.target.get(), argv.data() + 1,
@@ -54,7 +55,7 @@ class TorchRunner final : public Executable {
       values[node.id] = out;
       for (int dead : frees_after_[node.id]) Py_CLEAR(values[dead]);
     }
-    PyObject* result = materialize_new(graph_.output, values);
+    PyObject* result = new_arg(graph_.output, values);
     if (!result) return fail(grad_mode_at_entry);
     return result;
   }
@@ -65,48 +66,6 @@ class TorchRunner final : public Executable {
   void mark_uses(const graph::Arg& a, int user) {
     if (a.kind == graph::Arg::Kind::Node) last_use_[a.node] = std::max(last_use_[a.node], user);
     for (const auto& item : a.items) mark_uses(item, user);
-  }
-
-  // Borrowed pointer for flat arguments; composite ones are built into `temps`.
-  PyObject* materialize(const graph::Arg& a, std::vector<PyObject*>& values, std::vector<PyRef>& temps) {
-    if (a.kind == graph::Arg::Kind::Node) return values[a.node];
-    if (a.kind == graph::Arg::Kind::Const) return a.value.get();
-    temps.push_back(PyRef::steal(materialize_new(a, values)));
-    return temps.back().get();
-  }
-
-  PyObject* materialize_new(const graph::Arg& a, std::vector<PyObject*>& values) {  // new reference
-    switch (a.kind) {
-      case graph::Arg::Kind::Node: return Py_XNewRef(values[a.node]);
-      case graph::Arg::Kind::Const: return a.value.new_ref();
-      case graph::Arg::Kind::Tuple:
-      case graph::Arg::Kind::List: {
-        const bool tuple = a.kind == graph::Arg::Kind::Tuple;
-        PyObject* out = tuple ? PyTuple_New(a.items.size()) : PyList_New(a.items.size());
-        for (size_t i = 0; out && i < a.items.size(); ++i) {
-          PyObject* item = materialize_new(a.items[i], values);
-          if (!item) {
-            Py_DECREF(out);
-            return nullptr;
-          }
-          if (tuple) PyTuple_SET_ITEM(out, i, item);
-          else PyList_SET_ITEM(out, i, item);
-        }
-        return out;
-      }
-      case graph::Arg::Kind::Dict: {
-        PyObject* out = PyDict_New();
-        for (size_t i = 0; out && i < a.items.size(); ++i) {
-          PyRef item = PyRef::steal(materialize_new(a.items[i], values));
-          if (!item || PyDict_SetItem(out, a.keys[i].get(), item.get()) < 0) {
-            Py_DECREF(out);
-            return nullptr;
-          }
-        }
-        return out;
-      }
-    }
-    return nullptr;
   }
 
   // Leaves grad mode as the caller had it when a node raised half-way through a no_grad block.

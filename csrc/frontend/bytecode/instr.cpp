@@ -89,20 +89,11 @@ std::string arg_text(const Instr& instr, PyCodeObject* code /* borrowed, may be 
   if (instr.op == Op::BINARY_OP && instr.arg >= 0 && instr.arg < 26) return kBinarySymbols[instr.arg];
   if (instr.op == Op::UNSUPPORTED) return fmt::format("opcode {}", instr.raw_opcode);
   if (!code) return {};
+  if (uses_local_slot(instr.op)) return item_text(code->co_localsplusnames, instr.arg, name_text);
   switch (instr.op) {
     case Op::LOAD_CONST:
     case Op::RETURN_CONST:
       return item_text(code->co_consts, instr.arg, const_text);
-    case Op::LOAD_FAST:
-    case Op::LOAD_FAST_AND_CLEAR:
-    case Op::STORE_FAST:
-    case Op::DELETE_FAST:
-    case Op::MAKE_CELL:
-    case Op::LOAD_CLOSURE:
-    case Op::LOAD_DEREF:
-    case Op::STORE_DEREF:
-    case Op::DELETE_DEREF:
-      return item_text(code->co_localsplusnames, instr.arg, name_text);
     case Op::LOAD_GLOBAL:
       return (instr.flags & Instr::kPushNull ? "NULL + " : "") + item_text(code->co_names, instr.arg, name_text);
     case Op::LOAD_ATTR:
@@ -128,6 +119,21 @@ std::string arg_text(const Instr& instr, PyCodeObject* code /* borrowed, may be 
 }  // namespace
 
 const char* op_name(Op op) { return kOpNames[static_cast<size_t>(op)]; }
+
+bool uses_local_slot(Op op) {
+  switch (op) {
+    case Op::LOAD_FAST:
+    case Op::LOAD_FAST_AND_CLEAR:
+    case Op::STORE_FAST:
+    case Op::DELETE_FAST:
+    case Op::MAKE_CELL:
+    case Op::LOAD_CLOSURE:
+    case Op::LOAD_DEREF:
+    case Op::STORE_DEREF:
+    case Op::DELETE_DEREF: return true;
+    default: return false;
+  }
+}
 
 int InstrStream::index_of_offset(int byte_offset) const {
   // Decoded streams list instructions in code order, so offsets ascend.

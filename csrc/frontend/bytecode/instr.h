@@ -45,6 +45,9 @@ struct Instr {
   int32_t raw_arg = 0;    // the real oparg including EXTENDED_ARG bits
 };
 
+// Whether `op`'s argument is an index into co_localsplusnames (fast locals, cells and free variables).
+bool uses_local_slot(Op op);
+
 struct ExceptionEntry {
   int32_t start = 0;   // first covered instruction index
   int32_t end = 0;     // one past the last covered instruction index

@@ -40,20 +40,6 @@ Instr make(Op op, int arg = 0, int target = -1) {
   return in;
 }
 
-bool uses_local_slot(Op op) {
-  switch (op) {
-    case Op::LOAD_FAST:
-    case Op::LOAD_FAST_AND_CLEAR:
-    case Op::STORE_FAST:
-    case Op::DELETE_FAST:
-    case Op::MAKE_CELL:
-    case Op::LOAD_CLOSURE:
-    case Op::LOAD_DEREF:
-    case Op::STORE_DEREF:
-    case Op::DELETE_DEREF: return true;
-    default: return false;
-  }
-}
 
 PyObject* attr(PyObject* o, const char* name) {  // new reference; throws on failure
   PyObject* v = PyObject_GetAttrString(o, name);

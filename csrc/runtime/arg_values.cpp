@@ -1,0 +1,57 @@
+#include "runtime/arg_values.h"
+
+#include <fmt/format.h>
+
+namespace fastcomp::runtime {
+namespace {
+
+PyObject* node_value(const graph::Arg& a, const std::vector<PyObject*>& values) {  // borrowed
+  PyObject* v = values[a.node];
+  if (!v) PyErr_SetString(PyExc_RuntimeError, fmt::format("fastcomp internal: %{} has no value", a.node).c_str());
+  return v;
+}
+
+}  // namespace
+
+PyObject* new_arg(const graph::Arg& a, const std::vector<PyObject*>& values) {
+  switch (a.kind) {
+    case graph::Arg::Kind::Node: return Py_XNewRef(node_value(a, values));
+    case graph::Arg::Kind::Const: return a.value.new_ref();
+    case graph::Arg::Kind::Tuple:
+    case graph::Arg::Kind::List: {
+      const bool tuple = a.kind == graph::Arg::Kind::Tuple;
+      PyObject* out = tuple ? PyTuple_New(a.items.size()) : PyList_New(a.items.size());
+      for (size_t i = 0; out && i < a.items.size(); ++i) {
+        PyObject* item = new_arg(a.items[i], values);
+        if (!item) {
+          Py_DECREF(out);
+          return nullptr;
+        }
+        if (tuple) PyTuple_SET_ITEM(out, i, item);
+        else PyList_SET_ITEM(out, i, item);
+      }
+      return out;
+    }
+    case graph::Arg::Kind::Dict: {
+      PyObject* out = PyDict_New();
+      for (size_t i = 0; out && i < a.items.size(); ++i) {
+        PyRef item = PyRef::steal(new_arg(a.items[i], values));
+        if (!item || PyDict_SetItem(out, a.keys[i].get(), item.get()) < 0) {
+          Py_DECREF(out);
+          return nullptr;
+        }
+      }
+      return out;
+    }
+  }
+  return nullptr;
+}
+
+PyObject* borrow_arg(const graph::Arg& a, const std::vector<PyObject*>& values, std::vector<PyRef>& temps) {
+  if (a.kind == graph::Arg::Kind::Node) return node_value(a, values);
+  if (a.kind == graph::Arg::Kind::Const) return a.value.get();
+  temps.push_back(PyRef::steal(new_arg(a, values)));
+  return temps.back().get();
+}
+
+}  // namespace fastcomp::runtime

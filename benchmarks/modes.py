@@ -120,14 +120,11 @@ def _eager_mode() -> Mode:
                 CompileStats, lambda: None)
 
 
-# Remove the caveat once fastcomp's reduce-overhead mode does something of its own (CUDA graphs).
-FC_RO_CAVEAT = "reduce-overhead not implemented yet: fastcomp compiles it like the default mode (no CUDA graphs)"
-
 MODES: dict[str, Mode] = {m.name: m for m in [
     _eager_mode(),
     _torch_mode("tc", "torch.compile()", True),
     _torch_mode("tc-ro", 'torch.compile(mode="reduce-overhead")', True, mode="reduce-overhead"),
     _torch_mode("tc-eager", 'torch.compile(backend="eager"): Dynamo capture only', False, backend="eager"),
     _fastcomp_mode("fc", "fastcomp.compile()"),
-    _fastcomp_mode("fc-ro", 'fastcomp.compile(mode="reduce-overhead")', FC_RO_CAVEAT, mode="reduce-overhead"),
+    _fastcomp_mode("fc-ro", 'fastcomp.compile(mode="reduce-overhead")', mode="reduce-overhead"),
 ]}

@@ -1,4 +1,5 @@
-"""The reference workloads W1–W9 of shared/ANCHORS.md, written the way a user would write them.
+"""The reference workloads W1–W9 of shared/ANCHORS.md, written the way a user would write them, plus W10, the
+"small multi-layer transformer" the CUDA-graph issue asks for (launch-bound: many small kernels per call).
 
 Each workload's `make(device, scale)` returns `(model, make_inputs)`: a plain function or an `nn.Module` in eval
 mode, and a function that returns a fresh tuple of random arguments for it on every call. Weights and tables a
@@ -224,6 +225,27 @@ def _build_rope_swiglu(device, scale):
     return rope_swiglu, _fresh(tokens_by_d, dtype, device, cos, sin, w_gate, w_up)
 
 
+# W10 ---------------------------------------------------------------------------------------------------------
+
+class SmallTransformer(nn.Module):
+    """Four W7 layers at a quarter of W7's width: dozens of small kernels and GEMMs per call."""
+
+    def __init__(self, layers: int = 4, d: int = 256, heads: int = 4, hidden: int = 1024):
+        super().__init__()
+        self.layers = nn.ModuleList(TransformerLayer(d, heads, hidden) for _ in range(layers))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def _build_small_transformer(device, scale):
+    dtype = torch.float32
+    model = _as_eval_module(SmallTransformer(), device, dtype)
+    return model, _fresh(scaled_shape((4, 32, 256), scale), dtype, device)
+
+
 WORKLOADS: dict[str, Workload] = {w.id: w for w in [
     Workload("W1", "tiny_add", "x + 1: pure per-call overhead", torch.float32, False, 1.0, _build_tiny_add),
     Workload("W2", "tiny_ops", "chain of six pointwise ops", torch.float32, True, 1 / 256, _build_tiny_ops),
@@ -238,4 +260,6 @@ WORKLOADS: dict[str, Workload] = {w.id: w for w in [
     Workload("W8", "rmsnorm", "RMSNorm module in bf16", torch.bfloat16, True, 1 / 256, _build_rmsnorm),
     Workload("W9", "rope_swiglu", "rotary embedding then SwiGLU projections", torch.bfloat16, False, 1 / 64,
              _build_rope_swiglu),
+    Workload("W10", "small_transformer", "4 post-norm transformer layers, d=256, [4, 32] tokens", torch.float32,
+             False, 1 / 4, _build_small_transformer),
 ]}

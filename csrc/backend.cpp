@@ -11,6 +11,7 @@
 #include "runtime/cuda/nvrtc.h"
 #include "runtime/background_compile.h"
 #include "runtime/cuda_executable.h"
+#include "runtime/cuda_graph_executable.h"
 #include "support/config.h"
 #include "support/log.h"
 #include "support/pystr.h"
@@ -114,11 +115,50 @@ BuiltExecutable rehearse(graph::Graph graph) {
   return out;
 }
 
-BuiltExecutable build_executable(graph::Graph graph, frontend::GuardSet& guards) {
+namespace {
+
+// Where log lines about a graph point the user: the first user line that made one of its ops.
+std::string graph_label(const graph::Graph& graph, const std::string& summary) {
+  for (const graph::Node& n : graph.nodes)
+    if (n.kind == graph::NodeKind::Call && !n.user_loc.empty()) return "the graph from " + n.user_loc + " (" + summary + ")";
+  return "a graph (" + summary + ")";
+}
+
+// Wraps the CUDA executable in `built` so that it replays as a CUDA graph. `graph` is the one it runs.
+void use_cuda_graph(BuiltExecutable& built, const graph::Graph& graph, const plan::Program& program) {
+  runtime::CudaGraphOptions options;
+  options.device = program.device;
+  options.launch_directly = program.extern_steps.empty();
+  options.launches = std::max<int>(1, static_cast<int>(program.steps.size()));
+  options.label = graph_label(graph, built.summary);
+  built.executable = runtime::make_cuda_graph_executable(std::move(built.executable), graph, std::move(options));
+  built.summary += " + CUDA graph";
+  built.cuda_graph = true;
+}
+
+BuiltExecutable without_cuda_graph(BuiltExecutable built, const std::string& label) {
+  FC_LOG(cudagraphs, info, "cudagraphs: {} runs without a CUDA graph: it is not on the CUDA backend", label);
+  built.summary += " (no CUDA graph: not on the CUDA backend)";
+  return built;
+}
+
+BuiltExecutable build_cuda_executable(graph::Graph graph, frontend::GuardSet& guards, int device, bool cuda_graphs);
+
+}  // namespace
+
+BuiltExecutable build_executable(graph::Graph graph, frontend::GuardSet& guards, bool cuda_graphs) {
   int device = 0;
   std::string why = torch_runner_reason(graph, &device);
   if (why == "no CUDA tensors" && config().rehearse_cuda_backend) return rehearse(std::move(graph));
-  if (!why.empty()) return torch_runner(std::move(graph), why);
+  const std::string label = cuda_graphs ? graph_label(graph, "torch runner") : "";
+  BuiltExecutable built = why.empty() ? build_cuda_executable(std::move(graph), guards, device, cuda_graphs)
+                                      : torch_runner(std::move(graph), why);
+  return cuda_graphs && !built.cuda_graph ? without_cuda_graph(std::move(built), label) : std::move(built);
+}
+
+namespace {
+
+BuiltExecutable build_cuda_executable(graph::Graph graph, frontend::GuardSet& guards, int device, bool cuda_graphs) {
   plan::Program program;
   try {
     program = plan::lower(graph, {device});
@@ -145,16 +185,19 @@ BuiltExecutable build_executable(graph::Graph graph, frontend::GuardSet& guards)
   out.summary = "cuda: " + program.counts_text();
   out.plan_text = std::move(plan_text);
   out.cuda_source = source.program;
+  const graph::Graph graph_for_replay = cuda_graphs ? graph : graph::Graph{};
+  const plan::Program program_for_replay = cuda_graphs ? program : plan::Program{};
   try {
     std::shared_ptr<const std::string> binary = runtime::cached_plan_binary(program, source);
     if (!binary && !source.program.empty() && config().background_compile) {
       const std::string path = dumped.empty() ? save_failed_source(source.program) : (dumped / "kernels.cu").string();
       out.executable = runtime::make_background_executable(std::move(graph), std::move(program), std::move(source),
                                                            out.summary, path);
-      return out;
+    } else {
+      if (!binary) binary = runtime::compile_plan(program, source);
+      out.executable = runtime::make_cuda_executable(graph, std::move(program), source, std::move(binary));
     }
-    if (!binary) binary = runtime::compile_plan(program, source);
-    out.executable = runtime::make_cuda_executable(graph, std::move(program), source, std::move(binary));
+    if (cuda_graphs) use_cuda_graph(out, graph_for_replay, program_for_replay);
     return out;
   } catch (const runtime::cuda::NvrtcError& e) {
     const std::string path = dumped.empty() ? save_failed_source(source.program) : (dumped / "kernels.cu").string();
@@ -168,4 +211,5 @@ BuiltExecutable build_executable(graph::Graph graph, frontend::GuardSet& guards)
   }
 }
 
+}  // namespace
 }  // namespace fastcomp

@@ -15,10 +15,12 @@ struct BuiltExecutable {
   std::string summary;  // "cuda: 2 kernels, 1 cuBLAS calls, 0 extern ops" or "torch runner: 5 ops (why)"
   std::string plan_text;    // the fusion plan, when the CUDA backend lowered the graph
   std::string cuda_source;  // its CUDA C
+  bool cuda_graph = false;  // replays as a CUDA graph (mode="reduce-overhead")
 };
 
 /** Builds `graph`'s executable; adds the guards the choice depends on (e.g. TF32 for fp32 matmuls) to
- *  `guards`. Never throws for a CUDA failure: it logs the reason and uses the torch runner. */
-BuiltExecutable build_executable(graph::Graph graph, frontend::GuardSet& guards);
+ *  `guards`. With `cuda_graphs` (mode="reduce-overhead"), a CUDA executable replays as a CUDA graph after a
+ *  warm-up call. Never throws for a CUDA failure: it logs the reason and uses the torch runner. */
+BuiltExecutable build_executable(graph::Graph graph, frontend::GuardSet& guards, bool cuda_graphs);
 
 }  // namespace fastcomp

@@ -34,7 +34,7 @@ CompiledFrame compile_frame(const cpython::FrameView& frame, const CompileOption
   out.graph_text = trace.graph.to_string();
   for (const auto& node : trace.graph.nodes)
     if (node.kind == graph::NodeKind::Call) out.ops.push_back(node.target_name);
-  BuiltExecutable built = build_executable(std::move(trace.graph), out.guards);
+  BuiltExecutable built = build_executable(std::move(trace.graph), out.guards, options.mode == "reduce-overhead");
   out.executable = std::move(built.executable);
   out.backend = std::move(built.summary);
   out.plan_text = std::move(built.plan_text);

@@ -1,4 +1,5 @@
-"""Per-call time of W1 (x + 1 on 8 floats) on CUDA: eager, and fastcomp with background compile on and off.
+"""Per-call time of W1 (x + 1 on 8 floats) on CUDA: eager, fastcomp with background compile on and off, and
+fastcomp mode="reduce-overhead" (CUDA graph replay).
 A quick check of the steady-state call path: python scripts/w1_overhead.py"""
 import time
 
@@ -36,3 +37,10 @@ with torch.no_grad():
             fastcomp.wait_for_compiles()
             print(f"fastcomp background_compile={background}: {per_call_us(compiled, x):.2f} µs, "
                   f"{fastcomp.explain(f)(x).backends}")
+    fastcomp.reset()
+    compiled = fastcomp.compile(f, mode="reduce-overhead")
+    compiled(x)
+    fastcomp.wait_for_compiles()
+    print(f"fastcomp mode=reduce-overhead: {per_call_us(compiled, x):.2f} µs")
+    tc = torch.compile(f, mode="reduce-overhead")
+    print(f"torch.compile mode=reduce-overhead: {per_call_us(tc, x):.2f} µs")

@@ -36,6 +36,17 @@ std::string arg_to_string(const Arg& a) {
 
 }  // namespace
 
+bool writes_an_argument(const graph::Node& n) {
+  const std::string& t = n.target_name;
+  if (t.rfind("operator.i", 0) == 0 || t == "operator.setitem" || t == "Tensor.__setitem__") return true;
+  const std::string op = t.substr(t.rfind('.') + 1);
+  if (op.size() > 1 && op.back() == '_' && op.rfind("__", 0) != 0) return true;
+  if (n.kwnames)
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(n.kwnames.get()); ++i)
+      if (utf8(PyTuple_GET_ITEM(n.kwnames.get(), i)) == "out") return true;
+  return false;
+}
+
 std::string dtype_short_name(PyObject* dtype) {
   static const std::pair<const char*, const char*> kNames[] = {
       {"torch.float32", "f32"}, {"torch.float64", "f64"}, {"torch.float16", "f16"},

@@ -71,6 +71,10 @@ struct Graph {
   int num_calls() const;
 };
 
+// Whether the call writes into one of its arguments (in-place ops `add_`, `operator.iadd`, `setitem`, `out=`), judged
+// by its target's name.
+bool writes_an_argument(const Node& n);
+
 // Short readable form of a dtype: torch.float32 -> "f32".
 std::string dtype_short_name(PyObject* dtype);
 

@@ -27,18 +27,6 @@ bool is_dense(const std::vector<int64_t>& sizes, const std::vector<int64_t>& str
   return true;
 }
 
-// Ops that write into an argument: after them, lazy values computed from the old contents must already exist.
-bool mutates(const graph::Node& n) {
-  const std::string& t = n.target_name;
-  if (t.rfind("operator.i", 0) == 0 || t == "operator.setitem" || t == "Tensor.__setitem__") return true;
-  const std::string op = t.substr(t.rfind('.') + 1);
-  if (op.size() > 1 && op.back() == '_' && op.rfind("__", 0) != 0) return true;
-  if (n.kwnames)
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(n.kwnames.get()); ++i)
-      if (utf8(PyTuple_GET_ITEM(n.kwnames.get(), i)) == "out") return true;
-  return false;
-}
-
 bool on_cuda(const graph::TensorMeta& meta) { return meta.device && py_str(meta.device.get()).rfind("cuda", 0) == 0; }
 
 void mark_uses(const graph::Arg& a, int user, std::vector<int>& last_use) {
@@ -248,7 +236,7 @@ void Lowerer::flush_live_values(graph::NodeId at) {
 }
 
 void Lowerer::add_extern(const graph::Node& n) {
-  if (mutates(n)) flush_live_values(n.id);
+  if (graph::writes_an_argument(n)) flush_live_values(n.id);
   for (const auto& a : n.args) ensure_objects(a);
   for (const auto& a : n.kwargs) ensure_objects(a);
   program_.steps.push_back({Step::Kind::Extern, static_cast<int>(program_.extern_steps.size())});

@@ -70,6 +70,10 @@ class BackgroundExecutable final : public Executable {
     return (cuda_ ? cuda_ : fallback_)->run(inputs, ninputs);
   }
 
+  bool compiling() const override {
+    return !cuda_ && !failed_ && !outcome_->ready.load(std::memory_order_acquire);
+  }
+
   std::string describe() const override {
     return summary_ + (cuda_ ? "" : failed_ ? " (failed: runs through torch)" : " (compiling: runs through torch)");
   }

@@ -16,6 +16,9 @@ class Executable {
   // or null with a Python exception set.
   virtual PyObject* run(PyObject* const* inputs, size_t ninputs) = 0;
   virtual std::string describe() const = 0;  // e.g. "torch runner: 5 ops"
+  // True while the executable still stands in for one being built (kernels compiling on a thread): what runs
+  // now is not what will run later, so nothing should be recorded from it (e.g. a CUDA graph).
+  virtual bool compiling() const { return false; }
 };
 
 /** Executes a graph by calling each node's torch callable in order (CPU and CUDA tensors; autograd works). */

@@ -2,7 +2,7 @@
 import dataclasses
 
 from fastcomp import _C, _events
-from fastcomp.api import _target_code
+from fastcomp.api import MODES, _check_choice, _target_code
 
 
 @dataclasses.dataclass
@@ -58,8 +58,12 @@ class ExplainOutput:
         return "\n".join(lines)
 
 
-def explain(fn):
+def explain(fn, mode=None):
     """Returns a callable: ``fastcomp.explain(fn)(*args, **kwargs) -> ExplainOutput``. It runs `fn` once.
+
+    ``mode="reduce-overhead"`` compiles as that mode does: ``backends`` then says per graph whether it will
+    replay as a CUDA graph (``"+ CUDA graph"``: captured after one warm-up call) or why not. Captures, their pool
+    sizes and fallbacks happen on later calls and are logged under ``FASTCOMP_LOGS=cudagraphs``.
 
     Every frame that runs is compiled afresh: the compiled function, the resume functions after its graph
     breaks, and the functions its CPython parts call. ``graph_count`` counts graphs with at least one op;
@@ -67,10 +71,13 @@ def explain(fn):
     also ends the caller's graph, but it is one break), so it is not ``graph_count - 1``.
     """
 
+    if mode is not None:
+        _check_choice("mode", mode, MODES)
+
     def run(*args, **kwargs):
         records = []
         target = _target_code(fn)
-        dispatcher = _C.make_dispatcher(fn, target, False, None, "default", "default", explain=True)
+        dispatcher = _C.make_dispatcher(fn, target, False, None, mode or "default", "default", explain=True)
         with _events.subscribe(records.append):
             dispatcher(*args, **kwargs)
         graphs, ops, guards, times, breaks, order, backends = [], [], [], [], [], [], []

@@ -17,6 +17,8 @@ using CUcontext = struct CUctx_st*;
 using CUmodule = struct CUmod_st*;
 using CUfunction = struct CUfunc_st*;
 using CUstream = struct CUstream_st*;
+using CUgraphExec = struct CUgraphExec_st*;  // the runtime's cudaGraphExec_t is the same handle
+using CUdeviceptr = unsigned long long;     // cuda.h: typedef unsigned long long CUdeviceptr_v2
 using CUdevice_attribute = int;    // cuda.h: enum CUdevice_attribute_enum
 using CUfunction_attribute = int;  // cuda.h: enum CUfunction_attribute_enum
 

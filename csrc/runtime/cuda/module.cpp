@@ -78,6 +78,12 @@ void launch(CUfunction function, Dim3 grid, Dim3 block, unsigned shared_mem_byte
                              args, nullptr));
 }
 
+void copy_async(void* dst, const void* src, size_t bytes, CUstream stream) {
+  FC_CU_CHECK(cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(dst), reinterpret_cast<CUdeviceptr>(src), bytes, stream));
+}
+
+void launch_graph(CUgraphExec exec, CUstream stream) { FC_CU_CHECK(cuGraphLaunch(exec, stream)); }
+
 void synchronize(CUstream stream) { FC_CU_CHECK(cuStreamSynchronize(stream)); }
 
 }  // namespace fastcomp::runtime::cuda

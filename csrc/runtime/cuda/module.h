@@ -52,6 +52,12 @@ void set_max_dynamic_shared_memory(CUfunction function, int bytes);
 // ContextGuard for the module's device).
 void launch(CUfunction function, Dim3 grid, Dim3 block, unsigned shared_mem_bytes, CUstream stream, void** args);
 
+// Queues a copy of `bytes` bytes between two device addresses of the current context on `stream`.
+void copy_async(void* dst, const void* src, size_t bytes, CUstream stream);
+
+// Queues an instantiated CUDA graph (e.g. torch.cuda.CUDAGraph.raw_cuda_graph_exec()) on `stream`.
+void launch_graph(CUgraphExec exec, CUstream stream);
+
 // Waits for everything queued on `stream`; a kernel's asynchronous fault surfaces here as a CudaError.
 void synchronize(CUstream stream);
 

@@ -1,0 +1,249 @@
+"""mode="reduce-overhead": CUDA-graph replay of compiled graphs (GPU tests), and what it does without a GPU."""
+import contextlib
+import gc
+import logging
+
+import pytest
+import torch
+
+import fastcomp
+from benchmarks.workloads import WORKLOADS
+from fastcomp.testing import CompileCounter
+from tests.helpers import assert_same
+
+TOLERANCE = {torch.float32: (1e-5, 1e-5), torch.float16: (1e-2, 1e-2), torch.bfloat16: (1e-2, 1e-2)}
+
+
+@contextlib.contextmanager
+def cudagraph_log(caplog):
+    """Yields the list of fastcomp.cudagraphs messages logged inside the block."""
+    messages = []
+    fastcomp.set_logs(cudagraphs=True)
+    try:
+        with caplog.at_level(logging.INFO, logger="fastcomp.cudagraphs"):
+            yield messages
+    finally:
+        fastcomp.set_logs()
+        messages.extend(r.getMessage() for r in caplog.records if r.name == "fastcomp.cudagraphs")
+
+
+def captures(messages):
+    return [m for m in messages if "cudagraphs: captured" in m]
+
+
+def fallbacks(messages):
+    return [m for m in messages if "runs without a CUDA graph" in m]
+
+
+def test_reduce_overhead_on_cpu_runs_the_graph_without_a_cuda_graph(caplog):
+    def f(x, y):
+        return torch.relu(x) * y + 1
+
+    compiled = fastcomp.compile(f, mode="reduce-overhead")
+    with cudagraph_log(caplog) as messages, CompileCounter() as cc:
+        for _ in range(3):
+            x, y = torch.randn(5, 7), torch.randn(7)
+            assert_same(compiled(x, y), f(x, y))
+    assert (cc.frame_count, cc.graph_count) == (1, 1)
+    assert cc.records[0]["backend"].endswith("(no CUDA graph: not on the CUDA backend)"), cc.records[0]["backend"]
+    assert len(fallbacks(messages)) == 1 and "not on the CUDA backend" in messages[0], messages
+
+
+def test_explain_in_reduce_overhead_mode_says_why_a_graph_has_no_cuda_graph():
+    def f(x):
+        return torch.cos(x) + 2
+
+    out = fastcomp.explain(f, mode="reduce-overhead")(torch.randn(3))
+    assert out.backends == ["torch runner: 2 ops (no CUDA tensors) (no CUDA graph: not on the CUDA backend)"], out
+    with pytest.raises(ValueError, match="unknown mode 'fast'"):
+        fastcomp.explain(f, mode="fast")
+
+
+@pytest.mark.gpu
+def test_explain_in_reduce_overhead_mode_marks_graphs_that_replay():
+    def f(x):
+        return torch.cos(x) + 2
+
+    out = fastcomp.explain(f, mode="reduce-overhead")(torch.randn(3, device="cuda"))
+    assert len(out.backends) == 1 and out.backends[0].endswith("+ CUDA graph"), out.backends
+
+
+def test_cuda_graphs_option_is_reduce_overhead():
+    def f(x):
+        return x * 3
+
+    compiled = fastcomp.compile(f, options={"cuda_graphs": True})
+    with CompileCounter() as cc:
+        x = torch.randn(4)
+        assert_same(compiled(x), f(x))
+    assert "no CUDA graph" in cc.records[0]["backend"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("wid", sorted(WORKLOADS))
+def test_workload_replays_equal_eager_over_calls_with_new_values(wid, caplog):
+    w = WORKLOADS[wid]
+    torch.manual_seed(0)
+    model, make_inputs = w.make("cuda", 1.0)
+    compiled = fastcomp.compile(model, mode="reduce-overhead")
+    rtol, atol = TOLERANCE[w.dtype]
+    with cudagraph_log(caplog) as messages, CompileCounter() as cc, torch.no_grad():
+        out = None
+        for _ in range(6):
+            inputs = make_inputs()
+            # `out` from the last call is still held during this one: replays alternate between two captures.
+            out = compiled(*inputs)
+            assert_same(out, model(*inputs), rtol=rtol, atol=atol)
+    assert (cc.frame_count, cc.graph_count, cc.break_count) == (1, 1, 0), cc.records
+    assert cc.records[0]["backend"].startswith("cuda:") and cc.records[0]["backend"].endswith("+ CUDA graph")
+    assert len(captures(messages)) == 2 and not fallbacks(messages), messages
+
+
+@pytest.mark.gpu
+def test_held_outputs_and_views_of_them_keep_their_values(caplog):
+    def f(x):
+        return torch.sigmoid(x) * 2 - 1
+
+    compiled = fastcomp.compile(f, mode="reduce-overhead")
+    xs = [torch.randn(64, 33, device="cuda") for _ in range(7)]
+    with cudagraph_log(caplog) as messages:
+        outs = [compiled(x) for x in xs[:4]]  # warm-up, capture A, capture B (A's output held), both held: no replay
+        del outs[1:3]                          # frees A's and B's outputs
+        # A's outputs are free, but it reads its input from xs[1], which the caller still holds: A is captured
+        # again reading a buffer of its own (capture 3). Only a view of this output survives.
+        view = compiled(xs[4])[1:3]
+        last = compiled(xs[5])                 # A's output is viewed; B is captured again likewise (capture 4)
+        fresh = compiled(xs[6])                # both held again: runs without the CUDA graph
+    assert_same(outs[0], f(xs[0]))
+    assert_same(outs[1], f(xs[3]))
+    assert_same(view, f(xs[4])[1:3])
+    assert_same(last, f(xs[5]))
+    assert_same(fresh, f(xs[6]))
+    assert len(captures(messages)) == 4, messages
+    assert sum("are still held" in m for m in messages) == 1, messages
+
+
+@pytest.mark.gpu
+def test_inputs_at_a_new_address_are_copied_home_and_in_place_changes_are_seen(caplog):
+    def f(x, w):
+        return (x @ w).relu() + x.sum(-1, keepdim=True)
+
+    compiled = fastcomp.compile(f, mode="reduce-overhead")
+    w = torch.randn(32, 32, device="cuda")
+    kept = [torch.randn(16, 32, device="cuda") for _ in range(3)]
+    with cudagraph_log(caplog) as messages:
+        # kept[0] is captured in place; kept[1] arrives while the caller still holds kept[0], so the graph is
+        # captured again reading a buffer of its own, into which every later input is copied.
+        for x in [kept[0]] + kept + kept:
+            assert_same(compiled(x, w), f(x, w), rtol=1e-4, atol=1e-4)
+        for _ in range(3):  # a new input every call
+            x = torch.randn(16, 32, device="cuda")
+            assert_same(compiled(x, w), f(x, w), rtol=1e-4, atol=1e-4)
+        x.normal_()  # inputs changed in place are seen: the parameter-like `w` is read where it is
+        w.mul_(2)
+        assert_same(compiled(x, w), f(x, w), rtol=1e-4, atol=1e-4)
+    assert not fallbacks(messages), messages
+    assert len(captures(messages)) == 2, messages
+
+
+@pytest.mark.gpu
+def test_graph_that_writes_its_input_in_place_replays_in_place():
+    def f(x, y):
+        x.add_(y)
+        return x * 2
+
+    compiled = fastcomp.compile(f, mode="reduce-overhead")
+    x, y = torch.randn(8, 8, device="cuda"), torch.randn(8, 8, device="cuda")
+    expected_x = x.clone()
+    for _ in range(4):
+        out = compiled(x, y)
+        expected_x += y
+        assert_same(x, expected_x)
+        assert_same(out, expected_x * 2)
+
+
+@pytest.mark.gpu
+def test_an_op_that_cannot_be_captured_falls_back_with_the_reason(caplog):
+    def f(x):
+        # torch.tensor(list) copies from pageable host memory, which a CUDA graph cannot record
+        return x * torch.tensor([1.0, 2.0], device="cuda").repeat(5) + 1
+
+    compiled = fastcomp.compile(f, mode="reduce-overhead")
+    with cudagraph_log(caplog) as messages:
+        for _ in range(4):
+            x = torch.randn(10, device="cuda")
+            assert_same(compiled(x), f(x))
+    off = fallbacks(messages)
+    assert len(off) == 1 and "capture failed" in off[0] and "pinned" in off[0], messages
+    assert not captures(messages)
+
+
+@pytest.mark.gpu
+def test_output_that_is_a_view_of_an_input_is_not_captured(caplog):
+    def f(x):
+        return x.t(), x * 2
+
+    compiled = fastcomp.compile(f, mode="reduce-overhead")
+    with cudagraph_log(caplog):
+        for _ in range(3):
+            x = torch.randn(4, 6, device="cuda")
+            a, b = compiled(x)
+            assert a.data_ptr() == x.data_ptr()
+            assert_same(b, x * 2)
+
+
+@pytest.mark.gpu
+def test_each_segment_between_graph_breaks_has_its_own_cuda_graph(caplog, capsys):
+    def f(x):
+        y = torch.tanh(x) + 1
+        print("between")
+        return y * x
+
+    compiled = fastcomp.compile(f, mode="reduce-overhead")
+    with cudagraph_log(caplog) as messages, CompileCounter() as cc:
+        for _ in range(4):
+            x = torch.randn(128, device="cuda")
+            assert_same(compiled(x), f(x))
+    assert (cc.graph_count, cc.break_count) == (2, 1)
+    labels = {m.split(" (capture")[0] for m in captures(messages)}
+    assert len(labels) == 2, messages
+    assert capsys.readouterr().out == "between\n" * 8
+
+
+@pytest.mark.gpu
+def test_replay_on_a_side_stream_is_ordered_with_the_work_around_it():
+    def f(x):
+        return torch.softmax(x * 3, dim=-1)
+
+    compiled = fastcomp.compile(f, mode="reduce-overhead")
+    side = torch.cuda.Stream()
+    results = []
+    with torch.cuda.stream(side):
+        for _ in range(5):
+            x = torch.randn(256, 1000, device="cuda")  # made on the side stream, right before the call
+            out = compiled(x)
+            results.append((x, out.clone()))
+    side.synchronize()
+    for x, out in results:
+        assert_same(out, f(x))
+
+
+@pytest.mark.gpu
+def test_memory_returns_to_the_baseline_after_reset():
+    def f(x):
+        return torch.nn.functional.gelu(x @ x.t()) * 2
+
+    torch.cuda.synchronize()
+    gc.collect()
+    baseline = torch.cuda.memory_allocated()
+    compiled = fastcomp.compile(f, mode="reduce-overhead")
+    out = None
+    for _ in range(5):
+        x = torch.randn(512, 256, device="cuda")
+        out = compiled(x)
+    assert torch.cuda.memory_allocated() > baseline
+    del out, x
+    fastcomp.reset()
+    gc.collect()
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_allocated() == baseline

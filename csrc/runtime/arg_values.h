@@ -10,18 +10,12 @@
 
 namespace fastcomp::runtime {
 
-// A new reference to the object `a` describes (tuples, lists and dicts built afresh; ints computed from sizes
-// evaluated with `symbols`, the values of the graph's symbols on this call). Null with a Python error set when
-// a node it names has no value.
-PyObject* new_arg(const graph::Arg& a, const std::vector<PyObject*>& values, const std::vector<int64_t>* symbols = nullptr);
+// A new reference to the object `a` describes (tuples, lists and dicts built afresh). Null with a Python
+// error set when a node it names has no value.
+PyObject* new_arg(const graph::Arg& a, const std::vector<PyObject*>& values);
 
 // The same, borrowed for flat arguments (a node's value, a constant); composite ones are built into `temps`,
 // which keeps them alive.
-PyObject* borrow_arg(const graph::Arg& a, const std::vector<PyObject*>& values, std::vector<PyRef>& temps,
-                     const std::vector<int64_t>* symbols = nullptr);
-
-// Dynamic shapes: the values of `graph`'s symbols, read from the sizes of its `inputs` (in Graph::inputs order).
-// False with a Python error set when an input has no such dimension.
-bool read_symbols(const graph::Graph& graph, PyObject* const* inputs, std::vector<int64_t>* out);
+PyObject* borrow_arg(const graph::Arg& a, const std::vector<PyObject*>& values, std::vector<PyRef>& temps);
 
 }  // namespace fastcomp::runtime

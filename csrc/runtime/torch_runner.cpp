@@ -36,8 +36,6 @@ class TorchRunner final : public Executable {
       }
     } cleanup{values};
     for (size_t i = 0; i < ninputs; ++i) values[graph_.inputs[i]] = Py_NewRef(inputs[i]);
-    std::vector<int64_t> symbols;  // dynamic shapes: this call's sizes, for the arguments computed from them
-    if (graph_.is_dynamic() && !read_symbols(graph_, inputs, &symbols)) return nullptr;
     bool grad_mode_at_entry = switches_grad_mode_ && frontend::torch_refs().grad_enabled();
 
     std::vector<PyObject*> argv;
@@ -47,8 +45,8 @@ class TorchRunner final : public Executable {
       argv.clear();
       temps.clear();
       argv.push_back(nullptr);  // PY_VECTORCALL_ARGUMENTS_OFFSET slot
-      for (const auto& a : node.args) argv.push_back(borrow_arg(a, values, temps, &symbols));
-      for (const auto& a : node.kwargs) argv.push_back(borrow_arg(a, values, temps, &symbols));
+      for (const auto& a : node.args) argv.push_back(borrow_arg(a, values, temps));
+      for (const auto& a : node.kwargs) argv.push_back(borrow_arg(a, values, temps));
       for (size_t i = 1; i < argv.size(); ++i)
         if (!argv[i]) return fail(grad_mode_at_entry);
       PyObject* out = PyObject_Vectorcall(node.target.get(), argv.data() + 1,
@@ -57,15 +55,12 @@ class TorchRunner final : public Executable {
       values[node.id] = out;
       for (int dead : frees_after_[node.id]) Py_CLEAR(values[dead]);
     }
-    PyObject* result = new_arg(graph_.output, values, &symbols);
+    PyObject* result = new_arg(graph_.output, values);
     if (!result) return fail(grad_mode_at_entry);
     return result;
   }
 
-  std::string describe() const override {
-    return fmt::format("torch runner: {} ops{}", graph_.num_calls(),
-                       graph_.is_dynamic() ? fmt::format(", {} dynamic sizes", graph_.symbols.size()) : "");
-  }
+  std::string describe() const override { return fmt::format("torch runner: {} ops", graph_.num_calls()); }
 
  private:
   void mark_uses(const graph::Arg& a, int user) {

@@ -257,3 +257,33 @@ def test_recompile_limit_can_raise():
         compiled(torch.randn(1), torch.randn(1))
         with pytest.raises(fastcomp.RecompileLimitExceeded, match="add"):
             compiled(torch.randn(2), torch.randn(2))
+
+
+@pytest.mark.parametrize("change", [
+    pytest.param(lambda t: t.resize_(2, 8), id="resize_"),
+    pytest.param(lambda t: t.t_(), id="t_"),
+    pytest.param(lambda t: t.requires_grad_(), id="requires_grad_"),
+    pytest.param(lambda t: setattr(t, "data", torch.randn(4, 4, dtype=torch.float64)), id="data"),
+])
+def test_guard_rechecks_a_tensor_whose_metadata_changed_in_place(change):
+    # The same tensor object with new sizes, strides, dtype or requires_grad is a new input: guards read the
+    # tensor on every call rather than remembering objects they have accepted.
+    x = torch.randn(4, 4)
+    compiled = fastcomp.compile(add)
+    with CompileCounter() as cc:
+        compiled(x, x)
+        compiled(x, x)
+        change(x)
+        torch.testing.assert_close(compiled(x, x), x + x)
+    assert cc.frame_count == 2, cc.recompile_reasons
+
+
+def test_sparse_tensor_is_not_taken_for_the_dense_one_compiled():
+    x, y = torch.randn(3, 3), torch.randn(3, 3)
+    compiled = fastcomp.compile(add)
+    with CompileCounter() as cc:
+        compiled(x, y)
+        sparse = y.to_sparse()
+        torch.testing.assert_close(compiled(x, sparse), x + sparse)
+    assert cc.frame_count == 2
+    assert "tensor 'L['y']'" in cc.recompile_reasons[0]

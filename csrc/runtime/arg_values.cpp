@@ -5,7 +5,7 @@
 namespace fastcomp::runtime {
 namespace {
 
-PyObject* node_value(const graph::Arg& a, const std::vector<PyObject*>& values) {  // borrowed
+PyObject* node_value(const graph::Arg& a, PyObject* const* values) {  // borrowed
   PyObject* v = values[a.node];
   if (!v) PyErr_SetString(PyExc_RuntimeError, fmt::format("fastcomp internal: %{} has no value", a.node).c_str());
   return v;
@@ -13,7 +13,7 @@ PyObject* node_value(const graph::Arg& a, const std::vector<PyObject*>& values) 
 
 }  // namespace
 
-PyObject* new_arg(const graph::Arg& a, const std::vector<PyObject*>& values) {
+PyObject* new_arg(const graph::Arg& a, PyObject* const* values) {
   switch (a.kind) {
     case graph::Arg::Kind::Node: return Py_XNewRef(node_value(a, values));
     case graph::Arg::Kind::Const: return a.value.new_ref();
@@ -47,7 +47,7 @@ PyObject* new_arg(const graph::Arg& a, const std::vector<PyObject*>& values) {
   return nullptr;
 }
 
-PyObject* borrow_arg(const graph::Arg& a, const std::vector<PyObject*>& values, std::vector<PyRef>& temps) {
+PyObject* borrow_arg(const graph::Arg& a, PyObject* const* values, std::vector<PyRef>& temps) {
   if (a.kind == graph::Arg::Kind::Node) return node_value(a, values);
   if (a.kind == graph::Arg::Kind::Const) return a.value.get();
   temps.push_back(PyRef::steal(new_arg(a, values)));

@@ -6,6 +6,7 @@
 #include "frontend/trace/torch_refs.h"
 #include "runtime/arg_values.h"
 #include "runtime/executable.h"
+#include "support/small_buffer.h"
 
 namespace fastcomp::runtime {
 namespace {
@@ -19,6 +20,7 @@ class TorchRunner final : public Executable {
       if (node.target.get() == frontend::torch_refs().set_grad_enabled.get()) switches_grad_mode_ = true;
       for (const auto& a : node.args) mark_uses(a, node.id);
       for (const auto& a : node.kwargs) mark_uses(a, node.id);
+      max_args_ = std::max(max_args_, node.args.size() + node.kwargs.size());
     }
     mark_uses(graph_.output, static_cast<int>(n));  // outputs live to the end
     frees_after_.assign(n, {});
@@ -27,10 +29,10 @@ class TorchRunner final : public Executable {
   }
 
   PyObject* run(PyObject* const* inputs, size_t ninputs) override {
-    const size_t n = graph_.nodes.size();
-    std::vector<PyObject*> values(n, nullptr);  // owned
+    // Scratch on the stack for graphs up to these sizes, so that a call allocates nothing of its own.
+    SmallBuffer<PyObject*, 32> values(graph_.nodes.size());  // owned
     struct Cleanup {
-      std::vector<PyObject*>& v;
+      SmallBuffer<PyObject*, 32>& v;
       ~Cleanup() {
         for (PyObject* o : v) Py_XDECREF(o);
       }
@@ -38,16 +40,15 @@ class TorchRunner final : public Executable {
     for (size_t i = 0; i < ninputs; ++i) values[graph_.inputs[i]] = Py_NewRef(inputs[i]);
     bool grad_mode_at_entry = switches_grad_mode_ && frontend::torch_refs().grad_enabled();
 
-    std::vector<PyObject*> argv;
-    std::vector<PyRef> temps;
+    SmallBuffer<PyObject*, 16> argv(max_args_ + 1);  // [0] is the PY_VECTORCALL_ARGUMENTS_OFFSET slot
+    std::vector<PyRef> temps;                         // composite arguments, rare
     for (const graph::Node& node : graph_.nodes) {
       if (node.kind != graph::NodeKind::Call) continue;
-      argv.clear();
       temps.clear();
-      argv.push_back(nullptr);  // PY_VECTORCALL_ARGUMENTS_OFFSET slot
-      for (const auto& a : node.args) argv.push_back(borrow_arg(a, values, temps));
-      for (const auto& a : node.kwargs) argv.push_back(borrow_arg(a, values, temps));
-      for (size_t i = 1; i < argv.size(); ++i)
+      size_t argc = 0;
+      for (const auto& a : node.args) argv[++argc] = borrow_arg(a, values.data(), temps);
+      for (const auto& a : node.kwargs) argv[++argc] = borrow_arg(a, values.data(), temps);
+      for (size_t i = 1; i <= argc; ++i)
         if (!argv[i]) return fail(grad_mode_at_entry);
       PyObject* out = PyObject_Vectorcall(node.target.get(), argv.data() + 1,
                                           node.args.size() | PY_VECTORCALL_ARGUMENTS_OFFSET, node.kwnames.get());
@@ -55,7 +56,7 @@ class TorchRunner final : public Executable {
       values[node.id] = out;
       for (int dead : frees_after_[node.id]) Py_CLEAR(values[dead]);
     }
-    PyObject* result = new_arg(graph_.output, values);
+    PyObject* result = new_arg(graph_.output, values.data());
     if (!result) return fail(grad_mode_at_entry);
     return result;
   }
@@ -85,6 +86,7 @@ class TorchRunner final : public Executable {
   std::vector<int> last_use_;
   std::vector<std::vector<int>> frees_after_;
   bool switches_grad_mode_ = false;
+  size_t max_args_ = 0;  // positional and keyword arguments of the widest call
 };
 
 }  // namespace

@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
+#include "frontend/trace/torch_refs.h"
+#include "runtime/torch_shim.h"
 #include "support/pystr.h"
 
 namespace fastcomp::frontend {
@@ -111,9 +115,39 @@ struct TensorReader {
   }
 };
 
+// check_tensor's test for a tensor of the guarded type, read through torch's C shim (no torch.Size, stride tuple
+// or torch.device made): 1 when it matches, 0 when it does not, -1 when this torch, this guard or this tensor
+// cannot be read so. Its answer must be check_tensor's: a tensor it rejects is checked again for the reason.
+int shim_tensor_match(PyObject* t, const TensorGuard& g) {
+  const runtime::TorchShim* shim = runtime::TorchShim::get();
+  if (!shim) return -1;
+  if (g.shim_state == 0) {
+    g.shim_dtype = shim->dtype_code(g.meta.dtype.get());
+    bool known = g.shim_dtype >= 0 && g.meta.strides.size() == g.meta.sizes.size() &&
+                 shim->device_code(g.meta.device.get(), &g.shim_device_type, &g.shim_device_index);
+    g.shim_state = known ? 1 : -1;
+  }
+  runtime::ShimTensorMeta m;
+  if (g.shim_state < 0 || !shim->read(t, &m) || m.layout != shim->strided_layout()) return -1;
+  const auto rank = static_cast<int64_t>(g.meta.sizes.size());
+  if (m.ndim != rank || !std::equal(m.sizes, m.sizes + rank, g.meta.sizes.begin()) || m.dtype != g.shim_dtype)
+    return 0;
+  const TensorReader& r = TensorReader::get(g.type);
+  PyRef requires_grad = PyRef::steal(TensorReader::read(t, r.requires_grad, r.requires_grad_closure, "requires_grad"));
+  if (!requires_grad) return PyErr_Clear(), -1;
+  if ((requires_grad.get() == Py_True) != g.meta.requires_grad) return 0;
+  return std::equal(m.strides, m.strides + rank, g.meta.strides.begin()) && m.device_type == g.shim_device_type &&
+         m.device_index == g.shim_device_index;
+}
+
 // Checks a tensor against its guard, cheapest and likeliest-to-fail properties first. `reason` (nullable) gets
 // Dynamo's wording on failure.
 bool check_tensor(PyObject* t, const TensorGuard& g, const std::string& name, std::string* reason) {
+  // The per-call path; a failure is checked again below when its reason is asked for.
+  if (!reason && Py_TYPE(t) == g.type) {
+    int match = shim_tensor_match(t, g);
+    if (match >= 0) return match == 1;
+  }
   auto fail = [&](const std::string& what) {
     if (reason) *reason = fmt::format("tensor '{}' {}", name, what);
     return false;
@@ -195,7 +229,12 @@ bool check_one(const GuardSet& set, const Guard& g, PyObject* v, const GuardScra
       return fail(fmt::format("{} {} {}", name, same ? "is now" : "is no longer", set.sources.name(g.length)));
     }
     case GuardKind::GlobalState: {
-      PyRef now = PyRef::steal(PyObject_Call(g.call.get(), g.call_args.get(), nullptr));
+      const runtime::TorchShim* shim = runtime::TorchShim::get();
+      if (shim && g.call.get() == torch_refs().is_grad_enabled.get() && PyBool_Check(g.expected.get()) &&
+          shim->grad_mode_enabled() == (g.expected.get() == Py_True))
+        return true;
+      PyRef now = PyRef::steal(PyObject_Vectorcall(g.call.get(), &PyTuple_GET_ITEM(g.call_args.get(), 0),
+                                                   PyTuple_GET_SIZE(g.call_args.get()), nullptr));
       if (!now) {
         PyErr_Clear();
         return fail(fmt::format("{} raised", g.what));

@@ -28,6 +28,10 @@ enum class GuardKind : uint8_t {
 struct TensorGuard {
   PyTypeObject* type = nullptr;  // kept alive by `graph::TensorMeta` owners (torch types live forever)
   graph::TensorMeta meta;
+  // meta.dtype and meta.device as torch's C shim numbers them (runtime/torch_shim.h), worked out at the first
+  // check: 0 not yet, 1 known, -1 not expressible (the guard then reads the tensor through its Python getters).
+  mutable int8_t shim_state = 0;
+  mutable int32_t shim_dtype = -1, shim_device_type = -1, shim_device_index = -1;
 };
 
 struct Guard {

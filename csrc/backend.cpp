@@ -4,7 +4,6 @@
 
 #include <atomic>
 #include <filesystem>
-#include <fstream>
 
 #include "frontend/trace/torch_refs.h"
 #include "plan/lower.h"
@@ -13,6 +12,7 @@
 #include "runtime/cuda_executable.h"
 #include "runtime/cuda_graph_executable.h"
 #include "support/config.h"
+#include "support/file_io.h"
 #include "support/log.h"
 #include "support/pystr.h"
 
@@ -51,7 +51,7 @@ std::filesystem::path dump(const std::string& graph_text, const std::string& pla
   std::filesystem::create_directories(dir, ec);
   if (ec) return {};
   auto write = [&](const char* name, const std::string& text) {
-    if (!text.empty()) std::ofstream(dir / name) << text;
+    if (!text.empty()) write_file(dir / name, text);
   };
   write("graph.txt", graph_text);
   write("plan.txt", plan_text);
@@ -65,8 +65,7 @@ std::string save_failed_source(const std::string& cuda) {
   std::filesystem::path dir = std::filesystem::temp_directory_path(ec);
   if (ec) return "";
   std::filesystem::path path = dir / fmt::format("fastcomp-failed-{:016x}.cu", std::hash<std::string>{}(cuda));
-  std::ofstream(path) << cuda;
-  return path.string();
+  return write_file(path, cuda).empty() ? path.string() : "";
 }
 
 void add_tf32_guard(frontend::GuardSet& guards) {

@@ -1,16 +1,10 @@
 #include "runtime/kernel_cache.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <array>
 #include <atomic>
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <random>
 
+#include "support/file_io.h"
 #include "support/log.h"
 
 namespace fastcomp::runtime {
@@ -57,27 +51,6 @@ std::string hex(uint64_t v) {
   return out;
 }
 
-std::string read_file(const fs::path& file, bool& missing) {
-  std::string bytes;
-  int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
-  missing = fd < 0 && errno == ENOENT;
-  if (fd < 0) return bytes;
-  struct stat st;
-  if (::fstat(fd, &st) == 0 && st.st_size > 0) {
-    bytes.resize(static_cast<size_t>(st.st_size));
-    size_t done = 0;
-    while (done < bytes.size()) {
-      ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      done += static_cast<size_t>(n);
-    }
-    bytes.resize(done);
-  }
-  ::close(fd);
-  return bytes;
-}
-
 struct DiskEntry {
   enum { Missing, Rejected, Hit } outcome = Missing;
   std::string binary;
@@ -86,7 +59,7 @@ struct DiskEntry {
 
 DiskEntry read_entry(const fs::path& file, const std::string& key) {
   bool missing = false;
-  std::string bytes = read_file(file, missing);
+  std::string bytes = read_file(file, &missing);
   if (missing) return {};
   auto reject = [](const char* why) { return DiskEntry{DiskEntry::Rejected, "", why}; };
   if (bytes.size() < kHeaderSize) return reject("shorter than its header");
@@ -102,47 +75,16 @@ DiskEntry read_entry(const fs::path& file, const std::string& key) {
   return {DiskEntry::Hit, std::string(binary), ""};
 }
 
-bool write_all(int fd, std::string_view bytes) {
-  while (!bytes.empty()) {
-    ssize_t n = ::write(fd, bytes.data(), bytes.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    bytes.remove_prefix(static_cast<size_t>(n));
-  }
-  return true;
-}
-
-// A temporary name no other writer uses, even one in another process or on another host sharing the folder.
-fs::path temp_path(const fs::path& file) {
-  static const uint32_t process_salt = std::random_device{}();
-  static std::atomic<uint64_t> counter{0};
-  return file.parent_path() / ("." + file.filename().string() + "." + std::to_string(::getpid()) + "." +
-                               hex(process_salt).substr(8) + "." + std::to_string(counter++) + ".tmp");
-}
-
-// Writes the entry under a temporary name and renames it into place. No fsync: after a crash a file may be
-// short or empty, and read_entry rejects it. Returns the error text, empty on success.
+// The entry's bytes, written atomically (support/file_io.h). Returns the error text, empty on success.
 std::string write_entry(const fs::path& file, const std::string& key, std::string_view binary) {
-  std::error_code ec;
-  fs::create_directories(file.parent_path(), ec);
-  if (ec) return "cannot create " + file.parent_path().string() + ": " + ec.message();
-  std::array<char, kHeaderSize> header{};
-  std::memcpy(header.data(), kMagic, sizeof kMagic);
-  put_u64(header.data() + 8, kFormatVersion);
-  put_u64(header.data() + 16, key.size());
-  put_u64(header.data() + 24, binary.size());
-  put_u64(header.data() + 32, fnv1a(binary, fnv1a(key)));
-
-  fs::path temp = temp_path(file);
-  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return "cannot create " + temp.string() + ": " + std::strerror(errno);
-  bool ok = write_all(fd, {header.data(), header.size()}) && write_all(fd, key) && write_all(fd, binary);
-  std::string error = ok ? "" : "cannot write " + temp.string() + ": " + std::strerror(errno);
-  if (::close(fd) != 0 && error.empty()) error = "cannot write " + temp.string() + ": " + std::strerror(errno);
-  if (error.empty() && ::rename(temp.c_str(), file.c_str()) != 0)
-    error = "cannot rename " + temp.string() + " to " + file.string() + ": " + std::strerror(errno);
-  if (!error.empty()) ::unlink(temp.c_str());
-  return error;
+  std::string bytes(kHeaderSize, '\0');
+  std::memcpy(bytes.data(), kMagic, sizeof kMagic);
+  put_u64(bytes.data() + 8, kFormatVersion);
+  put_u64(bytes.data() + 16, key.size());
+  put_u64(bytes.data() + 24, binary.size());
+  put_u64(bytes.data() + 32, fnv1a(binary, fnv1a(key)));
+  bytes.append(key).append(binary);
+  return write_file_atomically(file, bytes);
 }
 
 }  // namespace

@@ -32,6 +32,9 @@ def run(spec: dict) -> dict:
         return measure(spec)
     if spec["kind"] == "probe":
         return probe(spec)
+    if spec["kind"] == "dynamic_batches":
+        from benchmarks.dynamic_batches import measure as measure_dynamic
+        return measure_dynamic(spec)
     raise ValueError(f"unknown child kind {spec['kind']!r}")
 
 

@@ -22,6 +22,7 @@ namespace {
 // Why the graph runs through torch rather than the CUDA backend; empty when the CUDA backend applies.
 std::string torch_runner_reason(const graph::Graph& graph, int* device) {
   if (!config().cuda_backend) return "fastcomp.config.cuda_backend is off";
+  if (graph.is_dynamic()) return "dynamic shapes: the CUDA backend's kernels are static-shape yet";
   bool cuda = false;
   for (const graph::Node& n : graph.nodes) {
     if (n.type != graph::ValueType::Tensor || !n.meta.device) continue;

@@ -18,12 +18,13 @@ std::string CompileOptions::to_string() const {
 CompiledFrame compile_frame(const cpython::FrameView& frame, const CompileOptions& options) {
   auto start = std::chrono::steady_clock::now();
   CompiledFrame out;
-  frontend::TraceResult trace = frontend::trace_frame(frame);
+  const auto dynamic = static_cast<frontend::DynamicMode>(options.dynamic);
+  frontend::TraceResult trace = frontend::trace_frame(frame, nullptr, dynamic);
   out.failure = std::move(trace.failure);
   out.user_error = std::move(trace.user_error);
   if (out.failure && out.user_error.empty() && !options.fullgraph) {
     // A graph break: trace again up to it; the graph runs that far and CPython continues from there.
-    auto plan = frontend::plan_graph_break(frame, *out.failure, trace, &out.not_resumed);
+    auto plan = frontend::plan_graph_break(frame, *out.failure, trace, &out.not_resumed, dynamic);
     if (plan) out.resume = std::make_shared<const frontend::ResumePlan>(std::move(*plan));
   }
   out.guards = std::move(trace.guards);

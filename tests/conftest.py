@@ -4,6 +4,9 @@ import sys
 import pytest
 import torch
 
+# Decisions fastcomp keeps on disk (kernels, which dimensions are dynamic) must not leak between test runs.
+os.environ["FASTCOMP_CACHE_DIR"] = __import__("tempfile").mkdtemp(prefix="fastcomp-tests-")
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)  # so tests can import benchmarks.workloads

@@ -233,3 +233,15 @@ def test_gpu_targets_judge_fc_against_the_best_peer_and_anchors_limits():
     assert checks["cold compile < 150 ms"]["verdict"] == "missed: 33% over"
     assert checks["warm compile < 20 ms"]["met"] is None  # no warm start in these rows
     assert checks["1 graph, 0 breaks"]["met"] is True
+
+
+def test_dynamic_batches_case_runs_fastcomp_on_the_cpu(tmp_path):
+    from benchmarks import dynamic_batches
+
+    sizes = dynamic_batches.batch_sizes(50)
+    assert sorted(sizes) == list(range(1, 51)) and sizes[-1] == dynamic_batches.STEADY_BATCH
+    assert dynamic_batches.main(["--quick", "--device", "cpu", "--sizes", "6", "--workloads", "W5", "--modes", "fc",
+                                 "--out", str(tmp_path)]) == 0
+    (row,) = json.loads((tmp_path / "dynamic_batches.json").read_text())
+    assert row["status"] == "ok" and row["compiles"] == 2, row  # static first, then one dynamic entry
+    assert "| W5 | fc |" in (tmp_path / "dynamic_batches.md").read_text()

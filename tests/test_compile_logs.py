@@ -29,10 +29,12 @@ def test_recompiles_topic_logs_dynamo_style_reason(logs):
     compiled(torch.randn(8))
     assert messages(logs, "recompiles") == []
     compiled(torch.randn(16))
-    (msg,) = messages(logs, "recompiles")
+    msg, decision = messages(logs, "recompiles")
     assert msg.startswith(f"Recompiling function f in {__file__}:{f.__code__.co_firstlineno}")
     assert "triggered by the following guard failure(s):" in msg
     assert "- " in msg and "/0: tensor 'L['x']' size mismatch at index 0. expected 8, actual 16" in msg
+    # dynamic=None: the recompile traces that dimension as a symbol, and says so.
+    assert decision == "dimension 0 of L['x'] became dynamic after size 8 → 16"
 
 
 def test_guards_and_graph_topics_print_each_new_entry(logs):

@@ -242,7 +242,7 @@ def test_aliased_inputs_are_guarded():
 
 
 def test_recompile_limit_warns_loudly_and_runs_eagerly():
-    compiled = fastcomp.compile(add)
+    compiled = fastcomp.compile(add, dynamic=False)  # static shapes: every size is a recompile
     with fastcomp.config.patch(recompile_limit=2), CompileCounter() as cc:
         with pytest.warns(UserWarning, match=r"hit the recompile limit \(2\)"):
             for n in (1, 2, 3, 4):

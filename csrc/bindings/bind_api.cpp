@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 #include "cpython/eval_hook.h"
 #include "dispatch.h"
+#include "frontend/trace/dynamic_memory.h"
 #include "frontend/trace/tracer.h"
 #include "runtime/background_compile.h"
 #include "runtime/cache.h"
@@ -39,7 +40,13 @@ void bind_api(py::module_& m) {
         return py::reinterpret_steal<py::object>(d);
       },
       "a callable that runs fn and never traces into it");
-  m.def("reset", &runtime::reset_all_caches, "drop every compiled entry");
+  m.def(
+      "reset",
+      [] {
+        runtime::reset_all_caches();
+        frontend::reset_dynamic_memory();
+      },
+      "drop every compiled entry and the sizes seen (dynamic decisions on disk stay)");
   m.def("set_compile_observer", [](py::object o) { set_compile_observer(o.ptr()); });
   m.def("register_special", [](const std::string& role, py::object o) { frontend::register_special_object(role, o.ptr()); });
   m.def("is_dispatching", &is_dispatching);

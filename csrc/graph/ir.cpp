@@ -17,6 +17,7 @@ std::string arg_to_string(const Arg& a) {
   switch (a.kind) {
     case Arg::Kind::Node: return fmt::format("%{}", a.node);
     case Arg::Kind::Const: return py_repr(a.value.get());
+    case Arg::Kind::Sym: return str(a.sym);
     case Arg::Kind::Tuple:
     case Arg::Kind::List: {
       std::string out = a.kind == Arg::Kind::Tuple ? "(" : "[";
@@ -59,8 +60,15 @@ std::string dtype_short_name(PyObject* dtype) {
   return s;
 }
 
+static std::string join_syms(const std::vector<Sym>& v) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + str(v[i]);
+  return out;
+}
+
 std::string TensorMeta::to_string() const {
-  std::string out = fmt::format("{}[{}]", dtype ? dtype_short_name(dtype.get()) : "?", join_ints(sizes));
+  std::string out = fmt::format("{}[{}]", dtype ? dtype_short_name(dtype.get()) : "?",
+                                is_dynamic() ? join_syms(sym_sizes) : join_ints(sizes));
   // Strides only when they differ from the contiguous layout, to keep common graphs readable.
   int64_t expected = 1;
   bool contiguous = true;
@@ -68,7 +76,8 @@ std::string TensorMeta::to_string() const {
     if (sizes[i] != 1 && strides[i] != expected) contiguous = false;
     expected *= sizes[i];
   }
-  if (!contiguous) out += fmt::format(" stride=({})", join_ints(strides));
+  if (!contiguous)
+    out += fmt::format(" stride=({})", is_dynamic() && !sym_strides.empty() ? join_syms(sym_strides) : join_ints(strides));
   if (device) out += " " + py_str(device.get());
   if (requires_grad) out += " requires_grad";
   return out;
@@ -88,6 +97,14 @@ Arg Arg::of_const(PyRef v) {
   return a;
 }
 
+Arg Arg::of_sym(graph::Sym e, int64_t hint) {
+  Arg a;
+  a.kind = Kind::Sym;
+  a.sym = std::move(e);
+  a.value = PyRef::steal(PyLong_FromLongLong(hint));
+  return a;
+}
+
 NodeId Graph::add(Node node) {
   node.id = static_cast<NodeId>(nodes.size());
   if (node.kind == NodeKind::Input) inputs.push_back(node.id);
@@ -103,6 +120,8 @@ int Graph::num_calls() const {
 
 std::string Graph::to_string() const {
   std::string out;
+  for (size_t i = 0; i < symbols.size(); ++i)
+    out += fmt::format("s{} = %{}.size({})\n", i, inputs[symbols[i].input], symbols[i].dim);
   for (const Node& n : nodes) {
     std::string type = n.type == ValueType::Tensor ? n.meta.to_string() : "object";
     if (n.kind == NodeKind::Input) {

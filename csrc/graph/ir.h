@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cpython/pyref.h"
+#include "graph/sym.h"
 
 namespace fastcomp::graph {
 
@@ -21,22 +22,29 @@ struct TensorMeta {
   std::vector<int64_t> strides;
   int64_t storage_offset = 0;
   bool requires_grad = false;
+  // Dynamic shapes: sizes and strides as expressions over the graph's symbols (`sizes`/`strides` then hold their
+  // values at trace time). Empty when every size is static.
+  std::vector<Sym> sym_sizes;
+  std::vector<Sym> sym_strides;
 
-  std::string to_string() const;  // "f32[8, 16] cpu" (strides shown when not contiguous)
+  bool is_dynamic() const { return !sym_sizes.empty(); }
+  std::string to_string() const;  // "f32[8, 16] cpu", "f32[s0, 16] cpu" (strides shown when not contiguous)
 };
 
 // A node argument: a tree of node references and constants.
 struct Arg {
-  enum class Kind : uint8_t { Node, Const, Tuple, List, Dict };
+  enum class Kind : uint8_t { Node, Const, Tuple, List, Dict, Sym };
   Kind kind = Kind::Const;
   NodeId node = -1;          // Kind::Node
-  PyRef value;               // Kind::Const
+  PyRef value;               // Kind::Const; Kind::Sym: its value at trace time
+  graph::Sym sym;            // Kind::Sym: a Python int computed from sizes, evaluated on every call
   std::vector<Arg> items;    // Tuple, List, Dict values
   std::vector<PyRef> keys;   // Dict keys (constants)
 
   static Arg of_node(NodeId n);
   static Arg of_const(PyRef v);
-  bool is_flat() const { return kind == Kind::Node || kind == Kind::Const; }
+  static Arg of_sym(graph::Sym e, int64_t hint);
+  bool is_flat() const { return kind == Kind::Node || kind == Kind::Const || kind == Kind::Sym; }
 };
 
 enum class NodeKind : uint8_t {
@@ -61,10 +69,19 @@ struct Node {
   std::string user_loc;     // Call: "file.py:12" of the user line that made it
 };
 
+// Where a symbol's value comes from on each call: a size of one of the graph's inputs.
+struct SymBinding {
+  int input = -1;  // position in Graph::inputs
+  int dim = -1;
+};
+
 struct Graph {
   std::vector<Node> nodes;
   std::vector<NodeId> inputs;  // Input nodes, in the order the guard program collects them
   Arg output;
+  std::vector<SymBinding> symbols;  // symbol i is symbols[i]; empty for static graphs
+
+  bool is_dynamic() const { return !symbols.empty(); }
 
   NodeId add(Node node);
   std::string to_string() const;  // stable text form for logs and golden tests

@@ -38,6 +38,8 @@ class TorchRunner final : public Executable {
       }
     } cleanup{values};
     for (size_t i = 0; i < ninputs; ++i) values[graph_.inputs[i]] = Py_NewRef(inputs[i]);
+    std::vector<int64_t> symbols;  // dynamic shapes: this call's sizes, for the arguments computed from them
+    if (graph_.is_dynamic() && !read_symbols(graph_, inputs, &symbols)) return nullptr;
     bool grad_mode_at_entry = switches_grad_mode_ && frontend::torch_refs().grad_enabled();
 
     SmallBuffer<PyObject*, 16> argv(max_args_ + 1);  // [0] is the PY_VECTORCALL_ARGUMENTS_OFFSET slot
@@ -46,8 +48,8 @@ class TorchRunner final : public Executable {
       if (node.kind != graph::NodeKind::Call) continue;
       temps.clear();
       size_t argc = 0;
-      for (const auto& a : node.args) argv[++argc] = borrow_arg(a, values.data(), temps);
-      for (const auto& a : node.kwargs) argv[++argc] = borrow_arg(a, values.data(), temps);
+      for (const auto& a : node.args) argv[++argc] = borrow_arg(a, values.data(), temps, &symbols);
+      for (const auto& a : node.kwargs) argv[++argc] = borrow_arg(a, values.data(), temps, &symbols);
       for (size_t i = 1; i <= argc; ++i)
         if (!argv[i]) return fail(grad_mode_at_entry);
       PyObject* out = PyObject_Vectorcall(node.target.get(), argv.data() + 1,
@@ -56,12 +58,15 @@ class TorchRunner final : public Executable {
       values[node.id] = out;
       for (int dead : frees_after_[node.id]) Py_CLEAR(values[dead]);
     }
-    PyObject* result = new_arg(graph_.output, values.data());
+    PyObject* result = new_arg(graph_.output, values.data(), &symbols);
     if (!result) return fail(grad_mode_at_entry);
     return result;
   }
 
-  std::string describe() const override { return fmt::format("torch runner: {} ops", graph_.num_calls()); }
+  std::string describe() const override {
+    return fmt::format("torch runner: {} ops{}", graph_.num_calls(),
+                       graph_.is_dynamic() ? fmt::format(", {} dynamic sizes", graph_.symbols.size()) : "");
+  }
 
  private:
   void mark_uses(const graph::Arg& a, int user) {

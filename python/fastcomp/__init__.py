@@ -1,10 +1,11 @@
 """fastcomp: torch.compile's API, with capture in C++ and compile times in milliseconds.
 
-Public API: compile, disable, reset, is_compiling, explain, set_logs, config, errors.
+Public API: compile, mark_dynamic, mark_static, disable, reset, is_compiling, explain, set_logs, config, errors.
 """
 from fastcomp import _C, _events, _logging, config, errors  # noqa: F401
 from fastcomp._logging import set_logs
-from fastcomp.api import OptimizedModule, compile, disable, is_compiling, reset, wait_for_compiles
+from fastcomp.api import (OptimizedModule, compile, disable, is_compiling, mark_dynamic, mark_static, reset,
+                          wait_for_compiles)
 from fastcomp.errors import FastcompError, InternalError, RecompileLimitExceeded, Unsupported
 from fastcomp.explain import ExplainOutput, explain
 
@@ -12,7 +13,7 @@ _C.register_special("Unsupported", Unsupported)
 _C.register_special("RecompileLimitExceeded", RecompileLimitExceeded)
 _C.register_special("InternalError", InternalError)
 
-__all__ = ["compile", "wait_for_compiles", "set_logs", "disable", "reset", "is_compiling", "explain", "config", "errors", "OptimizedModule",
+__all__ = ["compile", "mark_dynamic", "mark_static", "wait_for_compiles", "set_logs", "disable", "reset", "is_compiling", "explain", "config", "errors", "OptimizedModule",
            "ExplainOutput", "FastcompError", "Unsupported", "RecompileLimitExceeded", "InternalError"]
 __version__ = "0.1.0"
 

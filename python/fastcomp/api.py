@@ -100,6 +100,42 @@ def disable(fn=None, recursive=True):
     return wrapped
 
 
+def _dims(t, dim, what):
+    import torch
+
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"fastcomp.{what}: expected a tensor, got {type(t).__name__}")
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    for d in dims:
+        if not isinstance(d, int) or not -t.dim() <= d < t.dim():
+            raise ValueError(f"fastcomp.{what}: dimension {d!r} is out of range for a tensor with {t.dim()} dimensions")
+    return [d % t.dim() for d in dims]
+
+
+def mark_dynamic(t, dim, min=None, max=None):
+    """Trace dimension(s) `dim` of `t` as a symbolic size from the first compile on (as torch._dynamo.mark_dynamic).
+
+    `min`/`max` bound the sizes the compiled code accepts; a call outside them compiles again. Sizes 0 and 1 are
+    always specialised, so mark a dimension whose size is at least 2 on the first call.
+    """
+    if min is not None and max is not None and min > max:
+        raise ValueError(f"fastcomp.mark_dynamic: min={min} is larger than max={max}")
+    ranges = dict(getattr(t, "_fastcomp_dynamic_dims", {}))
+    for d in _dims(t, dim, "mark_dynamic"):
+        ranges[d] = (min, max)
+    t._fastcomp_dynamic_dims = ranges
+    static = set(getattr(t, "_fastcomp_static_dims", ())) - set(ranges)
+    t._fastcomp_static_dims = static
+
+
+def mark_static(t, dim):
+    """Always specialise dimension(s) `dim` of `t`, even under dynamic=True (as torch._dynamo.mark_static)."""
+    dims = _dims(t, dim, "mark_static")
+    t._fastcomp_static_dims = set(getattr(t, "_fastcomp_static_dims", ())) | set(dims)
+    ranges = {d: r for d, r in getattr(t, "_fastcomp_dynamic_dims", {}).items() if d not in dims}
+    t._fastcomp_dynamic_dims = ranges
+
+
 def reset():
     """Forget every compiled function (like torch._dynamo.reset())."""
     _C.reset()

@@ -140,11 +140,46 @@ int shim_tensor_match(PyObject* t, const TensorGuard& g) {
          m.device_index == g.shim_device_index;
 }
 
+// Dynamic shapes: binds the symbols of `g`'s dynamic dimensions to the sizes in `shape` (a tuple of the guard's
+// rank), checking their ranges, the sizes seen for the same symbol before, and the static dimensions.
+bool bind_sizes(PyObject* shape, const TensorGuard& g, const std::string& name, const GuardSet& set,
+                GuardScratch& scratch, std::string* reason) {
+  for (size_t d = 0; d < g.dim_symbols.size(); ++d) {
+    int overflow = 0;
+    int64_t size = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(shape, d), &overflow);
+    int s = g.dim_symbols[d];
+    if (s < 0) {
+      if (size == g.meta.sizes[d]) continue;
+      if (reason)
+        *reason = fmt::format("tensor '{}' size mismatch at index {}. expected {}, actual {}", name, d, g.meta.sizes[d], size);
+      return false;
+    }
+    const SymbolGuard& sg = set.symbols[s];
+    if (scratch.sym_bound[s]) {
+      if (size == scratch.sym_values[s]) continue;
+      if (reason)
+        *reason = fmt::format("tensor '{}' size mismatch at index {}. expected {} (= {} = {}), actual {}", name, d,
+                              sg.name, sg.where, scratch.sym_values[s], size);
+      return false;
+    }
+    if (size < sg.min || size > sg.max) {
+      if (reason)
+        *reason = fmt::format("tensor '{}' size at index {} is {}, outside the range [{}, {}] of {}", name, d, size,
+                              sg.min, sg.max == INT64_MAX ? "inf" : std::to_string(sg.max), sg.name);
+      return false;
+    }
+    scratch.sym_values[s] = size;
+    scratch.sym_bound[s] = 1;
+  }
+  return true;
+}
+
 // Checks a tensor against its guard, cheapest and likeliest-to-fail properties first. `reason` (nullable) gets
 // Dynamo's wording on failure.
-bool check_tensor(PyObject* t, const TensorGuard& g, const std::string& name, std::string* reason) {
-  // The per-call path; a failure is checked again below when its reason is asked for.
-  if (!reason && Py_TYPE(t) == g.type) {
+bool check_tensor(PyObject* t, const TensorGuard& g, const std::string& name, const GuardSet& set,
+                  GuardScratch& scratch, std::string* reason) {
+  // The per-call path for static shapes; a failure is checked again below when its reason is asked for.
+  if (!reason && g.dim_symbols.empty() && Py_TYPE(t) == g.type) {
     int match = shim_tensor_match(t, g);
     if (match >= 0) return match == 1;
   }
@@ -158,7 +193,14 @@ bool check_tensor(PyObject* t, const TensorGuard& g, const std::string& name, st
   PyRef shape = PyRef::steal(TensorReader::read(t, r.shape, r.shape_closure, "shape"));
   if (!shape || !PyTuple_Check(shape.get())) return fail("has no shape");
   bool rank_mismatch = false;
-  int i = first_mismatch(shape.get(), g.meta.sizes, &rank_mismatch);
+  int i = -1;
+  if (g.dim_symbols.empty()) {
+    i = first_mismatch(shape.get(), g.meta.sizes, &rank_mismatch);
+  } else if (PyTuple_GET_SIZE(shape.get()) != static_cast<Py_ssize_t>(g.meta.sizes.size())) {
+    rank_mismatch = true;
+  } else if (!bind_sizes(shape.get(), g, name, set, scratch, reason)) {
+    return false;
+  }
   if (rank_mismatch)
     return fail(fmt::format("rank mismatch. expected {}, actual {}", g.meta.sizes.size(), PyTuple_GET_SIZE(shape.get())));
   if (i >= 0)
@@ -173,9 +215,13 @@ bool check_tensor(PyObject* t, const TensorGuard& g, const std::string& name, st
     return fail(fmt::format("requires_grad mismatch. expected requires_grad={}", int(g.meta.requires_grad)));
   PyRef strides = PyRef::steal(r.strides(t));
   if (!strides || !PyTuple_Check(strides.get())) return fail("has no strides");
-  i = first_mismatch(strides.get(), g.meta.strides, &rank_mismatch);
+  std::vector<int64_t> expected_strides;
+  if (!g.dim_symbols.empty())
+    for (const graph::Sym& e : g.meta.sym_strides) expected_strides.push_back(graph::sym_eval(e, scratch.sym_values));
+  const std::vector<int64_t>& want = g.dim_symbols.empty() ? g.meta.strides : expected_strides;
+  i = first_mismatch(strides.get(), want, &rank_mismatch);
   if (i >= 0)
-    return fail(fmt::format("stride mismatch at index {}. expected {}, actual {}", i, g.meta.strides[i],
+    return fail(fmt::format("stride mismatch at index {}. expected {}, actual {}", i, want[i],
                             to_ints(strides.get())[i]));
   PyRef device = PyRef::steal(TensorReader::read(t, r.device, r.device_closure, "device"));
   int same_device = device ? PyObject_RichCompareBool(device.get(), g.meta.device.get(), Py_EQ) : -1;
@@ -185,7 +231,7 @@ bool check_tensor(PyObject* t, const TensorGuard& g, const std::string& name, st
   return true;
 }
 
-bool check_one(const GuardSet& set, const Guard& g, PyObject* v, const GuardScratch& scratch, std::string* reason) {
+bool check_one(const GuardSet& set, const Guard& g, PyObject* v, GuardScratch& scratch, std::string* reason) {
   const std::string& name = g.source >= 0 ? set.sources.name(g.source) : g.what;
   auto fail = [&](const std::string& text) {
     if (reason) *reason = text;
@@ -208,7 +254,14 @@ bool check_one(const GuardSet& set, const Guard& g, PyObject* v, const GuardScra
       return fail(fmt::format("{} == {}", name, py_repr(g.expected.get())) +
                   (reason ? fmt::format(" (actual {})", py_repr(v)) : ""));
     }
-    case GuardKind::TensorMatch: return check_tensor(v, g.tensor, name, reason);
+    case GuardKind::TensorMatch: return check_tensor(v, g.tensor, name, set, scratch, reason);
+    case GuardKind::SizeRelation: {
+      int64_t a = graph::sym_eval(g.sym_a, scratch.sym_values), b = graph::sym_eval(g.sym_b, scratch.sym_values);
+      if (size_cmp_holds(g.cmp, a, b) == (g.expected.get() == Py_True)) return true;
+      return fail(fmt::format("size relation {} {} {} is {} (it was {} when traced: {}), with {} = {} and {} = {}",
+                              str(g.sym_a), size_cmp_text(g.cmp), str(g.sym_b), size_cmp_holds(g.cmp, a, b) ? "True" : "False",
+                              g.expected.get() == Py_True ? "True" : "False", g.what, str(g.sym_a), a, str(g.sym_b), b));
+    }
     case GuardKind::Length: {
       Py_ssize_t n = PyObject_Length(v);
       if (n == g.length) return true;
@@ -252,8 +305,10 @@ bool check_one(const GuardSet& set, const Guard& g, PyObject* v, const GuardScra
 
 }  // namespace
 
-void GuardScratch::reset(int nsources) {
+void GuardScratch::reset(int nsources, int nsymbols) {
   values.assign(nsources, nullptr);
+  sym_values.assign(nsymbols, 0);
+  sym_bound.assign(nsymbols, 0);
   owned.clear();
   inputs.clear();
 }
@@ -261,7 +316,7 @@ void GuardScratch::reset(int nsources) {
 bool check_guards(const GuardSet& set, const cpython::FrameView& frame, GuardScratch& scratch,
                   std::string* failure_reason) {
   const int n = set.sources.size();
-  scratch.reset(n);
+  scratch.reset(n, static_cast<int>(set.symbols.size()));
   // Sources are in dependency order, so one forward pass loads each exactly once.
   for (int i = 0; i < n; ++i) {
     const Source& s = set.sources.at(i);
@@ -299,12 +354,34 @@ std::string GuardSet::describe(const Guard& g) const {
     case GuardKind::SameObject:
       return fmt::format("ALIASING: ({} is {}) == {}", name, sources.name(g.length), g.expected.get() == Py_True);
     case GuardKind::GlobalState: return fmt::format("GLOBAL_STATE: {} == {}", g.what, py_repr(g.expected.get()));
+    case GuardKind::SizeRelation:
+      return fmt::format("SIZE_RELATION: ({} {} {}) == {}  # {}", str(g.sym_a), size_cmp_text(g.cmp), str(g.sym_b),
+                         g.expected.get() == Py_True ? "True" : "False", g.what);
   }
   return "?";
 }
 
+const char* size_cmp_text(SizeCmp c) {
+  static const char* kText[] = {"<", "<=", "==", "!=", ">", ">="};
+  return kText[static_cast<int>(c)];
+}
+
+bool size_cmp_holds(SizeCmp c, int64_t a, int64_t b) {
+  switch (c) {
+    case SizeCmp::Lt: return a < b;
+    case SizeCmp::Le: return a <= b;
+    case SizeCmp::Eq: return a == b;
+    case SizeCmp::Ne: return a != b;
+    case SizeCmp::Gt: return a > b;
+    case SizeCmp::Ge: return a >= b;
+  }
+  return false;
+}
+
 std::string GuardSet::to_string() const {
   std::string out;
+  for (const SymbolGuard& s : symbols)
+    out += fmt::format("SYMBOL: {} = {} in [{}, {}]\n", s.name, s.where, s.min, s.max == INT64_MAX ? "inf" : std::to_string(s.max));
   for (const Guard& g : guards) out += describe(g) + "\n";
   return out;
 }

@@ -23,6 +23,7 @@ enum class GuardKind : uint8_t {
   DictKeys,     // list(value.keys()) == expected (a tuple), in order
   GlobalState,  // call(*args) == expected, e.g. torch.is_grad_enabled()
   SameObject,   // (value is sources[length]) == (expected is True): aliasing between two inputs
+  SizeRelation, // (sym_a <cmp> sym_b) == expected, over the symbols the tensor guards bound
 };
 
 struct TensorGuard {
@@ -32,7 +33,24 @@ struct TensorGuard {
   // check: 0 not yet, 1 known, -1 not expressible (the guard then reads the tensor through its Python getters).
   mutable int8_t shim_state = 0;
   mutable int32_t shim_dtype = -1, shim_device_type = -1, shim_device_index = -1;
+  // Dynamic shapes: per dimension the symbol its size binds (-1: the size must equal meta.sizes[i]); the first
+  // guard to reach a symbol binds it, later ones check equality. Empty for static tensors. Strides are then
+  // checked against meta.sym_strides.
+  std::vector<int> dim_symbols;
 };
+
+// A symbol's range, from mark_dynamic or from what the trace assumed (sizes 0 and 1 are never symbolic).
+struct SymbolGuard {
+  std::string name;  // "s0"
+  std::string where; // the size that binds it: "L['x'].size()[0]"
+  int64_t min = 2;
+  int64_t max = INT64_MAX;
+};
+
+// Comparison operators of SizeRelation guards (Python's COMPARE_OP order).
+enum class SizeCmp : uint8_t { Lt, Le, Eq, Ne, Gt, Ge };
+const char* size_cmp_text(SizeCmp c);
+bool size_cmp_holds(SizeCmp c, int64_t a, int64_t b);
 
 struct Guard {
   GuardKind kind = GuardKind::IdMatch;
@@ -42,13 +60,16 @@ struct Guard {
   PyRef call_args;      // GlobalState: its argument tuple
   int64_t length = 0;   // Length
   TensorGuard tensor;   // TensorMatch
-  std::string what;     // GlobalState: what is checked, e.g. "torch.is_grad_enabled()"
+  std::string what;     // GlobalState: what is checked, e.g. "torch.is_grad_enabled()"; SizeRelation: why
+  graph::Sym sym_a, sym_b;  // SizeRelation operands
+  SizeCmp cmp = SizeCmp::Eq;
 };
 
 struct GuardSet {
   SourceTable sources;
   std::vector<Guard> guards;
   std::vector<int> input_sources;  // sources of the graph's Input nodes, in order
+  std::vector<SymbolGuard> symbols;  // dynamic shapes: symbol i's range
 
   std::string describe(const Guard& g) const;  // one line, e.g. "L['x']: tensor f32[8] cpu"
   std::string to_string() const;
@@ -59,7 +80,9 @@ struct GuardScratch {
   std::vector<PyObject*> values;  // borrowed or owned (see `owned`)
   std::vector<PyRef> owned;       // keeps values produced by attribute loads alive until the call ends
   std::vector<PyObject*> inputs;  // graph inputs, borrowed from `values`
-  void reset(int nsources);
+  std::vector<int64_t> sym_values;  // dynamic shapes: the symbols' values on this call
+  std::vector<uint8_t> sym_bound;
+  void reset(int nsources, int nsymbols);
 };
 
 // Checks every guard against `frame`; on success fills scratch.inputs. Never leaves a Python error set.

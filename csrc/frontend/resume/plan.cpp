@@ -12,7 +12,7 @@ namespace fastcomp::frontend {
 namespace {
 
 std::optional<ResumePlan> plan(const cpython::FrameView& frame, const Unsupported& failure, TraceResult& trace,
-                               std::string* why) {
+                               std::string* why, DynamicMode dynamic) {
   PyCodeObject* code = frame.code();
   if (failure.root_instr < 0) {
     *why = "the break is not at an instruction of the frame";
@@ -35,7 +35,7 @@ std::optional<ResumePlan> plan(const cpython::FrameView& frame, const Unsupporte
     return std::nullopt;
   }
   TraceStop stop{failure.root_instr, failure.root_visit};
-  TraceResult prefix = trace_frame(frame, &stop);
+  TraceResult prefix = trace_frame(frame, &stop, dynamic);
   if (!prefix.break_state) {
     *why = prefix.failure ? prefix.failure->what() : "the second trace did not reach the break";
     return std::nullopt;
@@ -88,9 +88,9 @@ std::optional<ResumePlan> plan(const cpython::FrameView& frame, const Unsupporte
 }  // namespace
 
 std::optional<ResumePlan> plan_graph_break(const cpython::FrameView& frame, const Unsupported& failure,
-                                           TraceResult& trace, std::string* why) {
+                                           TraceResult& trace, std::string* why, DynamicMode dynamic) {
   try {
-    return plan(frame, failure, trace, why);
+    return plan(frame, failure, trace, why, dynamic);
   } catch (const std::exception& e) {  // a bytecode this encoder cannot express, a failed code.replace...
     PyErr_Clear();
     *why = std::string("fastcomp could not build the code that continues after the break: ") + e.what();

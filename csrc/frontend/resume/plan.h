@@ -34,6 +34,7 @@ struct ResumePlan {
     the live values) and returns the plan; otherwise returns nullopt with the reason in `why`. Never throws for
     user code. */
 std::optional<ResumePlan> plan_graph_break(const cpython::FrameView& frame, const Unsupported& failure,
-                                           TraceResult& trace, std::string* why);
+                                           TraceResult& trace, std::string* why,
+                                           DynamicMode dynamic = DynamicMode::Static);
 
 }  // namespace fastcomp::frontend

@@ -24,6 +24,7 @@ ValueRef boolean(bool b) { return make_const_borrowed(b ? Py_True : Py_False); }
 PyObject* type_of(const Value& v) {
   switch (v.kind) {
     case VKind::Tensor: return reinterpret_cast<PyObject*>(v.tensor_type);
+    case VKind::SymInt:
     case VKind::Const:
     case VKind::Object: return reinterpret_cast<PyObject*>(Py_TYPE(v.obj.get()));
     case VKind::Tuple: return reinterpret_cast<PyObject*>(&PyTuple_Type);
@@ -74,6 +75,7 @@ ValueRef Tracer::call_builtin(PyObject* fn, std::vector<ValueRef>& args, Kwargs&
   if (is("setattr") || is("delattr")) throw Unsupported(BreakCode::SideEffect, "setattr()/delattr() on an object");
   if (is("len") && args.size() == 1) {
     const ValueRef& v = args[0];
+    if (v->is(VKind::Tensor) && !v->shape.empty()) return sym_size(v, 0);
     if (v->is(VKind::Tensor)) {
       PyRef n = PyRef::steal(PyObject_Length(v->meta.get()) >= 0 ? PyLong_FromSsize_t(PyObject_Length(v->meta.get())) : nullptr);
       if (!n) {

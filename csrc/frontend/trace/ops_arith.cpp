@@ -55,6 +55,7 @@ PyRef Tracer::as_python_constant(const ValueRef& v) {
   switch (v->kind) {
     case VKind::Const:
     case VKind::Object: return v->obj;
+    case VKind::SymInt: return specialize_symint(v);
     case VKind::Tuple:
     case VKind::List: {
       PyRef out = PyRef::steal(v->kind == VKind::Tuple ? PyTuple_New(v->items.size()) : PyList_New(v->items.size()));
@@ -97,6 +98,7 @@ ValueRef Tracer::binary_op(int kind, const ValueRef& a, const ValueRef& b) {
       throw Unsupported(BreakCode::UnsupportedValue, fmt::format("{} on {} and {}", name, describe(*a), describe(*b)));
     return call_torch(fn, name, {a, b}, {});
   }
+  if (auto sym = sym_binary(kind, a, b)) return *sym;
   bool inplace = kind >= static_cast<int>(BinaryOpKind::InplaceAdd);
   int plain = inplace ? kind - static_cast<int>(BinaryOpKind::InplaceAdd) : kind;
   // Sequence arithmetic builds new containers (lists are mutated in place by +=, as in Python).
@@ -169,6 +171,7 @@ ValueRef Tracer::compare(int cmp, const ValueRef& a, const ValueRef& b) {
   static const char* kNames[] = {"lt", "le", "eq", "ne", "gt", "ge"};
   if (a->is(VKind::Tensor) || b->is(VKind::Tensor))
     return call_torch(operator_fn(kNames[cmp]), std::string("operator.") + kNames[cmp], {a, b}, {});
+  if (auto sym = sym_compare(cmp, a, b)) return *sym;
   PyRef ca = as_python_constant(a), cb = as_python_constant(b);
   if (!ca || !cb)
     throw Unsupported(BreakCode::UnsupportedValue, fmt::format("comparison of {} and {}", describe(*a), describe(*b)));
@@ -178,6 +181,8 @@ ValueRef Tracer::compare(int cmp, const ValueRef& a, const ValueRef& b) {
 ValueRef Tracer::unary(Op op, const ValueRef& a) {
   if (op == Op::UNARY_NOT) return make_const_borrowed(truthiness(a) ? Py_False : Py_True);
   const char* fn = op == Op::UNARY_NEGATIVE ? "neg" : op == Op::UNARY_POSITIVE ? "pos" : "invert";
+  if (a->is(VKind::SymInt) && op != Op::UNARY_INVERT)
+    return op == Op::UNARY_NEGATIVE ? symint(graph::sym_mul(a->sym, graph::sym_const(-1))) : a;
   if (a->is(VKind::Tensor)) return call_torch(operator_fn(fn), std::string("operator.") + fn, {a}, {});
   PyRef c = as_python_constant(a);
   if (!c || a->is(VKind::Object)) throw Unsupported(BreakCode::UnsupportedValue, std::string("unary ") + fn + " on " + describe(*a));
@@ -202,6 +207,7 @@ bool Tracer::truthiness(const ValueRef& v) {
       return r == 1;
     }
     case VKind::Null: throw Unsupported(BreakCode::Other, "fastcomp internal error: truth value of NULL");
+    case VKind::SymInt: return sym_truthiness(v);
     default: return true;
   }
 }

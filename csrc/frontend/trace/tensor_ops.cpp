@@ -70,6 +70,11 @@ static Converted convert_arg(Tracer& t, const ValueRef& v, PyObject** device) {
       }
       return c;
     }
+    case VKind::SymInt: {
+      // Evaluated from the inputs' sizes on every call; the meta call sees its value while tracing.
+      graph::Sym e = t.shapes().resolve(v->sym);
+      return {graph::Arg::of_sym(e, PyLong_AsLongLong(v->obj.get())), v->obj};
+    }
     default: {
       // An object read from the frame and guarded by type only (a numpy array, say) would be baked into the
       // graph as the object seen while tracing.
@@ -86,9 +91,11 @@ static Converted convert_arg(Tracer& t, const ValueRef& v, PyObject** device) {
 
 // Turns the meta output of a recorded node into Values (with extra getitem nodes for tuple outputs).
 // `known` (nullable) is the output's metadata when it was computed without reading `out`.
+// `shapes` (one per tensor output, in order; empty when static) are the outputs' symbolic shapes.
 static ValueRef wrap_output(Tracer& t, graph::Node node, PyObject* out, PyObject* device,
-                            const graph::TensorMeta* known) {
+                            const graph::TensorMeta* known, const std::vector<graph::SymShape>& shapes) {
   const auto& T = torch_refs();
+  size_t next_shape = 0;
   auto tensor_value = [&](graph::NodeId id, PyObject* meta_tensor) {
     auto v = std::make_shared<Value>();
     v->kind = VKind::Tensor;
@@ -96,6 +103,11 @@ static ValueRef wrap_output(Tracer& t, graph::Node node, PyObject* out, PyObject
     v->meta = PyRef::borrow(meta_tensor);
     v->device = PyRef::borrow(device);
     v->tensor_type = reinterpret_cast<PyTypeObject*>(T.tensor_type.get());
+    if (next_shape < shapes.size()) v->shape = shapes[next_shape];
+    ++next_shape;
+    graph::TensorMeta& m = t.graph().nodes[id].meta;
+    m.sym_sizes = v->shape.sizes;
+    m.sym_strides = v->shape.strides;
     return v;
   };
   if (T.is_tensor(out)) {
@@ -164,6 +176,8 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
   if (target == T.is_grad_enabled.get()) note_requires_grad(true);  // the code reads grad mode
   if (is_data_dependent(name))
     throw Unsupported(BreakCode::DataDependentValue, fmt::format("{}() needs the tensor's values", name));
+  if (shapes_.active())
+    if (auto size = size_query(name, args, kwargs)) return *size;
   graph::Node node;
   node.kind = graph::NodeKind::Call;
   node.target = PyRef::borrow(target);
@@ -201,10 +215,27 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
     explicit_device = T.cpu_device;
   }
 
+  // The output metadata: C++ for common ops, else torch's meta function. Dynamic shapes run it again at
+  // other sizes (sym_infer.cpp).
+  auto run_meta = [&](PyObject* margs, PyObject* mkwargs, std::optional<ComputedMeta>* computed) -> PyRef {
+    std::optional<ComputedMeta> local;
+    std::optional<ComputedMeta>& fast_meta = computed ? *computed : local;
+    if ((fast_meta = elementwise_meta(target, margs, mkwargs, grad_enabled_)) ||
+        (fast_meta = nn_meta(target, margs, mkwargs, grad_enabled_)))
+      return fast_meta->alias ? PyRef::borrow(fast_meta->alias) : make_meta_result(fast_meta->meta);
+    if (auto attention = attention_meta(target, margs, mkwargs, grad_enabled_)) {
+      PyRef output = make_meta_result(attention->output.meta);
+      PyRef weights = attention->weights ? make_meta_result(attention->weights->meta) : PyRef::borrow(Py_None);
+      return PyRef::steal(PyTuple_Pack(2, output.get(), weights.get()));
+    }
+    return PyRef::steal(PyObject_Call(target, margs, mkwargs));
+  };
   // Device-moving methods: compute the real device here and run the meta call without a device.
   PyRef meta_out;
   std::optional<ComputedMeta> fast;
+  bool moves_device = false;
   if (name == "Tensor.to" || name == "Tensor.cuda" || name == "Tensor.cpu") {
+    moves_device = true;
     PyRef rest = PyRef::steal(PyTuple_GetSlice(meta_args.get(), 1, PyTuple_GET_SIZE(meta_args.get())));
     PyRef parsed;
     if (name == "Tensor.to") {
@@ -223,15 +254,8 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
                                              : PyRef::steal(PyObject_CallFunction(T.device_type.get(), "s", "cuda"));
       meta_out = PyRef::borrow(PyTuple_GET_ITEM(meta_args.get(), 0));
     }
-  } else if ((fast = elementwise_meta(target, meta_args.get(), meta_kwargs.get(), grad_enabled_)) ||
-             (fast = nn_meta(target, meta_args.get(), meta_kwargs.get(), grad_enabled_))) {
-    meta_out = fast->alias ? PyRef::borrow(fast->alias) : make_meta_result(fast->meta);
-  } else if (auto attention = attention_meta(target, meta_args.get(), meta_kwargs.get(), grad_enabled_)) {
-    PyRef output = make_meta_result(attention->output.meta);
-    PyRef weights = attention->weights ? make_meta_result(attention->weights->meta) : PyRef::borrow(Py_None);
-    meta_out = PyRef::steal(PyTuple_Pack(2, output.get(), weights.get()));
   } else {
-    meta_out = PyRef::steal(PyObject_Call(target, meta_args.get(), meta_kwargs.get()));
+    meta_out = run_meta(meta_args.get(), meta_kwargs.get(), &fast);
   }
   if (!meta_out) {
     PyObject *type, *value, *tb;
@@ -247,7 +271,15 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
     throw UserCodeError(fmt::format("{} raised: {}", name, msg.substr(0, 300)));
   }
   PyObject* out_device = explicit_device ? explicit_device.get() : (device ? device : T.cpu_device.get());
-  return wrap_output(*this, std::move(node), meta_out.get(), out_device, fast ? &fast->meta : nullptr);
+  std::vector<graph::SymShape> shapes;
+  if (shapes_.active() && moves_device && args[0]->is(VKind::Tensor)) {
+    shapes = {shapes_.resolve(args[0]->shape)};  // same sizes and layout, another device or dtype
+  } else if (shapes_.active()) {
+    ProbeCall probe{name, args, kwargs, meta_args.get(), meta_kwargs.get(),
+                    [&](PyObject* a, PyObject* k) { return run_meta(a, k, nullptr); }};
+    shapes = infer_shapes(probe, meta_out.get());
+  }
+  return wrap_output(*this, std::move(node), meta_out.get(), out_device, fast ? &fast->meta : nullptr, shapes);
 }
 
 ValueRef Tracer::tensor_attr(const ValueRef& tensor, PyObject* name) {
@@ -259,6 +291,7 @@ ValueRef Tracer::tensor_attr(const ValueRef& tensor, PyObject* name) {
     bool is_cuda = PyUnicode_CompareWithASCIIString(type.get(), "cuda") == 0;
     return make_const_borrowed((n == "is_cuda") == is_cuda ? Py_True : Py_False);
   }
+  if ((n == "shape") && !tensor->shape.empty()) return sym_shape(tensor);
   if (n == "grad" || n == "grad_fn" || n == "_version" || n == "data_ptr")
     throw Unsupported(BreakCode::UnsupportedValue, fmt::format("Tensor.{} is not traced", n));
   PyObject* cls_attr = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(T.tensor_type.get()), name);

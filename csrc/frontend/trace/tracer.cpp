@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "frontend/bytecode/decode.h"
+#include "frontend/trace/dynamic_memory.h"
 #include "frontend/trace/torch_refs.h"
 
 namespace fastcomp::frontend {
@@ -57,7 +58,11 @@ struct NotResumable : std::runtime_error {
 };
 }  // namespace
 
-Tracer::Tracer(const cpython::FrameView& frame, const TraceStop* stop) : root_(frame) {
+Tracer::Tracer(const cpython::FrameView& frame, const TraceStop* stop, DynamicMode dynamic)
+    : root_(frame),
+      shapes_(dynamic, dynamic == DynamicMode::Automatic
+                           ? code_identity(reinterpret_cast<PyObject*>(frame.code()))
+                           : std::string()) {
   if (stop) stop_ = *stop;
 }
 
@@ -156,7 +161,12 @@ TraceResult Tracer::run() {
   }
   graph_.output = to_output_arg(result);
   add_global_state_guards(grad_mode_read_ || grad_enabled_ != grad_enabled_at_start_);
-  return TraceResult{std::move(graph_), std::move(guards_)};
+  return finish(TraceResult{std::move(graph_), std::move(guards_)});
+}
+
+TraceResult Tracer::finish(TraceResult r) {
+  shapes_.finalize(r.graph, r.guards);
+  return r;
 }
 
 // Global state that changes what torch computes. Grad mode only matters when gradients can flow (a tensor
@@ -239,7 +249,7 @@ TraceResult Tracer::capture_break(TraceFrame& f) {
   if (grad_enabled_ != grad_enabled_at_start_) set_grad_mode(grad_enabled_at_start_);
   graph_.output = std::move(out);
   add_global_state_guards(true);
-  TraceResult r{std::move(graph_), std::move(guards_)};
+  TraceResult r = finish(TraceResult{std::move(graph_), std::move(guards_)});
   r.break_state = std::move(state);
   return r;
 }
@@ -247,6 +257,7 @@ TraceResult Tracer::capture_break(TraceFrame& f) {
 graph::Arg Tracer::to_output_arg(const ValueRef& v) {
   switch (v->kind) {
     case VKind::Tensor: return graph::Arg::of_node(v->node);
+    case VKind::SymInt: return graph::Arg::of_sym(shapes_.resolve(v->sym), PyLong_AsLongLong(v->obj.get()));
     case VKind::Tuple:
     case VKind::List: {
       graph::Arg a;
@@ -574,11 +585,11 @@ void Tracer::step(TraceFrame& f, const Instr& in, bool* returned, ValueRef* resu
 TraceResult Tracer::take_partial() {
   // The decisions made so far depended on the global state too.
   add_global_state_guards(true);
-  return TraceResult{std::move(graph_), std::move(guards_), {}, {}};
+  return finish(TraceResult{std::move(graph_), std::move(guards_), {}, {}});
 }
 
-TraceResult trace_frame(const cpython::FrameView& frame, const TraceStop* stop) {
-  Tracer tracer(frame, stop);
+TraceResult trace_frame(const cpython::FrameView& frame, const TraceStop* stop, DynamicMode dynamic) {
+  Tracer tracer(frame, stop, dynamic);
   try {
     return tracer.run();
   } catch (NotResumable& e) {

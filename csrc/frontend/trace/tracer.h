@@ -4,6 +4,7 @@
 #pragma once
 #include <Python.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -14,6 +15,7 @@
 #include "frontend/bytecode/instr.h"
 #include "frontend/guards/guards.h"
 #include "frontend/resume/break_state.h"
+#include "frontend/trace/shape_env.h"
 #include "frontend/trace/unsupported.h"
 #include "frontend/trace/value.h"
 #include "graph/ir.h"
@@ -32,7 +34,8 @@ struct TraceResult {
 
 /** Traces the frame's function from its first instruction to its return, or (with `stop`) up to just before
     that instruction, returning the live state there. Never throws for user code. */
-TraceResult trace_frame(const cpython::FrameView& frame, const TraceStop* stop = nullptr);
+TraceResult trace_frame(const cpython::FrameView& frame, const TraceStop* stop = nullptr,
+                        DynamicMode dynamic = DynamicMode::Static);
 
 // Objects the tracer treats specially, registered by the Python package at import
 // (fastcomp.is_compiling, the fastcomp.disable wrapper type, ...).
@@ -54,9 +57,20 @@ struct TraceFrame {
   std::vector<ValueRef>* yields = nullptr;  // generator frames: where YIELD_VALUE collects values
 };
 
+// A torch call whose inputs have dynamic sizes, as sym_infer.cpp probes it: the same meta function at other sizes.
+struct ProbeCall {
+  const std::string& name;
+  const std::vector<ValueRef>& args;
+  const std::vector<std::pair<std::string, ValueRef>>& kwargs;
+  PyObject* meta_args;    // borrowed: what the meta call got while tracing
+  PyObject* meta_kwargs;  // borrowed
+  std::function<PyRef(PyObject* args, PyObject* kwargs)> run;  // null with a Python error when it raises
+};
+
 class Tracer {
  public:
-  explicit Tracer(const cpython::FrameView& frame, const TraceStop* stop = nullptr);
+  explicit Tracer(const cpython::FrameView& frame, const TraceStop* stop = nullptr,
+                  DynamicMode dynamic = DynamicMode::Static);
   TraceResult run();
   TraceResult take_partial();  // after run() threw: what was recorded so far
 
@@ -104,6 +118,21 @@ class Tracer {
   ValueRef subscript(const ValueRef& obj, const ValueRef& key);
   std::vector<ValueRef> unpack(const ValueRef& seq, const char* what);  // iterate a value to its elements
 
+  // sym_ops.cpp / sym_infer.cpp: dynamic shapes
+  ShapeEnv& shapes() { return shapes_; }
+  graph::Sym sym_of(const ValueRef& v) const;  // SymInt or int constant as an expression; null otherwise
+  ValueRef symint(const graph::Sym& e);         // a SymInt (or Const) Value for `e`
+  ValueRef sym_size(const ValueRef& tensor, int64_t dim);
+  ValueRef sym_shape(const ValueRef& tensor);   // tuple of sizes
+  std::optional<ValueRef> size_query(const std::string& name, const std::vector<ValueRef>& args,
+                                     const std::vector<std::pair<std::string, ValueRef>>& kwargs);
+  std::optional<ValueRef> sym_binary(int kind, const ValueRef& a, const ValueRef& b);
+  std::optional<ValueRef> sym_compare(int cmp, const ValueRef& a, const ValueRef& b);
+  bool sym_truthiness(const ValueRef& v);
+  PyRef specialize_symint(const ValueRef& v);  // its value, with the sizes it depends on specialised
+  std::vector<SymShape> infer_shapes(const ProbeCall& call, PyObject* meta_out);  // per tensor output
+  PyRef probe_meta(const ValueRef& v, PyObject* at_hint, const std::vector<int64_t>& point);
+
   // ops_arith.cpp
   ValueRef binary_op(int nb_kind, const ValueRef& a, const ValueRef& b);
   ValueRef compare(int cmp, const ValueRef& a, const ValueRef& b);
@@ -127,9 +156,12 @@ class Tracer {
 
  private:
 
+  TraceResult finish(TraceResult r);  // resolves symbols into the graph and guards
+
   cpython::FrameView root_;
   graph::Graph graph_;
   GuardSet guards_;
+  ShapeEnv shapes_;
   std::vector<TraceFrame*> frames_;
   bool grad_enabled_at_start_ = true;
   bool grad_enabled_ = true;

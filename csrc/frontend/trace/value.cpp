@@ -41,6 +41,15 @@ ValueRef make_cell(ValueRef content) {
   return v;
 }
 
+ValueRef make_symint(graph::Sym e, int64_t hint) {
+  auto v = make_const(PyRef::steal(PyLong_FromLongLong(hint)));
+  if (!e->is_const()) {
+    v->kind = VKind::SymInt;
+    v->sym = std::move(e);
+  }
+  return v;
+}
+
 std::string describe(const Value& v) {
   auto type_name = [](PyObject* o) { return std::string(Py_TYPE(o)->tp_name); };
   switch (v.kind) {
@@ -65,6 +74,7 @@ std::string describe(const Value& v) {
     case VKind::Record: return fmt::format("a {}", reinterpret_cast<PyTypeObject*>(v.obj.get())->tp_name);
     case VKind::GradCtx: return "a grad-mode context manager";
     case VKind::CtxExit: return "a context manager's __exit__";
+    case VKind::SymInt: return fmt::format("int {} (a size)", str(v.sym));
   }
   return "?";
 }

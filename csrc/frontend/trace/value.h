@@ -30,6 +30,7 @@ enum class VKind : uint8_t {
   Record,    // namedtuple / dataclass / torch.return_types built in the trace: obj = class, keys = field names
   GradCtx,   // torch.no_grad() / enable_grad() / set_grad_enabled(b): `flag` = grad mode inside
   CtxExit,   // the __exit__ of a GradCtx: restores grad mode `flag`
+  SymInt,    // a Python int computed from dynamic sizes: `sym`, with its value while tracing in `obj`
 };
 
 struct Value;
@@ -46,6 +47,9 @@ struct Value {
   PyRef meta;                       // a meta tensor with the same metadata
   PyRef device;                     // the real torch.device
   PyTypeObject* tensor_type = nullptr;  // exact type of the real tensor (Parameter, Tensor, ...)
+  graph::SymShape shape;                // sizes and strides as expressions when dynamic (empty: static)
+
+  graph::Sym sym;  // SymInt
 
   std::vector<ValueRef> items;  // container elements, Slice bounds, Method self, Cell content, Record fields
   std::vector<ValueRef> keys;   // Dict keys, Record field names (Const)
@@ -65,6 +69,7 @@ ValueRef make_const_borrowed(PyObject* v);
 ValueRef make_object(PyRef obj, int source);
 ValueRef make_seq(VKind kind, std::vector<ValueRef> items);  // Tuple or List
 ValueRef make_cell(ValueRef content);
+ValueRef make_symint(graph::Sym e, int64_t hint);  // a Const when `e` is a constant
 
 // Python-level description for messages: "Tensor(f32[8])", "int 3", "Linear".
 std::string describe(const Value& v);

@@ -90,6 +90,18 @@ ValueRef Tracer::tensor_input(PyObject* tensor, int source) {
   }
   graph::TensorMeta meta = meta_of_tensor(tensor, nullptr);
   note_requires_grad(meta.requires_grad);
+  const SourceKind kind = guards_.sources.at(source).kind;
+  std::vector<int> dims;
+  graph::SymShape shape;
+  if (kind != SourceKind::ConstObject) {  // tensors the guard program holds itself keep their sizes
+    bool parameter = type == reinterpret_cast<PyTypeObject*>(T.parameter_type.get());
+    dims = shapes_.input_dims(tensor, guards_.sources.name(source), parameter, meta.sizes,
+                              static_cast<int>(graph_.inputs.size()));
+    shape = shapes_.input_shape(dims, meta);
+    if (shape.empty()) dims.clear();
+    meta.sym_sizes = shape.sizes;
+    meta.sym_strides = shape.strides;
+  }
   graph::Node node;
   node.kind = graph::NodeKind::Input;
   node.type = graph::ValueType::Tensor;
@@ -100,6 +112,7 @@ ValueRef Tracer::tensor_input(PyObject* tensor, int source) {
   g.source = source;
   g.tensor.type = type;
   g.tensor.meta = meta;
+  g.tensor.dim_symbols = std::move(dims);
   guards_.guards.push_back(std::move(g));
   guards_.input_sources.push_back(source);
 
@@ -110,6 +123,7 @@ ValueRef Tracer::tensor_input(PyObject* tensor, int source) {
   v->meta = make_meta_tensor(meta);
   v->device = meta.device;
   v->tensor_type = type;
+  v->shape = std::move(shape);
   tensor_by_object_[tensor] = v;
   return v;
 }

@@ -1,0 +1,309 @@
+// Symbolic output shapes of a torch call by probing: the call's meta function runs again with every free symbol
+// scaled to other values (multiples of its size while tracing, so divisibility the code relies on still holds),
+// and each output size and stride is matched to an expression that agrees at every point: a constant, a size,
+// stride or int argument of the inputs, the input's element count over the other output sizes (reshapes), or the
+// dense layout of the output's own sizes. When no expression fits or a probe raises, the call needs sizes to be
+// related: symbols with equal sizes are tried as one (broadcasting `x + y`), then each symbol on its own, and the
+// ones the call cannot vary are specialised. A last probe with the symbols at 1 tells which of them the call
+// treats differently at size 1; those are guarded to be at least 2.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <optional>
+
+#include "frontend/trace/meta.h"
+#include "frontend/trace/torch_refs.h"
+#include "frontend/trace/tracer.h"
+
+namespace fastcomp::frontend {
+namespace {
+
+using graph::Sym;
+using Point = std::vector<int64_t>;  // a value per symbol
+
+struct Observed {  // the tensor outputs of one meta call
+  std::vector<std::vector<int64_t>> sizes, strides;
+  PyRef rest;  // the non-tensor part, compared between points
+};
+
+bool has_sym(const ValueRef& v) {
+  if (v->is(VKind::SymInt) || (v->is(VKind::Tensor) && !v->shape.empty())) return true;
+  if (v->is(VKind::Tuple) || v->is(VKind::List))
+    for (const auto& item : v->items)
+      if (has_sym(item)) return true;
+  return false;
+}
+
+std::vector<int64_t> ints(PyObject* seq) {
+  std::vector<int64_t> out;
+  PyRef t = PyRef::steal(PySequence_Tuple(seq));
+  if (!t) {
+    PyErr_Clear();
+    return out;
+  }
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(t.get()); ++i) out.push_back(PyLong_AsLongLong(PyTuple_GET_ITEM(t.get(), i)));
+  return out;
+}
+
+std::optional<Observed> observe(PyObject* out) {
+  const auto& T = torch_refs();
+  Observed o;
+  auto add = [&](PyObject* t) {
+    PyRef size = PyRef::steal(PyObject_GetAttrString(t, "shape"));
+    PyRef stride = PyRef::steal(PyObject_CallMethod(t, "stride", nullptr));
+    if (!size || !stride) return false;
+    o.sizes.push_back(ints(size.get()));
+    o.strides.push_back(ints(stride.get()));
+    return true;
+  };
+  if (T.is_tensor(out)) {
+    if (!add(out)) return std::nullopt;
+    return o;
+  }
+  if (PyTuple_Check(out) || PyList_Check(out)) {
+    PyRef rest = PyRef::steal(PyList_New(0));
+    for (Py_ssize_t i = 0; i < PySequence_Size(out); ++i) {
+      PyRef item = PyRef::steal(PySequence_GetItem(out, i));
+      if (T.is_tensor(item.get())) {
+        if (!add(item.get())) return std::nullopt;
+      } else {
+        PyList_Append(rest.get(), item.get());
+      }
+    }
+    o.rest = rest;
+    return o;
+  }
+  o.rest = PyRef::borrow(out);
+  return o;
+}
+
+const int64_t kPrimes[] = {3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41};
+
+}  // namespace
+
+// A meta object for `v` at `point`; `at_hint` is the one the call got while tracing.
+PyRef Tracer::probe_meta(const ValueRef& v, PyObject* at_hint, const std::vector<int64_t>& point) {
+  if (!has_sym(v)) return PyRef::borrow(at_hint);
+  if (v->is(VKind::SymInt)) return PyRef::steal(PyLong_FromLongLong(graph::sym_eval(shapes_.resolve(v->sym), point)));
+  if (v->is(VKind::Tensor)) {
+    graph::TensorMeta m;
+    m.dtype = PyRef::steal(PyObject_GetAttrString(v->meta.get(), "dtype"));
+    SymShape shape = shapes_.resolve(v->shape);
+    for (const Sym& e : shape.sizes) m.sizes.push_back(graph::sym_eval(e, point));
+    for (const Sym& e : shape.strides) m.strides.push_back(graph::sym_eval(e, point));
+    return make_meta_tensor(m);
+  }
+  const bool tuple = v->is(VKind::Tuple);
+  PyRef out = PyRef::steal(tuple ? PyTuple_New(v->items.size()) : PyList_New(v->items.size()));
+  for (size_t i = 0; i < v->items.size(); ++i) {
+    PyRef item = probe_meta(v->items[i], PySequence_Fast_GET_ITEM(at_hint, i), point);
+    if (tuple) PyTuple_SET_ITEM(out.get(), i, item.release());
+    else PyList_SET_ITEM(out.get(), i, item.release());
+  }
+  return out;
+}
+
+std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta_out) {
+  // The expressions the outputs may take, from the inputs (sizes first, then strides and int arguments).
+  std::vector<Sym> candidates;
+  std::vector<std::pair<Sym, int>> numels;  // element count of each dynamic tensor input
+  std::function<void(const ValueRef&)> collect = [&](const ValueRef& v) {
+    if (v->is(VKind::SymInt)) candidates.push_back(shapes_.resolve(v->sym));
+    if (v->is(VKind::Tensor) && !v->shape.empty()) {
+      SymShape s = shapes_.resolve(v->shape);
+      Sym numel = graph::sym_const(1);
+      for (const Sym& e : s.sizes) candidates.push_back(e), numel = graph::sym_mul(numel, e);
+      for (const Sym& e : s.strides) candidates.push_back(e);
+      numels.emplace_back(numel, 0);
+    }
+    if (v->is(VKind::Tuple) || v->is(VKind::List))
+      for (const auto& item : v->items) collect(item);
+  };
+  for (const auto& a : call.args) collect(a);
+  for (const auto& kw : call.kwargs) collect(kw.second);
+  std::vector<int> free;
+  for (const Sym& c : candidates)
+    for (int s : shapes_.free_symbols(c)) free.push_back(s);
+  std::sort(free.begin(), free.end());
+  free.erase(std::unique(free.begin(), free.end()), free.end());
+  if (free.empty()) return {};
+  std::optional<Observed> at_hint = observe(meta_out);
+  if (!at_hint) {  // no shapes to read off the result: keep the inputs as they were traced
+    PyErr_Clear();
+    for (int s : free) shapes_.specialize(s, fmt::format("{} at {} returns something fastcomp cannot probe", call.name, user_loc()));
+    return {};
+  }
+
+  // Runs the call at `point`; null when it raises.
+  auto run_at = [&](const Point& point) -> std::optional<Observed> {
+    PyRef args = PyRef::steal(PyTuple_New(call.args.size()));
+    for (size_t i = 0; i < call.args.size(); ++i)
+      PyTuple_SET_ITEM(args.get(), i, probe_meta(call.args[i], PyTuple_GET_ITEM(call.meta_args, i), point).release());
+    PyRef kwargs = PyRef::steal(PyDict_Copy(call.meta_kwargs));
+    for (const auto& [key, value] : call.kwargs)
+      if (has_sym(value)) {
+        PyObject* hint = PyDict_GetItemString(call.meta_kwargs, key.c_str());
+        if (hint) PyDict_SetItemString(kwargs.get(), key.c_str(), probe_meta(value, hint, point).get());
+      }
+    PyRef out = call.run(args.get(), kwargs.get());
+    if (!out) {
+      PyErr_Clear();
+      return std::nullopt;
+    }
+    auto o = observe(out.get());
+    if (!o) PyErr_Clear();
+    return o;
+  };
+
+  // Solves every output size and stride over `points` (hint first); null when one has no expression.
+  auto solve = [&](const std::vector<Point>& points, const std::vector<Observed>& seen) -> std::optional<std::vector<SymShape>> {
+    for (size_t k = 1; k < seen.size(); ++k) {
+      if (seen[k].sizes.size() != seen[0].sizes.size()) return std::nullopt;
+      for (size_t j = 0; j < seen[0].sizes.size(); ++j)
+        if (seen[k].sizes[j].size() != seen[0].sizes[j].size()) return std::nullopt;
+      if (seen[0].rest) {
+        int eq = PyObject_RichCompareBool(seen[0].rest.get(), seen[k].rest.get(), Py_EQ);
+        if (eq != 1) {
+          PyErr_Clear();
+          return std::nullopt;
+        }
+      }
+    }
+    auto matches = [&](const Sym& e, auto value_at) {
+      for (size_t k = 0; k < points.size(); ++k)
+        if (graph::sym_eval(e, points[k]) != value_at(k)) return false;
+      return true;
+    };
+    auto find = [&](auto value_at, bool* constant) -> Sym {
+      *constant = true;
+      for (size_t k = 1; k < points.size(); ++k) *constant &= value_at(k) == value_at(0);
+      if (*constant) return graph::sym_const(value_at(0));
+      for (const Sym& c : candidates)
+        if (matches(c, value_at)) return c;
+      return nullptr;
+    };
+    std::vector<SymShape> out;
+    for (size_t j = 0; j < seen[0].sizes.size(); ++j) {
+      const size_t rank = seen[0].sizes[j].size();
+      SymShape shape;
+      bool all_constant = true;
+      int unsolved = -1;
+      for (size_t d = 0; d < rank; ++d) {
+        bool constant;
+        Sym e = find([&](size_t k) { return seen[k].sizes[j][d]; }, &constant);
+        all_constant &= constant;
+        if (!e) {
+          if (unsolved >= 0) return std::nullopt;
+          unsolved = static_cast<int>(d);
+        }
+        shape.sizes.push_back(e);
+      }
+      if (unsolved >= 0) {  // a reshape's inferred dimension: an input's element count over the other sizes
+        Sym others = graph::sym_const(1);
+        for (size_t d = 0; d < rank; ++d)
+          if (static_cast<int>(d) != unsolved) others = graph::sym_mul(others, shape.sizes[d]);
+        for (const auto& [numel, unused] : numels) {
+          if (shapes_.hint(others) == 0) break;
+          Sym e = graph::sym_floordiv(numel, others);
+          if (matches(e, [&](size_t k) { return seen[k].sizes[j][unsolved]; })) {
+            shape.sizes[unsolved] = e;
+            break;
+          }
+        }
+        if (!shape.sizes[unsolved]) return std::nullopt;
+      }
+      std::vector<Sym> dense = dense_strides(shape.sizes, seen[0].sizes[j], seen[0].strides[j]);
+      for (size_t d = 0; d < rank; ++d) {
+        bool constant;
+        auto stride_at = [&](size_t k) { return seen[k].strides[j][d]; };
+        Sym e = find(stride_at, &constant);
+        all_constant &= constant;
+        if (!e && !dense.empty() && matches(dense[d], stride_at)) e = dense[d];
+        if (!e) {
+          bool always_one = true;  // a stride of a size-1 dimension does not address anything
+          for (size_t k = 0; k < points.size(); ++k) always_one &= seen[k].sizes[j][d] == 1;
+          if (!always_one) return std::nullopt;
+          e = graph::sym_const(seen[0].strides[j][d]);
+        }
+        shape.strides.push_back(e);
+      }
+      out.push_back(all_constant ? SymShape{} : std::move(shape));
+    }
+    return out;
+  };
+
+  // Probes with `varied` scaled (members of a group share their first member's value).
+  auto attempt = [&](const std::vector<int>& varied, const std::vector<std::vector<int>>& groups)
+      -> std::optional<std::vector<SymShape>> {
+    std::vector<Point> points = {shapes_.hints()};
+    std::vector<Observed> seen = {*at_hint};
+    for (int p = 0; p < 2; ++p) {
+      Point point = shapes_.hints();
+      for (size_t i = 0; i < varied.size(); ++i)
+        point[varied[i]] *= kPrimes[(i + 3 * p) % std::size(kPrimes)];
+      for (const auto& group : groups)
+        for (int s : group) point[s] = point[group[0]];
+      auto o = run_at(point);
+      if (!o) return std::nullopt;
+      points.push_back(std::move(point));
+      seen.push_back(std::move(*o));
+    }
+    return solve(points, seen);
+  };
+
+  const std::string why = fmt::format("{} at {} needs it", call.name, user_loc());
+  std::optional<std::vector<SymShape>> shapes = attempt(free, {});
+  if (!shapes) {
+    std::map<int64_t, std::vector<int>> by_hint;
+    for (int s : free) by_hint[shapes_.symbol(s).hint].push_back(s);
+    std::vector<std::vector<int>> groups;
+    for (auto& [hint, members] : by_hint)
+      if (members.size() > 1) groups.push_back(members);
+    if (!groups.empty() && (shapes = attempt(free, groups))) {
+      for (const auto& group : groups)
+        for (size_t i = 1; i < group.size(); ++i) shapes_.unify(group[0], group[i], call.name + " at " + user_loc());
+    }
+  }
+  if (!shapes) {
+    for (int s : free)
+      if (!attempt({s}, {})) shapes_.specialize(s, why);
+    std::vector<int> left;
+    for (int s : free)
+      if (!shapes_.symbol(s).replacement) left.push_back(s);
+    shapes = left.empty() ? std::nullopt : attempt(left, {});
+    if (!shapes) {
+      for (int s : left) shapes_.specialize(s, why);
+      return {};  // all inputs static now: the hint shapes are the output shapes
+    }
+  }
+  for (SymShape& s : *shapes) s = shapes_.resolve(s);
+
+  // Size 1: which symbols the call treats differently there (squeeze, broadcasting against them, ...).
+  std::vector<int> may_be_one;
+  for (int s : free)
+    if (!shapes_.symbol(s).replacement && shapes_.symbol(s).min < 2) may_be_one.push_back(s);
+  auto agrees_at = [&](const std::vector<int>& ones) {
+    Point point = shapes_.hints();
+    for (int s : ones) point[s] = 1;
+    auto o = run_at(point);
+    if (!o || o->sizes.size() != shapes->size()) return false;
+    for (size_t j = 0; j < shapes->size(); ++j) {
+      const SymShape& s = (*shapes)[j];
+      if (s.empty()) continue;
+      if (o->sizes[j].size() != s.sizes.size()) return false;
+      for (size_t d = 0; d < s.sizes.size(); ++d) {
+        if (graph::sym_eval(s.sizes[d], point) != o->sizes[j][d]) return false;
+        if (o->sizes[j][d] > 1 && graph::sym_eval(s.strides[d], point) != o->strides[j][d]) return false;
+      }
+    }
+    return true;
+  };
+  if (!may_be_one.empty() && !agrees_at(may_be_one))
+    for (int s : may_be_one)
+      if (!agrees_at({s})) shapes_.require_at_least_two(s, fmt::format("{} at {} behaves differently at size 1", call.name, user_loc()));
+  return *shapes;
+}
+
+}  // namespace fastcomp::frontend

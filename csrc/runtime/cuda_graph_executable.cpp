@@ -10,6 +10,8 @@
 #include "frontend/trace/torch_refs.h"
 #include "runtime/arg_values.h"
 #include "runtime/cuda/module.h"
+#include "runtime/torch_shim.h"
+#include "support/small_buffer.h"
 #include "support/log.h"
 #include "support/pystr.h"
 
@@ -71,7 +73,11 @@ const TorchCuda& torch_cuda() {
   return refs;
 }
 
-char* data_ptr(PyObject* t) {  // null with an error set on failure
+// A tensor's data address: through torch's C shim when it can read it, else Tensor.data_ptr(). Null with an
+// error set on failure (an empty tensor may be null without one).
+char* data_ptr(PyObject* t) {
+  if (const TorchShim* shim = TorchShim::get())
+    if (void* p = shim->data_ptr(t)) return static_cast<char*>(p);
   static PyObject* name = PyUnicode_InternFromString("data_ptr");
   PyRef p = PyRef::steal(PyObject_CallMethodNoArgs(t, name));
   return p ? static_cast<char*>(PyLong_AsVoidPtr(p.get())) : nullptr;
@@ -177,17 +183,31 @@ class CudaGraphExecutable final : public Executable {
     cuda::CUstream stream = nullptr;
     if (!current_stream(&stream)) return nullptr;
     try {
+      // This call's input addresses, read once; the cheap test (did an input move, and would copying it home
+      // cost more than the replay saves?) comes before the ones that call into torch.
+      SmallBuffer<char*, 8> addresses(ninputs);
+      for (size_t i = 0; i < ninputs; ++i)
+        if (!(addresses[i] = data_ptr(inputs[i])) && PyErr_Occurred()) return nullptr;
       size_t stale = instances_.size();  // an instance whose outputs are free but whose inputs cannot be placed
+      bool copies_too_costly = false;
       for (size_t i = 0; i < instances_.size(); ++i) {
         Instance& inst = *instances_[i];
+        const Moved moved = moved_inputs(inst, addresses.data());
+        if (moved.too_costly) {
+          copies_too_costly = true;
+          continue;
+        }
         const int free = outputs_free(inst);
         if (free < 0) return nullptr;
         if (!free) continue;
-        const int placed = place_inputs(inst, inputs, stream);
+        const int placed = moved.count ? place_inputs(inst, addresses.data(), stream) : 1;
         if (placed < 0) return nullptr;
-        if (placed == 2) return inner_->run(inputs, ninputs);
         if (placed) return replay(inst, inputs, stream);
         stale = i;
+      }
+      if (copies_too_costly) {
+        log_copies_too_costly();
+        return inner_->run(inputs, ninputs);
       }
       if (captures_ >= kMaxCaptures) {
         turn_off(fmt::format("captured {} times and the inputs still move; the last input that could not be "
@@ -255,17 +275,40 @@ class CudaGraphExecutable final : public Executable {
     return refs <= torch_cuda().sole_tensor_storage_refs ? 1 : 0;
   }
 
-  // Puts this call's inputs where the instance reads them: 1 done (copies queued on `stream`), 0 an input cannot
-  // be placed (the instance must be captured again), 2 the copies would cost more than the replay saves (run
-  // the executable directly), -1 with a Python error set.
-  int place_inputs(Instance& inst, PyObject* const* inputs, cuda::CUstream stream) {
-    std::vector<std::pair<size_t, char*>> copies;
-    size_t copy_bytes = 0;
+  struct Moved {
+    size_t count = 0;         // inputs not at the instance's homes
+    bool too_costly = false;  // copying them home costs more than the replay saves
+  };
+
+  Moved moved_inputs(const Instance& inst, char* const* addresses) const {
+    Moved moved;
+    size_t bytes = 0;
     for (size_t i = 0; i < inst.homes.size(); ++i) {
       const Home& home = inst.homes[i];
-      char* p = data_ptr(inputs[i]);
-      if (!p && PyErr_Occurred()) return -1;
-      if (p == home.address || home.bytes == 0) continue;
+      if (addresses[i] == home.address || home.bytes == 0) continue;
+      ++moved.count;
+      bytes += home.bytes;
+    }
+    // Each copy is a launch of its own, and moves bytes: worth it only while the replay still saves launches.
+    const double copy_cost = moved.count + double(bytes) / kCopyBytesPerLaunch;
+    moved.too_costly = moved.count && 1 + copy_cost >= options_.launches;
+    return moved;
+  }
+
+  void log_copies_too_costly() {
+    if (copy_logged_) return;
+    copy_logged_ = true;
+    FC_LOG(cudagraphs, info, "cudagraphs: {}: its inputs moved, and copying them costs more than a replay of its {} "
+           "launches saves; such calls run without the CUDA graph (pass the same input tensors, e.g. refilled with "
+           "copy_(), to replay)", options_.label, options_.launches);
+  }
+
+  // Copies this call's moved inputs home (queued on `stream`): 1 done, 0 an input cannot be placed (the instance
+  // must be captured again), -1 with a Python error set.
+  int place_inputs(Instance& inst, char* const* addresses, cuda::CUstream stream) {
+    for (size_t i = 0; i < inst.homes.size(); ++i) {
+      const Home& home = inst.homes[i];
+      if (addresses[i] == home.address || home.bytes == 0) continue;
       const int free = writes_inputs_ ? 0 : home_free(home);
       if (free < 0) return -1;
       if (!free) {
@@ -273,24 +316,12 @@ class CudaGraphExecutable final : public Executable {
         last_moved_ = "input " + std::to_string(i);
         return 0;
       }
-      copies.emplace_back(i, p);
-      copy_bytes += home.bytes;
-    }
-    if (copies.empty()) return 1;
-    // Each copy is a launch of its own, and moves bytes: worth it only while the replay still saves launches.
-    const double copy_cost = copies.size() + double(copy_bytes) / kCopyBytesPerLaunch;
-    if (1 + copy_cost >= options_.launches) {
-      if (!copy_logged_) {
-        copy_logged_ = true;
-        FC_LOG(cudagraphs, info, "cudagraphs: {}: its inputs moved, and copying them ({} copies, {:.1f} MiB) costs "
-               "more than a replay of its {} launches saves; such calls run without the CUDA graph (pass the same input "
-               "tensors, e.g. refilled with copy_(), to replay)", options_.label, copies.size(), copy_bytes / double(1 << 20),
-               options_.launches);
-      }
-      return 2;
     }
     cuda::ContextGuard guard(options_.device);
-    for (auto& [i, p] : copies) cuda::copy_async(inst.homes[i].address, p, inst.homes[i].bytes, stream);
+    for (size_t i = 0; i < inst.homes.size(); ++i) {
+      const Home& home = inst.homes[i];
+      if (addresses[i] != home.address && home.bytes) cuda::copy_async(home.address, addresses[i], home.bytes, stream);
+    }
     return 1;
   }
 

@@ -65,6 +65,7 @@ bool TorchShim::load() {
         lookup(lib, "aoti_torch_get_device_type", &get_device_type_) &&
         lookup(lib, "aoti_torch_get_device_index", &get_device_index_) &&
         lookup(lib, "aoti_torch_grad_mode_is_enabled", &grad_mode_is_enabled_) &&
+        lookup(lib, "aoti_torch_get_data_ptr", &get_data_ptr_) &&
         lookup(lib, "aoti_torch_device_type_cpu", &device_cpu) && lookup(lib, "aoti_torch_device_type_cuda", &device_cuda)))
     return false;
   cpu_ = device_cpu();
@@ -121,6 +122,8 @@ bool TorchShim::probe() const {
     PyRef dtype = PyRef::steal(PyObject_GetAttrString(t, "dtype"));
     PyRef device = PyRef::steal(PyObject_GetAttrString(t, "device"));
     if (!shape || !strides || !dtype || !device) return false;
+    PyRef address = PyRef::steal(PyObject_CallMethod(t, "data_ptr", nullptr));
+    if (!address || PyLong_AsVoidPtr(address.get()) != data_ptr(t)) return false;
     std::vector<int64_t> want_sizes = ints_of(shape.get()), want_strides = ints_of(strides.get());
     int32_t type = -1, index = -1;
     if (m.layout != strided_ || m.ndim != static_cast<int64_t>(want_sizes.size()) || want_strides.size() != want_sizes.size() ||
@@ -132,15 +135,19 @@ bool TorchShim::probe() const {
   return true;
 }
 
-bool TorchShim::read(PyObject* tensor, ShimTensorMeta* out) const {
+void* TorchShim::impl_of(PyObject* tensor) const {
   PyObject* address = cdata_(tensor, cdata_closure_);  // new reference
-  if (!address) return PyErr_Clear(), false;
+  if (!address) return PyErr_Clear(), nullptr;
   void* impl = PyLong_AsVoidPtr(address);
   Py_DECREF(address);
-  if (!impl) return PyErr_Clear(), false;
-  // An at::Tensor is one intrusive pointer to its TensorImpl, so the address of `impl` is a handle to a tensor
-  // that borrows the caller's reference: the shim's getters neither keep nor release it.
-  Handle h = &impl;
+  if (!impl) PyErr_Clear();
+  return impl;
+}
+
+bool TorchShim::read(PyObject* tensor, ShimTensorMeta* out) const {
+  void* impl = impl_of(tensor);
+  if (!impl) return false;
+  Handle h = &impl;  // see impl_of
   int64_t* sizes = nullptr;
   int64_t* strides = nullptr;
   if (get_layout_(h, &out->layout) || get_dim_(h, &out->ndim) || get_sizes_(h, &sizes) ||
@@ -150,6 +157,14 @@ bool TorchShim::read(PyObject* tensor, ShimTensorMeta* out) const {
   out->sizes = sizes;
   out->strides = strides;
   return true;
+}
+
+void* TorchShim::data_ptr(PyObject* tensor) const {
+  void* impl = impl_of(tensor);
+  if (!impl) return nullptr;
+  Handle h = &impl;  // see impl_of
+  void* data = nullptr;
+  return get_data_ptr_(h, &data) == 0 ? data : nullptr;
 }
 
 int32_t TorchShim::dtype_code(PyObject* dtype) const {

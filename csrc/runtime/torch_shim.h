@@ -36,6 +36,9 @@ class TorchShim {
   int32_t dtype_code(PyObject* dtype) const;
   // The shim's numbers for a torch.device object; false when its type has none.
   bool device_code(PyObject* device, int32_t* type, int32_t* index) const;
+  // The address of the tensor's first element (Tensor.data_ptr()), or null when it cannot be read so (then no
+  // error is set; callers fall back to the Python method).
+  void* data_ptr(PyObject* tensor) const;
   bool grad_mode_enabled() const { return grad_mode_is_enabled_(); }
   int32_t strided_layout() const { return strided_; }
 
@@ -43,14 +46,20 @@ class TorchShim {
   using GetInt64 = int32_t (*)(Handle, int64_t*);
   using GetInt32 = int32_t (*)(Handle, int32_t*);
   using GetInts = int32_t (*)(Handle, int64_t**);
+  using GetPtr = int32_t (*)(Handle, void**);
 
  private:
   bool load();
   bool probe() const;
+  // The TensorImpl* of a torch.Tensor, null (no error set) when unreadable. An at::Tensor is one intrusive
+  // pointer to its TensorImpl, so the address of a local holding it is a handle (an at::Tensor*) that borrows the
+  // caller's reference: the shim's getters neither keep nor release it.
+  void* impl_of(PyObject* tensor) const;
 
   GetInt64 get_dim_ = nullptr;
   GetInts get_sizes_ = nullptr, get_strides_ = nullptr;
   GetInt32 get_layout_ = nullptr, get_dtype_ = nullptr, get_device_type_ = nullptr, get_device_index_ = nullptr;
+  GetPtr get_data_ptr_ = nullptr;
   bool (*grad_mode_is_enabled_)() = nullptr;
   getter cdata_ = nullptr;  // torch.Tensor._cdata: the TensorImpl's address as an int
   void* cdata_closure_ = nullptr;

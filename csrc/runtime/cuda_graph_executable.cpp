@@ -183,31 +183,26 @@ class CudaGraphExecutable final : public Executable {
     cuda::CUstream stream = nullptr;
     if (!current_stream(&stream)) return nullptr;
     try {
-      // This call's input addresses, read once; the cheap test (did an input move, and would copying it home
-      // cost more than the replay saves?) comes before the ones that call into torch.
+      // This call's input addresses, read once: whether an input moved, and whether copying it home would cost
+      // more than the replay saves, is decided before asking torch who holds the old memory.
       SmallBuffer<char*, 8> addresses(ninputs);
       for (size_t i = 0; i < ninputs; ++i)
         if (!(addresses[i] = data_ptr(inputs[i])) && PyErr_Occurred()) return nullptr;
       size_t stale = instances_.size();  // an instance whose outputs are free but whose inputs cannot be placed
-      bool copies_too_costly = false;
       for (size_t i = 0; i < instances_.size(); ++i) {
         Instance& inst = *instances_[i];
-        const Moved moved = moved_inputs(inst, addresses.data());
-        if (moved.too_costly) {
-          copies_too_costly = true;
-          continue;
-        }
         const int free = outputs_free(inst);
         if (free < 0) return nullptr;
         if (!free) continue;
+        const Moved moved = moved_inputs(inst, addresses.data());
+        if (moved.too_costly) {
+          log_copies_too_costly();
+          return inner_->run(inputs, ninputs);
+        }
         const int placed = moved.count ? place_inputs(inst, addresses.data(), stream) : 1;
         if (placed < 0) return nullptr;
         if (placed) return replay(inst, inputs, stream);
         stale = i;
-      }
-      if (copies_too_costly) {
-        log_copies_too_costly();
-        return inner_->run(inputs, ninputs);
       }
       if (captures_ >= kMaxCaptures) {
         turn_off(fmt::format("captured {} times and the inputs still move; the last input that could not be "

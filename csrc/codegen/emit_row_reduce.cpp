@@ -167,9 +167,9 @@ void choose_shape(const Kernel& k, const DeviceLimits& limits, RowPlan& p) {
   for (size_t o = 0; o < n_in; ++o) {
     if (passes_reading[o] == 0) continue;
     p.residence[o] = p.cached && passes_reading[o] > 1 ? Residence::Cached : Residence::Streamed;
-    // Hoisting pays only when a thread sees several rows.
-    const bool row_invariant =
-        p.rows.hint() > p.grid * (p.block / p.threads) && classify(p.outer, o) == Access::Broadcast;
+    // Hoisting pays only when a thread sees several rows; a symbolic row count is taken to be large.
+    const bool many_rows = !p.rows.is_static() || p.rows.hint() > p.grid * (p.block / p.threads);
+    const bool row_invariant = many_rows && classify(p.outer, o) == Access::Broadcast;
     if (p.cached && row_invariant && (p.residence[o] == Residence::Cached || budget >= per_input)) {
       if (p.residence[o] == Residence::Streamed) budget -= per_input;
       p.residence[o] = Residence::Hoisted;
@@ -411,7 +411,11 @@ KernelSource emit_row_reduce(const Kernel& k, const DeviceLimits& limits) {
   code = fmt::format("// {}: row reduce over [{}], {} rows of {}, one {} of {} threads per row, {} x {} elements per "
                      "thread {}, {} pass{}, {} indices\n",
                      k.name, join(k.shape), p.rows.to_string(), p.len.to_string(), p.warp_mode ? "warp" : "block",
-                     p.threads, p.cached ? p.chunks : ceil_div(p.len.hint(), int64_t{p.threads} * p.vec), p.vec,
+                     p.threads,
+                     p.cached ? std::to_string(p.chunks)
+                     : p.len.is_static() ? std::to_string(ceil_div(p.len.hint(), int64_t{p.threads} * p.vec))
+                                         : "(" + p.len.to_string() + ")/" + std::to_string(p.threads * p.vec),
+                     p.vec,
                      p.cached ? "in registers" : "streamed", p.passes + 1, p.passes ? "es" : "",
                      wide ? "64-bit" : "32-bit");
   code += rows_function(k, p, idx_decl);

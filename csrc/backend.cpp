@@ -22,7 +22,6 @@ namespace {
 // Why the graph runs through torch rather than the CUDA backend; empty when the CUDA backend applies.
 std::string torch_runner_reason(const graph::Graph& graph, int* device) {
   if (!config().cuda_backend) return "fastcomp.config.cuda_backend is off";
-  if (graph.is_dynamic()) return "dynamic shapes: the CUDA backend's kernels are static-shape yet";
   bool cuda = false;
   for (const graph::Node& n : graph.nodes) {
     if (n.type != graph::ValueType::Tensor || !n.meta.device) continue;
@@ -118,10 +117,14 @@ BuiltExecutable rehearse(graph::Graph graph) {
 namespace {
 
 // Where log lines about a graph point the user: the first user line that made one of its ops.
-std::string graph_label(const graph::Graph& graph, const std::string& summary) {
+std::string graph_origin(const graph::Graph& graph) {
   for (const graph::Node& n : graph.nodes)
-    if (n.kind == graph::NodeKind::Call && !n.user_loc.empty()) return "the graph from " + n.user_loc + " (" + summary + ")";
-  return "a graph (" + summary + ")";
+    if (n.kind == graph::NodeKind::Call && !n.user_loc.empty()) return "the graph from " + n.user_loc;
+  return "a graph";
+}
+
+std::string graph_label(const graph::Graph& graph, const std::string& summary) {
+  return graph_origin(graph) + " (" + summary + ")";
 }
 
 // Wraps the CUDA executable in `built` so that it replays as a CUDA graph. `graph` is the one it runs.
@@ -136,9 +139,9 @@ void use_cuda_graph(BuiltExecutable& built, const graph::Graph& graph, const pla
   built.cuda_graph = true;
 }
 
-BuiltExecutable without_cuda_graph(BuiltExecutable built, const std::string& label) {
-  FC_LOG(cudagraphs, info, "cudagraphs: {} runs without a CUDA graph: it is not on the CUDA backend", label);
-  built.summary += " (no CUDA graph: not on the CUDA backend)";
+BuiltExecutable without_cuda_graph(BuiltExecutable built, const std::string& label, const std::string& why) {
+  FC_LOG(cudagraphs, info, "cudagraphs: {} runs without a CUDA graph: {}", label, why);
+  built.summary += " (no CUDA graph: " + why + ")";
   return built;
 }
 
@@ -150,10 +153,13 @@ BuiltExecutable build_executable(graph::Graph graph, frontend::GuardSet& guards,
   int device = 0;
   std::string why = torch_runner_reason(graph, &device);
   if (why == "no CUDA tensors" && config().rehearse_cuda_backend) return rehearse(std::move(graph));
-  const std::string label = cuda_graphs ? graph_label(graph, "torch runner") : "";
+  const std::string origin = cuda_graphs ? graph_origin(graph) : "";
   BuiltExecutable built = why.empty() ? build_cuda_executable(std::move(graph), guards, device, cuda_graphs)
                                       : torch_runner(std::move(graph), why);
-  return cuda_graphs && !built.cuda_graph ? without_cuda_graph(std::move(built), label) : std::move(built);
+  if (!cuda_graphs || built.cuda_graph) return built;
+  const std::string no_graph = built.no_cuda_graph.empty() ? "not on the CUDA backend" : built.no_cuda_graph;
+  const std::string summary = built.no_cuda_graph.empty() ? "torch runner" : built.summary;
+  return without_cuda_graph(std::move(built), origin + " (" + summary + ")", no_graph);
 }
 
 namespace {
@@ -197,7 +203,10 @@ BuiltExecutable build_cuda_executable(graph::Graph graph, frontend::GuardSet& gu
       if (!binary) binary = runtime::compile_plan(program, source);
       out.executable = runtime::make_cuda_executable(graph, std::move(program), source, std::move(binary));
     }
-    if (cuda_graphs) use_cuda_graph(out, graph_for_replay, program_for_replay);
+    // A CUDA graph replays one set of sizes: a dynamic graph's change per call, so it launches directly.
+    if (cuda_graphs && program_for_replay.is_dynamic())
+      out.no_cuda_graph = "dynamic shapes (a CUDA graph replays fixed sizes)";
+    else if (cuda_graphs) use_cuda_graph(out, graph_for_replay, program_for_replay);
     return out;
   } catch (const runtime::cuda::NvrtcError& e) {
     const std::string path = dumped.empty() ? save_failed_source(source.program) : (dumped / "kernels.cu").string();

@@ -16,6 +16,7 @@ struct BuiltExecutable {
   std::string plan_text;    // the fusion plan, when the CUDA backend lowered the graph
   std::string cuda_source;  // its CUDA C
   bool cuda_graph = false;  // replays as a CUDA graph (mode="reduce-overhead")
+  std::string no_cuda_graph;  // with mode="reduce-overhead": why a CUDA executable launches directly instead
 };
 
 /** Builds `graph`'s executable; adds the guards the choice depends on (e.g. TF32 for fp32 matmuls) to

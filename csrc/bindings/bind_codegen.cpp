@@ -37,7 +37,7 @@ std::vector<cg::Operand> parse_operands(const py::list& items) {
     py::dict d = py::reinterpret_borrow<py::dict>(h);
     cg::Operand o;
     o.dtype = parse_dtype(d["dtype"].cast<std::string>());
-    o.strides = d["strides"].cast<std::vector<int64_t>>();
+    o.strides = cg::to_sizes(d["strides"].cast<std::vector<int64_t>>());
     if (d.contains("offset")) o.storage_offset = d["offset"].cast<int64_t>();
     out.push_back(std::move(o));
   }
@@ -50,7 +50,7 @@ cg::Kernel parse_kernel(const py::dict& spec) {
   const std::string kind = spec["kind"].cast<std::string>();
   if (kind != "pointwise" && kind != "row_reduce") throw py::value_error("unknown kind '" + kind + "'");
   k.kind = kind == "pointwise" ? cg::Kernel::Kind::Pointwise : cg::Kernel::Kind::RowReduce;
-  k.shape = spec["shape"].cast<std::vector<int64_t>>();
+  k.shape = cg::to_sizes(spec["shape"].cast<std::vector<int64_t>>());
   k.inputs = parse_operands(spec["inputs"].cast<py::list>());
   k.outputs = parse_operands(spec["outputs"].cast<py::list>());
   for (py::handle h : spec["exprs"].cast<py::list>()) {

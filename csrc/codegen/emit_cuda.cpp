@@ -95,6 +95,14 @@ template <int kWarps, typename T, typename Op> __device__ __forceinline__ T fc_s
 }
 )";
 
+constexpr const char* kSizeParamsMarker = "/*fc_size_params*/";
+constexpr const char* kSizeArgsMarker = "/*fc_size_args*/";
+
+void replace_all(std::string& text, const std::string& marker, const std::string& with) {
+  for (size_t at = text.find(marker); at != std::string::npos; at = text.find(marker, at + with.size()))
+    text.replace(at, marker.size(), with);
+}
+
 bool uses(const Kernel& k, DType t) {
   for (const Operand& o : k.inputs)
     if (o.dtype == t) return true;
@@ -113,14 +121,14 @@ std::string kernel_params(const Kernel& k) {
     out += fmt::format("{}const {}* __restrict__ in{}", out.empty() ? "" : ", ", dtype_c_type(k.inputs[i].dtype), i);
   for (size_t i = 0; i < k.outputs.size(); ++i)
     out += fmt::format("{}{}* __restrict__ out{}", out.empty() ? "" : ", ", dtype_c_type(k.outputs[i].dtype), i);
-  return out;
+  return out + kSizeParamsMarker;
 }
 
 std::string kernel_args(const Kernel& k) {
   std::string out;
   for (size_t i = 0; i < k.inputs.size(); ++i) out += fmt::format("{}in{}", out.empty() ? "" : ", ", i);
   for (size_t i = 0; i < k.outputs.size(); ++i) out += fmt::format("{}out{}", out.empty() ? "" : ", ", i);
-  return out;
+  return out + kSizeArgsMarker;
 }
 
 const Operand& operand(const Kernel& k, size_t o) {
@@ -132,17 +140,13 @@ std::string stored_value(const Kernel& k, const Store& s) {
   return to_memory(to, convert(from, to, value_name(s.expr)));
 }
 
-std::string join(const std::vector<int64_t>& sizes) {
-  std::string out;
-  for (size_t i = 0; i < sizes.size(); ++i) out += (i ? ", " : "") + std::to_string(sizes[i]);
-  return out;
-}
+std::string join(const Sizes& sizes) { return join_sizes(sizes, ", "); }
 
-std::string pointer_at(const Kernel& k, size_t o) {
+std::string pointer_at(const Kernel& k, size_t o, SizeParams& params) {
   const bool input = o < k.inputs.size();
   const Operand& op = operand(k, o);
   std::string name = fmt::format("{}{}", input ? "in" : "out", input ? o : o - k.inputs.size());
-  return op.storage_offset ? name + " + " + index_literal(op.storage_offset) : name;
+  return op.storage_offset != 0 ? name + " + " + params.text(op.storage_offset) : name;
 }
 
 KernelSource source_for(const Kernel& k, int block, int64_t grid) {
@@ -165,8 +169,16 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 KernelSource emit_cuda(const Kernel& kernel, const DeviceLimits& limits) {
   detail::validate(kernel);
-  return kernel.kind == Kernel::Kind::Pointwise ? detail::emit_pointwise(kernel, limits)
-                                                : detail::emit_row_reduce(kernel, limits);
+  KernelSource src = kernel.kind == Kernel::Kind::Pointwise ? detail::emit_pointwise(kernel, limits)
+                                                            : detail::emit_row_reduce(kernel, limits);
+  std::string params, args;
+  for (size_t i = 0; i < src.size_params.size(); ++i) {
+    params += fmt::format(", const int64_t p{}", i);
+    args += fmt::format(", p{}", i);
+  }
+  detail::replace_all(src.code, detail::kSizeParamsMarker, params);
+  detail::replace_all(src.code, detail::kSizeArgsMarker, args);
+  return src;
 }
 
 std::string emit_program(const std::vector<KernelSource>& kernels) {

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "codegen/kernel_ir.h"
+#include "codegen/layout.h"
 
 namespace fastcomp::codegen::detail {
 
@@ -18,15 +19,17 @@ const Operand& operand(const Kernel& k, size_t o);
 // The memory element a store writes: its expression's value converted to the output's dtype.
 std::string stored_value(const Kernel& k, const Store& s);
 
-// "32, 512, 512"
-std::string join(const std::vector<int64_t>& sizes);
+// "32, 512, 512", "s0, 512"
+std::string join(const Sizes& sizes);
 
-// "const float* __restrict__ in0, ..., float* __restrict__ out0" and "in0, ..., out0".
+// "const float* __restrict__ in0, ..., float* __restrict__ out0" and "in0, ..., out0", each followed by a marker
+// that emit_cuda replaces with the size parameters once the whole kernel is written (", const int64_t p0" and
+// ", p0"; nothing for a static kernel).
 std::string kernel_params(const Kernel& k);
 std::string kernel_args(const Kernel& k);
 
-// The address of operand o's first element (inputs then outputs): "in0", "out1 + 8".
-std::string pointer_at(const Kernel& k, size_t o);
+// The address of operand o's first element (inputs then outputs): "in0", "out1 + 8", "out1 + p2".
+std::string pointer_at(const Kernel& k, size_t o, SizeParams& params);
 
 // Name, needs_fp16/bf16 and launch shape filled in; the caller adds the code.
 KernelSource source_for(const Kernel& k, int block, int64_t grid);

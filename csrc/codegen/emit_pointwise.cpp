@@ -36,7 +36,8 @@ struct Plan {
   std::vector<bool> used;       // operands the kernel touches (inputs read by a live Load, stored outputs)
   int vec = 1;                  // elements per vector step; 1 = scalar loop only
   std::vector<Lane> lanes;      // per operand, when vec > 1
-  int64_t n = 0;                // elements
+  Size n = 0;                   // elements
+  SizeParams* params = nullptr; // the kernel's size parameters (dynamic shapes)
 };
 
 // The widest group size every used operand allows, with the lane each operand takes; vec = 1 when none does.
@@ -45,8 +46,8 @@ void choose_vector(const Kernel& k, Plan& p) {
   for (size_t o = 0; o < p.used.size(); ++o)
     if (p.used[o]) widest = std::max(widest, dtype_size(operand(k, o).dtype));
   const int vec = 16 / widest;
-  const std::vector<int64_t>& shape = p.space.shape;
-  if (vec == 1 || p.n < vec) return;
+  const Sizes& shape = p.space.shape;
+  if (vec == 1 || (p.n.is_static() && p.n.hint() < vec)) return;
   p.lanes.assign(p.used.size(), Lane::Shared);
   for (size_t o = 0; o < p.used.size(); ++o) {
     if (!p.used[o]) continue;
@@ -55,9 +56,10 @@ void choose_vector(const Kernel& k, Plan& p) {
       case Access::Broadcast: p.lanes[o] = Lane::Shared; break;
       case Access::Strided: {
         const Strides& s = p.space.strides[o];
-        if (shape.back() % vec != 0 || s.back() > 1) return;
+        // Only facts true for every size: a symbolic innermost dimension vectorises when it is a multiple of vec.
+        if (!known_multiple(shape.back(), vec) || (s.back() != 0 && s.back() != 1)) return;
         for (size_t d = 0; d + 1 < s.size(); ++d)
-          if (s.back() == 1 && s[d] % vec != 0) return;  // a group's start must stay vector-aligned
+          if (s.back() == 1 && !known_multiple(s[d], vec)) return;  // a group's start must stay vector-aligned
         p.lanes[o] = s.back() == 1 ? Lane::Vector : Lane::Shared;
       }
     }
@@ -86,7 +88,7 @@ std::string element_statements(const Kernel& k, const Plan& p, LoadText load, co
 std::string vector_function(const Kernel& k, const Plan& p, const std::string& idx_decl) {
   const size_t n_in = k.inputs.size();
   const std::string v = std::to_string(p.vec), groups = std::to_string(kGroupsPerThread);
-  const std::string n_groups = index_literal(p.n / p.vec);
+  const std::string n_groups = p.params->text(floordiv(p.n, p.vec));
   // The loop over this step's groups, with the first element's index and coordinates where `operands` need them.
   auto each_group = [&](const std::vector<bool>& operands, bool needs_index) {
     for (size_t o = 0; o < operands.size(); ++o)
@@ -94,7 +96,7 @@ std::string vector_function(const Kernel& k, const Plan& p, const std::string& i
     return fmt::format("#pragma unroll\n    for (int w = 0; w < {}; ++w) {{\n"
                        "      const idx_t v = v0 + w * step;\n      if (v < {}) {{\n", groups, n_groups) +
            (needs_index ? fmt::format("        const idx_t i = v * {};\n", v) : "") +
-           coordinate_decls(p.space, operands, "i", "c", "        ");
+           coordinate_decls(p.space, operands, "i", "c", "        ", *p.params);
   };
   std::vector<bool> inputs = p.used, outputs = p.used;
   std::fill(inputs.begin() + n_in, inputs.end(), false);
@@ -108,7 +110,9 @@ std::string vector_function(const Kernel& k, const Plan& p, const std::string& i
       "  const idx_t step = gridDim.x * blockDim.x;\n"
       "  for (idx_t v0 = blockIdx.x * blockDim.x + threadIdx.x; v0 < {}; v0 += {} * step) {{\n",
       k.name, kernel_params(k), idx_decl, n_groups, groups);
-  auto offset = [&](size_t o) { return offset_text(p.space, o, "i", "c", operand(k, o).storage_offset); };
+  auto offset = [&](size_t o) {
+    return offset_text(p.space, o, "i", "c", operand(k, o).storage_offset, *p.params);
+  };
   std::string loads;
   for (size_t o = 0; o < n_in; ++o) {
     if (!p.used[o]) continue;
@@ -136,19 +140,20 @@ std::string vector_function(const Kernel& k, const Plan& p, const std::string& i
 }
 
 // A grid-stride loop over elements [first, n), one at a time.
-std::string scalar_loop(const Kernel& k, const Plan& p, int64_t first) {
+std::string scalar_loop(const Kernel& k, const Plan& p, const Size& first) {
   std::string out = fmt::format(
       "  for (idx_t i = {}blockIdx.x * blockDim.x + threadIdx.x; i < {}; i += gridDim.x * blockDim.x) {{\n",
-      first ? index_literal(first) + " + " : "", index_literal(p.n));
-  out += coordinate_decls(p.space, p.used, "i", "c", "    ");
+      first != 0 ? p.params->text(first) + " + " : "", p.params->text(p.n));
+  out += coordinate_decls(p.space, p.used, "i", "c", "    ", *p.params);
   const size_t n_in = k.inputs.size();
   auto load = [&](int o) {
-    return fmt::format("in{}[{}]", o, offset_text(p.space, o, "i", "c", k.inputs[o].storage_offset));
+    return fmt::format("in{}[{}]", o, offset_text(p.space, o, "i", "c", k.inputs[o].storage_offset, *p.params));
   };
   out += element_statements(k, p, load, "(int64_t)i", "    ");
   for (const Store& s : k.stores)
     out += fmt::format("    out{}[{}] = {};\n", s.output,
-                       offset_text(p.space, n_in + s.output, "i", "c", k.outputs[s.output].storage_offset),
+                       offset_text(p.space, n_in + s.output, "i", "c", k.outputs[s.output].storage_offset,
+                                   *p.params),
                        stored_value(k, s));
   return out + "  }\n";
 }
@@ -157,6 +162,8 @@ std::string scalar_loop(const Kernel& k, const Plan& p, int64_t first) {
 
 KernelSource emit_pointwise(const Kernel& k, const DeviceLimits& limits) {
   Plan p;
+  SizeParams params;
+  p.params = &params;
   std::vector<Strides> strides;
   for (const Operand& o : k.inputs) strides.push_back(o.strides);
   for (const Operand& o : k.outputs) strides.push_back(o.strides);
@@ -170,19 +177,28 @@ KernelSource emit_pointwise(const Kernel& k, const DeviceLimits& limits) {
   choose_vector(k, p);
 
   // A grid-stride loop over a few waves of resident blocks (fewer when the work is small): enough blocks that
-  // the block scheduler evens out the tail, few enough that each thread streams several steps.
-  const int64_t items = p.n / p.vec + (p.n % p.vec ? 1 : 0);
-  const int block = static_cast<int>(std::min<int64_t>(kBlock, std::max<int64_t>(32, ceil_div(items, 32) * 32)));
+  // the block scheduler evens out the tail, few enough that each thread streams several steps. With a symbolic
+  // element count the block is full size and the grid is sized per call by the same rule.
+  const bool dynamic = !p.n.is_static();
+  const int64_t items = ceil_div(p.n.hint(), p.vec);
+  const int block =
+      dynamic ? kBlock : static_cast<int>(std::min<int64_t>(kBlock, std::max<int64_t>(32, ceil_div(items, 32) * 32)));
   const int64_t resident = int64_t{limits.sm_count} * std::max(1, limits.max_threads_per_sm / block);
   const int64_t blocks_needed = ceil_div(items, int64_t{block} * kGroupsPerThread);
-  const int64_t grid = std::max<int64_t>(1, std::min(blocks_needed, resident * kWaves));
+  const int64_t grid = dynamic ? resident * kWaves : std::max<int64_t>(1, std::min(blocks_needed, resident * kWaves));
   KernelSource src = source_for(k, block, grid);
+  if (dynamic) {
+    src.grid_items = floordiv(p.n + (p.vec - 1), p.vec).sym();
+    src.items_per_block = int64_t{block} * kGroupsPerThread;
+  }
 
-  // Loop variables overshoot n by one step of the grid at most.
-  int64_t max_index = p.n + 2 * grid * block * p.vec * kGroupsPerThread;
+  // Loop variables overshoot n by one step of the grid at most. Symbolic sizes have no bound: 64-bit.
+  int64_t max_index = p.n.hint() + 2 * grid * block * p.vec * kGroupsPerThread;
   for (size_t o = 0; o < strides.size(); ++o)
     max_index = std::max(max_index, max_offset(k.shape, strides[o], operand(k, o).storage_offset));
-  const bool wide = !fits_int32(max_index);
+  bool wide = !fits_int32(max_index) || !all_static(k.shape);
+  for (size_t o = 0; o < strides.size(); ++o)
+    wide = wide || !all_static(strides[o]) || !operand(k, o).storage_offset.is_static();
   const std::string idx_decl = index_type_decl(wide);
 
   std::string& code = src.code;
@@ -198,15 +214,16 @@ KernelSource emit_pointwise(const Kernel& k, const DeviceLimits& limits) {
     std::string aligned;
     for (size_t o = 0; o < p.used.size(); ++o) {
       if (!p.used[o] || p.lanes[o] != Lane::Vector) continue;
-      aligned += fmt::format("{}fc_aligned({}, {})", aligned.empty() ? "" : " && ", pointer_at(k, o),
+      aligned += fmt::format("{}fc_aligned({}, {})", aligned.empty() ? "" : " && ", pointer_at(k, o, params),
                              p.vec * dtype_size(operand(k, o).dtype));
     }
     code += fmt::format("  if ({})\n    {}_groups<true>({});\n  else\n    {}_groups<false>({});\n", aligned,
                         k.name, kernel_args(k), k.name, kernel_args(k));
   }
-  const int64_t first_scalar = p.vec > 1 ? p.n / p.vec * p.vec : 0;
-  if (first_scalar < p.n) code += scalar_loop(k, p, first_scalar);
+  const Size first_scalar = p.vec > 1 ? floordiv(p.n, p.vec) * p.vec : Size(0);
+  if (first_scalar != p.n) code += scalar_loop(k, p, first_scalar);
   code += "}\n";
+  src.size_params = params.exprs();
   return src;
 }
 

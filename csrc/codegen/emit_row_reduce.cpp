@@ -1,5 +1,5 @@
-// Row-reduce kernels: the last dimension is a row of compile-time length R; one warp (R <= 512) or one block
-// per row, in a grid-stride loop over rows.
+// Row-reduce kernels: the last dimension is a row of length R; one warp (R <= 512) or one block per row, in a
+// grid-stride loop over rows. R and the row count may be symbolic (kernel parameters); a symbolic R is streamed.
 //
 // The expression DAG is evaluated in passes over the row: pass L computes every Reduce whose inputs need only
 // reductions of earlier passes (softmax: max, then sum of exp(x - max); layer_norm: mean, then variance), and a
@@ -46,16 +46,18 @@ enum class Residence : uint8_t {
 };
 
 struct RowPlan {
-  int64_t rows = 0, len = 0;         // len: R, elements per row
+  Size rows = 0, len = 0;            // len: R, elements per row
+  SizeParams* params = nullptr;      // the kernel's size parameters (dynamic shapes)
   Collapsed outer;                   // rows: outer dimensions, operands inputs then outputs
-  std::vector<int64_t> row_stride;   // per operand
+  Sizes row_stride;                  // per operand
   std::vector<bool> live, uniform;   // per expression
   std::vector<int> level;            // per expression: passes it must wait for
   int passes = 0;                    // reduction passes (the highest level)
   bool warp_mode = false;
   int threads = 32;                  // threads per row
   int block = 32;
-  int64_t grid = 1;
+  int64_t grid = 1;                  // at the hint; per call up to grid_cap when rows are symbolic
+  int64_t grid_cap = 1;
   int vec = 1;                       // elements per chunk
   int chunks = 1;                    // chunks per thread (cached mode)
   bool cached = false;
@@ -124,22 +126,29 @@ void choose_shape(const Kernel& k, const DeviceLimits& limits, RowPlan& p) {
   const size_t n_in = k.inputs.size(), n_ops = n_in + k.outputs.size();
   int widest = 1;
   for (size_t o = 0; o < n_ops; ++o) widest = std::max(widest, dtype_size(operand(k, o).dtype));
-  p.vec = p.len % (16 / widest) == 0 ? 16 / widest : 1;
+  // Vector chunks need every row length to be a multiple of the vector width: for a symbolic length, every
+  // coefficient of it.
+  p.vec = known_multiple(p.len, 16 / widest) ? 16 / widest : 1;
   p.vector_ok.assign(n_ops, false);
   for (size_t o = 0; o < n_ops; ++o) {
     bool ok = p.row_stride[o] == 1;
-    for (int64_t s : p.outer.strides[o]) ok = ok && s % p.vec == 0;
+    for (const Size& s : p.outer.strides[o]) ok = ok && known_multiple(s, p.vec);
     p.vector_ok[o] = ok;
   }
 
-  p.warp_mode = p.len <= kWarpRowMax;
-  const int64_t wanted = ceil_div(ceil_div(p.len, kElementsPerThread), 32) * 32;
-  p.threads = p.warp_mode ? 32 : static_cast<int>(std::min<int64_t>(limits.max_threads_per_block, wanted));
-  p.chunks = static_cast<int>(std::min<int64_t>(ceil_div(p.len, int64_t{p.threads} * p.vec), INT32_MAX));
-  p.block = p.warp_mode ? 32 * static_cast<int>(std::clamp<int64_t>(p.rows, 1, kWarpsPerBlockWarpMode)) : p.threads;
+  // A symbolic row length picks warp or block mode from its hint (a launch heuristic; both are correct for any
+  // length) and is always streamed: the cached mode unrolls over a compile-time chunk count.
+  const int64_t len = p.len.hint();
+  p.warp_mode = len <= kWarpRowMax;
+  const int64_t wanted = ceil_div(ceil_div(len, kElementsPerThread), 32) * 32;
+  p.threads = p.warp_mode ? 32 : static_cast<int>(std::clamp<int64_t>(wanted, 32, limits.max_threads_per_block));
+  p.chunks = static_cast<int>(std::min<int64_t>(ceil_div(len, int64_t{p.threads} * p.vec), INT32_MAX));
+  const int64_t rows = p.rows.is_static() ? p.rows.hint() : kWarpsPerBlockWarpMode;
+  p.block = p.warp_mode ? 32 * static_cast<int>(std::clamp<int64_t>(rows, 1, kWarpsPerBlockWarpMode)) : p.threads;
   const int64_t resident = int64_t{limits.sm_count} * std::max(1, limits.max_threads_per_sm / p.block);
   const int64_t waves = p.warp_mode ? kWarpModeWaves : kBlockModeWaves;
-  p.grid = std::max<int64_t>(1, std::min(ceil_div(p.rows, p.block / p.threads), resident * waves));
+  p.grid_cap = resident * waves;
+  p.grid = std::max<int64_t>(1, std::min(ceil_div(p.rows.hint(), p.block / p.threads), p.grid_cap));
 
   // Inputs read per element by more than one pass are worth keeping in registers for the whole row.
   std::vector<int> passes_reading(n_in, 0);
@@ -152,14 +161,15 @@ void choose_shape(const Kernel& k, const DeviceLimits& limits, RowPlan& p) {
   const int per_input = p.chunks * p.vec;
   int reused = 0;
   for (int n : passes_reading) reused += n > 1;
-  p.cached = per_input <= kMaxCachedPerInput && reused * per_input <= kMaxCachedTotal;
+  p.cached = p.len.is_static() && per_input <= kMaxCachedPerInput && reused * per_input <= kMaxCachedTotal;
   p.residence.assign(n_in, Residence::Unused);
   int budget = kMaxCachedTotal - reused * per_input;
   for (size_t o = 0; o < n_in; ++o) {
     if (passes_reading[o] == 0) continue;
     p.residence[o] = p.cached && passes_reading[o] > 1 ? Residence::Cached : Residence::Streamed;
-    // Hoisting pays only when a thread sees several rows.
-    const bool row_invariant = p.rows > p.grid * (p.block / p.threads) && classify(p.outer, o) == Access::Broadcast;
+    // Hoisting pays only when a thread sees several rows; a symbolic row count is taken to be large.
+    const bool many_rows = !p.rows.is_static() || p.rows.hint() > p.grid * (p.block / p.threads);
+    const bool row_invariant = many_rows && classify(p.outer, o) == Access::Broadcast;
     if (p.cached && row_invariant && (p.residence[o] == Residence::Cached || budget >= per_input)) {
       if (p.residence[o] == Residence::Streamed) budget -= per_input;
       p.residence[o] = Residence::Hoisted;
@@ -173,13 +183,13 @@ std::string chunk_loop(const RowPlan& p, const std::string& body, const std::str
   const int64_t step = int64_t{p.threads} * p.vec;
   if (!p.cached)
     return fmt::format("{0}for (idx_t j = t * {1}; j < {2}; j += {3}) {{\n{4}{0}}}\n", indent, p.vec,
-                       index_literal(p.len), index_literal(step), body);
+                       p.params->text(p.len), index_literal(step), body);
   // Chunks past the row's end exist only when the threads' chunks overshoot it.
-  const bool guard = p.chunks * step > p.len;
+  const bool guard = p.chunks * step > p.len.hint();  // cached mode: the length is static
   std::string out = fmt::format("#pragma unroll\n{}for (int s = 0; s < {}; ++s) {{\n", indent, p.chunks);
   if (guard || body_uses_j) out += fmt::format("{}  const idx_t j = (s * {} + t) * {};\n", indent, p.threads, p.vec);
   if (guard)
-    return out + fmt::format("{0}  if (j < {1}) {{\n{2}{0}  }}\n{0}}}\n", indent, index_literal(p.len), body);
+    return out + fmt::format("{0}  if (j < {1}) {{\n{2}{0}  }}\n{0}}}\n", indent, p.params->text(p.len), body);
   // No guard: the body moves up one level.
   std::string shifted;
   for (size_t at = 0; at < body.size();) {
@@ -196,13 +206,13 @@ std::string load_chunk(const Kernel& k, const RowPlan& p, size_t o, const std::s
                        const std::string& indent) {
   const std::string at = base == "0" ? "" : base + " + ";  // a hoisted input of storage offset 0
   if (p.vector_ok[o]) return fmt::format("{}fc_load<{}, kAligned>(in{} + {}j, {});\n", indent, p.vec, o, at, dst);
-  const int64_t rs = p.row_stride[o];
+  const Size& rs = p.row_stride[o];
   return fmt::format("{}for (int u = 0; u < {}; ++u) {}[u] = in{}[{}(j + u){}];\n", indent, p.vec, dst, o, at,
-                     rs == 1 ? "" : " * " + index_literal(rs));
+                     rs == 1 ? "" : " * " + p.params->text(rs));
 }
 
 std::string row_base(const Kernel& k, const RowPlan& p, size_t o) {
-  return offset_text(p.outer, o, "row", "r", operand(k, o).storage_offset);
+  return offset_text(p.outer, o, "row", "r", operand(k, o).storage_offset, *p.params);
 }
 
 // One pass over the row: stream in what it reads, evaluate `exprs` per element, then `per_element` (stores when
@@ -257,7 +267,7 @@ std::string rows_function(const Kernel& k, const RowPlan& p, const std::string& 
     for (size_t o = 0; o < n_in; ++o) {
       if (p.residence[o] != r) continue;
       const std::string base =
-          r == Residence::Hoisted ? index_literal(k.inputs[o].storage_offset) : fmt::format("b{}", o);
+          r == Residence::Hoisted ? p.params->text(k.inputs[o].storage_offset) : fmt::format("b{}", o);
       out += fmt::format("{}{} x{}[{}][{}];\n", indent, dtype_c_type(k.inputs[o].dtype), o, p.chunks, p.vec);
       out += chunk_loop(p, load_chunk(k, p, o, base, fmt::format("x{}[s]", o), indent + "    "), indent, true);
     }
@@ -268,10 +278,10 @@ std::string rows_function(const Kernel& k, const RowPlan& p, const std::string& 
   if (parity) f += "  int parity = 0;\n";
   if (p.warp_mode)
     f += fmt::format("  for (idx_t row = blockIdx.x * {0} + (threadIdx.x >> 5); row < {1}; "
-                     "row += gridDim.x * {0}) {{\n", p.block / 32, index_literal(p.rows));
+                     "row += gridDim.x * {0}) {{\n", p.block / 32, p.params->text(p.rows));
   else
-    f += fmt::format("  for (idx_t row = blockIdx.x; row < {}; row += gridDim.x) {{\n", index_literal(p.rows));
-  f += coordinate_decls(p.outer, p.touched, "row", "r", "    ");
+    f += fmt::format("  for (idx_t row = blockIdx.x; row < {}; row += gridDim.x) {{\n", p.params->text(p.rows));
+  f += coordinate_decls(p.outer, p.touched, "row", "r", "    ", *p.params);
   for (size_t o = 0; o < n_ops; ++o)
     if (p.touched[o] && (o >= n_in || p.residence[o] != Residence::Hoisted))
       f += fmt::format("    const idx_t b{} = {};\n", o, row_base(k, p, o));
@@ -320,9 +330,9 @@ std::string rows_function(const Kernel& k, const RowPlan& p, const std::string& 
       vector_outputs.push_back(s.output);
       per_element += fmt::format("          z{}[u] = {};\n", s.output, stored_value(k, s));
     } else {
-      const int64_t rs = p.row_stride[o];
+      const Size& rs = p.row_stride[o];
       per_element += fmt::format("          out{}[b{} + (j + u){}] = {};\n", s.output, o,
-                                 rs == 1 ? "" : " * " + index_literal(rs), stored_value(k, s));
+                                 rs == 1 ? "" : " * " + p.params->text(rs), stored_value(k, s));
     }
   }
   if (!passes[p.passes].empty() || !per_element.empty())
@@ -336,8 +346,10 @@ std::string rows_function(const Kernel& k, const RowPlan& p, const std::string& 
 
 KernelSource emit_row_reduce(const Kernel& k, const DeviceLimits& limits) {
   RowPlan p;
+  SizeParams params;
+  p.params = &params;
   p.len = k.shape.back();
-  const std::vector<int64_t> outer_shape(k.shape.begin(), k.shape.end() - 1);
+  const Sizes outer_shape(k.shape.begin(), k.shape.end() - 1);
   p.rows = numel(outer_shape);
   std::vector<Strides> outer_strides, strides;
   for (size_t o = 0; o < k.inputs.size() + k.outputs.size(); ++o) {
@@ -377,20 +389,33 @@ KernelSource emit_row_reduce(const Kernel& k, const DeviceLimits& limits) {
 
   const int rows_per_block = p.block / p.threads;
   const int64_t grid = p.grid;
-  KernelSource src = source_for(k, p.block, grid);
+  const bool dynamic_grid = !p.rows.is_static();
+  KernelSource src = source_for(k, p.block, dynamic_grid ? p.grid_cap : grid);
+  if (dynamic_grid) {
+    src.grid_items = p.rows.sym();
+    src.items_per_block = rows_per_block;
+  }
 
-  int64_t max_index = std::max(p.rows + 2 * grid * rows_per_block, p.len + 2 * int64_t{p.threads} * p.vec);
-  max_index = std::max(max_index, numel(k.shape));
-  for (size_t o = 0; o < strides.size(); ++o)
+  int64_t max_index =
+      std::max(p.rows.hint() + 2 * grid * rows_per_block, p.len.hint() + 2 * int64_t{p.threads} * p.vec);
+  max_index = std::max(max_index, numel(k.shape).hint());
+  bool wide = !all_static(k.shape);  // symbolic sizes have no bound: 64-bit
+  for (size_t o = 0; o < strides.size(); ++o) {
     max_index = std::max(max_index, max_offset(k.shape, strides[o], operand(k, o).storage_offset));
-  const bool wide = !fits_int32(max_index);
+    wide = wide || !all_static(strides[o]) || !operand(k, o).storage_offset.is_static();
+  }
+  wide = wide || !fits_int32(max_index);
   const std::string idx_decl = index_type_decl(wide);
 
   std::string& code = src.code;
   code = fmt::format("// {}: row reduce over [{}], {} rows of {}, one {} of {} threads per row, {} x {} elements per "
                      "thread {}, {} pass{}, {} indices\n",
-                     k.name, join(k.shape), p.rows, p.len, p.warp_mode ? "warp" : "block", p.threads,
-                     p.cached ? p.chunks : ceil_div(p.len, int64_t{p.threads} * p.vec), p.vec,
+                     k.name, join(k.shape), p.rows.to_string(), p.len.to_string(), p.warp_mode ? "warp" : "block",
+                     p.threads,
+                     p.cached ? std::to_string(p.chunks)
+                     : p.len.is_static() ? std::to_string(ceil_div(p.len.hint(), int64_t{p.threads} * p.vec))
+                                         : "(" + p.len.to_string() + ")/" + std::to_string(p.threads * p.vec),
+                     p.vec,
                      p.cached ? "in registers" : "streamed", p.passes + 1, p.passes ? "es" : "",
                      wide ? "64-bit" : "32-bit");
   code += rows_function(k, p, idx_decl);
@@ -400,7 +425,7 @@ KernelSource emit_row_reduce(const Kernel& k, const DeviceLimits& limits) {
   for (size_t o = 0; o < strides.size(); ++o) {
     const bool per_element = o < k.inputs.size() ? p.residence[o] != Residence::Unused : p.row_stride[o] != 0;
     if (!p.touched[o] || !per_element || !p.vector_ok[o] || p.vec == 1) continue;
-    aligned += fmt::format("{}fc_aligned({}, {})", aligned.empty() ? "" : " && ", pointer_at(k, o),
+    aligned += fmt::format("{}fc_aligned({}, {})", aligned.empty() ? "" : " && ", pointer_at(k, o, params),
                            p.vec * dtype_size(operand(k, o).dtype));
   }
   if (aligned.empty())
@@ -409,6 +434,7 @@ KernelSource emit_row_reduce(const Kernel& k, const DeviceLimits& limits) {
     code += fmt::format("  if ({})\n    {}_rows<true>({});\n  else\n    {}_rows<false>({});\n", aligned, k.name,
                         kernel_args(k), k.name, kernel_args(k));
   code += "}\n";
+  src.size_params = params.exprs();
   return src;
 }
 

@@ -263,16 +263,16 @@ void validate(const Kernel& k) {
   for (char c : k.name)
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') invalid(k, "name must be a C identifier");
   if (k.name.rfind("fc_", 0) == 0) invalid(k, "names starting with fc_ belong to the prelude");
-  for (int64_t n : k.shape)
-    if (n < 0) invalid(k, "negative size");
+  for (const Size& n : k.shape)
+    if (!known_ge(n, 0)) invalid(k, "negative size");
   if (k.kind == Kernel::Kind::RowReduce && (k.shape.empty() || k.shape.back() == 0))
     invalid(k, "a row-reduce kernel needs a non-empty last dimension");
   auto check_operand = [&](const Operand& o, const char* what) {
     if (o.strides.size() != k.shape.size()) invalid(k, fmt::format("{} has {} strides for {} dimensions", what,
                                                                    o.strides.size(), k.shape.size()));
-    for (int64_t s : o.strides)
-      if (s < 0) invalid(k, fmt::format("{} has a negative stride", what));
-    if (o.storage_offset < 0) invalid(k, fmt::format("{} has a negative storage offset", what));
+    for (const Size& s : o.strides)
+      if (!known_ge(s, 0)) invalid(k, fmt::format("{} has a negative stride", what));
+    if (!known_ge(o.storage_offset, 0)) invalid(k, fmt::format("{} has a negative storage offset", what));
   };
   for (const Operand& o : k.inputs) check_operand(o, "an input");
   for (const Operand& o : k.outputs) check_operand(o, "an output");
@@ -308,7 +308,8 @@ void validate(const Kernel& k) {
   for (size_t o = 0; o < k.outputs.size(); ++o)
     for (size_t d = 0; d < k.shape.size(); ++d) {
       const bool per_row = k.kind == Kernel::Kind::RowReduce && d + 1 == k.shape.size();
-      if (k.outputs[o].strides[d] == 0 && k.shape[d] > 1 && !per_row)
+      const bool repeats = k.shape[d].is_static() ? k.shape[d].hint() > 1 : true;
+      if (k.outputs[o].strides[d] == 0 && repeats && !per_row)
         invalid(k, fmt::format("out{} repeats elements in dimension {}", o, d));
     }
 }

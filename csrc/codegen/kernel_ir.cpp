@@ -7,15 +7,9 @@
 namespace fastcomp::codegen {
 namespace {
 
-std::string join_ints(const std::vector<int64_t>& v) {
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? "," : "") + std::to_string(v[i]);
-  return out;
-}
-
 std::string operand_text(const char* prefix, size_t i, const Operand& o) {
-  std::string out = fmt::format("  {}{} {} strides=[{}]", prefix, i, dtype_name(o.dtype), join_ints(o.strides));
-  if (o.storage_offset) out += fmt::format(" offset={}", o.storage_offset);
+  std::string out = fmt::format("  {}{} {} strides=[{}]", prefix, i, dtype_name(o.dtype), join_sizes(o.strides));
+  if (o.storage_offset != 0) out += fmt::format(" offset={}", o.storage_offset.to_string());
   return out + "\n";
 }
 
@@ -121,7 +115,7 @@ const char* expr_op_name(ExprOp op) {
 //   store e<expr> -> out<output>
 std::string Kernel::to_string() const {
   std::string out = fmt::format("kernel {} {} shape=[{}]\n", name,
-                                kind == Kind::Pointwise ? "pointwise" : "row_reduce", join_ints(shape));
+                                kind == Kind::Pointwise ? "pointwise" : "row_reduce", join_sizes(shape));
   for (size_t i = 0; i < inputs.size(); ++i) out += operand_text("in", i, inputs[i]);
   for (size_t i = 0; i < outputs.size(); ++i) out += operand_text("out", i, outputs[i]);
   for (size_t i = 0; i < exprs.size(); ++i) {

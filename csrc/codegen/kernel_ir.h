@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "codegen/size.h"
+
 namespace fastcomp::codegen {
 
 // Element types the emitter knows; compute happens in the `compute` type of each expression.
@@ -53,10 +55,11 @@ struct Expr {
 // A tensor the kernel reads or writes, addressed as base + storage_offset + sum(index[d] * strides[d]) over the
 // kernel's `shape` (a stride of 0 broadcasts). For RowReduce kernels an output of a per-row value has stride
 // 0 in the last dimension. An output may alias an input only element for element (in-place ops).
+// Under dynamic shapes sizes, strides and offsets may be expressions over the graph's symbols (codegen/size.h).
 struct Operand {
   DType dtype = DType::F32;
-  std::vector<int64_t> strides;  // in elements, >= 0, one per dimension of Kernel::shape
-  int64_t storage_offset = 0;    // in elements
+  Sizes strides;              // in elements, >= 0, one per dimension of Kernel::shape
+  Size storage_offset = 0;    // in elements
 };
 
 struct Store {
@@ -67,7 +70,7 @@ struct Store {
 struct Kernel {
   enum class Kind : uint8_t { Pointwise, RowReduce } kind = Kind::Pointwise;
   std::string name;                // unique within one program, a valid C identifier not starting with fc_
-  std::vector<int64_t> shape;      // iteration space
+  Sizes shape;                     // iteration space
   std::vector<Operand> inputs;     // kernel parameters, in order, then outputs
   std::vector<Operand> outputs;
   std::vector<Expr> exprs;         // in evaluation order
@@ -76,19 +79,27 @@ struct Kernel {
   std::string to_string() const;   // stable text for dumps and golden tests
 };
 
-// What emit_cuda produces for a kernel: source plus what the runtime needs to launch it. The kernel takes
-// exactly one pointer per input then per output: each operand's storage base (`storage_offset` is applied
-// inside). It checks pointer alignment itself, so any base works; 16-byte aligned ones take the vector path.
-// Index arithmetic is 32-bit when every index, loop bound and element offset of the kernel fits in int32, else
-// 64-bit; `code`'s first line (a comment describing the kernel's shape) says which.
+// What emit_cuda produces for a kernel: source plus what the runtime needs to launch it. The kernel takes one
+// pointer per input then per output: each operand's storage base (`storage_offset` is applied inside), then one
+// int64_t per entry of `size_params`. It checks pointer alignment itself, so any base works; 16-byte aligned
+// ones take the vector path. Index arithmetic is 32-bit when every index, loop bound and element offset of the
+// kernel fits in int32, else 64-bit (always, when the kernel has size parameters); `code`'s first line (a comment
+// describing the kernel's shape) says which.
 struct KernelSource {
   std::string name;
   std::string code;        // CUDA C of one extern "C" __global__ function and its __device__ helpers <name>_*
   int block = 256;         // threads per block
-  int64_t grid = 1;        // blocks
+  int64_t grid = 1;        // blocks; with grid_items: the most blocks a call launches
   int shared_bytes = 0;    // dynamic shared memory
   bool needs_fp16 = false; // includes cuda_fp16.h
   bool needs_bf16 = false; // includes cuda_bf16.h
+  // Dynamic shapes: the values of the kernel's size parameters p0, p1, ..., in order, as expressions over the
+  // graph's symbols (the executable evaluates them per call); empty for a static kernel. Every size the kernel
+  // needs that is not a constant is one of them, so the code never depends on the sizes of a call.
+  std::vector<graph::Sym> size_params;
+  // When set, the grid is computed per call: clamp(ceil(grid_items / items_per_block), 1, grid).
+  graph::Sym grid_items;
+  int64_t items_per_block = 1;
 };
 
 struct DeviceLimits {

@@ -8,8 +8,8 @@ namespace fastcomp::codegen::detail {
 namespace {
 
 // Elements spanned by one step of each dimension of c.shape, row-major.
-std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
-  std::vector<int64_t> out(shape.size(), 1);
+Sizes contiguous_strides(const Sizes& shape) {
+  Sizes out(shape.size(), 1);
   for (size_t d = shape.size(); d-- > 1;) out[d - 1] = out[d] * shape[d];
   return out;
 }
@@ -22,10 +22,19 @@ bool dim_used(const Collapsed& c, const std::vector<bool>& operands, size_t d) {
 
 }  // namespace
 
-Collapsed collapse(const std::vector<int64_t>& shape, const std::vector<Strides>& strides) {
+std::string SizeParams::text(const Size& s) {
+  if (s.is_static()) return index_literal(s.hint());
+  for (size_t i = 0; i < exprs_.size(); ++i)
+    if (graph::same(exprs_[i], s.expr())) return "p" + std::to_string(i);
+  exprs_.push_back(s.expr());
+  return "p" + std::to_string(exprs_.size() - 1);
+}
+
+Collapsed collapse(const Sizes& shape, const std::vector<Strides>& strides) {
   Collapsed out;
   out.strides.resize(strides.size());
-  if (numel(shape) == 0) {  // nothing to address: one empty dimension keeps loops well-formed
+  const Size n = numel(shape);
+  if (n.is_static() && n.hint() == 0) {  // nothing to address: one empty dimension keeps loops well-formed
     out.shape = {0};
     for (Strides& s : out.strides) s = {0};
     return out;
@@ -36,7 +45,7 @@ Collapsed collapse(const std::vector<int64_t>& shape, const std::vector<Strides>
     for (size_t o = 0; merge && o < strides.size(); ++o)
       merge = out.strides[o].back() == strides[o][d] * shape[d];
     if (merge) {
-      out.shape.back() *= shape[d];
+      out.shape.back() = out.shape.back() * shape[d];
       for (size_t o = 0; o < strides.size(); ++o) out.strides[o].back() = strides[o][d];
     } else {
       out.shape.push_back(shape[d]);
@@ -49,54 +58,50 @@ Collapsed collapse(const std::vector<int64_t>& shape, const std::vector<Strides>
 Access classify(const Collapsed& c, size_t operand) {
   const Strides& s = c.strides[operand];
   if (s == contiguous_strides(c.shape)) return Access::Contiguous;
-  for (int64_t x : s)
+  for (const Size& x : s)
     if (x != 0) return Access::Strided;
   return Access::Broadcast;
 }
 
-int64_t numel(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t x : shape) n *= x;
-  return n;
-}
+Size numel(const Sizes& shape) { return product(shape); }
 
-int64_t max_offset(const std::vector<int64_t>& shape, const Strides& strides, int64_t storage_offset) {
-  int64_t out = storage_offset;
+int64_t max_offset(const Sizes& shape, const Strides& strides, const Size& storage_offset) {
+  int64_t out = storage_offset.hint();
   for (size_t d = 0; d < shape.size(); ++d)
-    if (shape[d] > 0) out += (shape[d] - 1) * strides[d];
+    if (shape[d].hint() > 0) out += (shape[d].hint() - 1) * strides[d].hint();
   return out;
 }
 
 std::string coordinate_decls(const Collapsed& c, const std::vector<bool>& operands, const std::string& index,
-                             const std::string& prefix, const std::string& indent) {
-  const std::vector<int64_t> span = contiguous_strides(c.shape);
+                             const std::string& prefix, const std::string& indent, SizeParams& params) {
+  const Sizes span = contiguous_strides(c.shape);
   std::string out;
   for (size_t d = 0; d < c.shape.size(); ++d) {
     if (!dim_used(c, operands, d)) continue;
     std::string value = index;
-    if (span[d] != 1) value += " / " + index_literal(span[d]);
-    if (d != 0) value = (span[d] != 1 ? "(" + value + ")" : value) + " % " + index_literal(c.shape[d]);
+    if (span[d] != 1) value += " / " + params.text(span[d]);
+    if (d != 0) value = (span[d] != 1 ? "(" + value + ")" : value) + " % " + params.text(c.shape[d]);
     out += fmt::format("{}const idx_t {}{} = {};\n", indent, prefix, d, value);
   }
   return out;
 }
 
 std::string offset_text(const Collapsed& c, size_t operand, const std::string& index, const std::string& prefix,
-                        int64_t storage_offset) {
+                        const Size& storage_offset, SizeParams& params) {
   std::string out;
   switch (classify(c, operand)) {
     case Access::Contiguous: out = index; break;
     case Access::Broadcast: break;
     case Access::Strided:
       for (size_t d = 0; d < c.shape.size(); ++d) {
-        const int64_t s = c.strides[operand][d];
+        const Size& s = c.strides[operand][d];
         if (s == 0) continue;
         if (!out.empty()) out += " + ";
-        out += prefix + std::to_string(d) + (s == 1 ? "" : " * " + index_literal(s));
+        out += prefix + std::to_string(d) + (s == 1 ? "" : " * " + params.text(s));
       }
   }
-  if (out.empty()) return index_literal(storage_offset);
-  return storage_offset ? out + " + " + index_literal(storage_offset) : out;
+  if (out.empty()) return params.text(storage_offset);
+  return storage_offset != 0 ? out + " + " + params.text(storage_offset) : out;
 }
 
 }  // namespace fastcomp::codegen::detail

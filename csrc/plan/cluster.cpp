@@ -4,7 +4,7 @@
 
 namespace fastcomp::plan {
 
-int Cluster::load(int buffer, DType dtype, const std::vector<int64_t>& strides, int64_t offset) {
+int Cluster::load(int buffer, DType dtype, const codegen::Sizes& strides, const codegen::Size& offset) {
   if (sealed_) throw std::logic_error("Cluster::load: the cluster is sealed");
   int operand = -1;
   for (size_t i = 0; i < loads_.size(); ++i)
@@ -47,7 +47,8 @@ int Cluster::intern(codegen::Expr e) {
 
 int Cluster::cast(int expr, DType dtype) { return exprs_[expr].dtype == dtype ? expr : op(ExprOp::Cast, dtype, {expr}); }
 
-bool Cluster::store(int expr, int buffer, DType dtype, const std::vector<int64_t>& strides, int64_t offset) {
+bool Cluster::store(int expr, int buffer, DType dtype, const codegen::Sizes& strides,
+                    const codegen::Size& offset) {
   for (const Store& s : stores_)
     if (s.expr == expr && s.buffer == buffer) return false;
   stores_.push_back({expr, buffer, codegen::Operand{dtype, strides, offset}});

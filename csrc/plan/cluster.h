@@ -16,9 +16,9 @@ using codegen::ExprOp;
 
 class Cluster {
  public:
-  explicit Cluster(std::vector<int64_t> space) : space_(std::move(space)) {}
+  explicit Cluster(codegen::Sizes space) : space_(std::move(space)) {}
 
-  const std::vector<int64_t>& space() const { return space_; }
+  const codegen::Sizes& space() const { return space_; }
   bool row_reduce() const { return row_reduce_; }
   void make_row_reduce() { row_reduce_ = true; }
   // A sealed cluster has its place among the steps: it may gain outputs but no new loads (a buffer written
@@ -27,7 +27,7 @@ class Cluster {
   void seal() { sealed_ = true; }
 
   // The expression loading `buffer` with `strides` over the space (0 broadcasts), deduplicated.
-  int load(int buffer, DType dtype, const std::vector<int64_t>& strides, int64_t offset);
+  int load(int buffer, DType dtype, const codegen::Sizes& strides, const codegen::Size& offset);
   int constant(DType dtype, double value);
   int op(ExprOp op, DType dtype, std::vector<int> args);
   int cast(int expr, DType dtype);  // `expr` itself when it already has that dtype
@@ -35,7 +35,7 @@ class Cluster {
   const codegen::Expr& expr(int id) const { return exprs_[id]; }
 
   // Writes `expr` to `buffer` with `strides` over the space; returns whether it was new (a value stored once).
-  bool store(int expr, int buffer, DType dtype, const std::vector<int64_t>& strides, int64_t offset);
+  bool store(int expr, int buffer, DType dtype, const codegen::Sizes& strides, const codegen::Size& offset);
   bool has_stores() const { return !stores_.empty(); }
 
   // Appends `other`'s loads, expressions and stores; returns the index each of its expressions now has.
@@ -56,7 +56,7 @@ class Cluster {
     int expr, buffer;
     codegen::Operand operand;
   };
-  std::vector<int64_t> space_;
+  codegen::Sizes space_;
   bool row_reduce_ = false;
   bool sealed_ = false;
   std::vector<Load> loads_;

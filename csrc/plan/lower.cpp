@@ -14,15 +14,17 @@ namespace fastcomp::plan {
 namespace detail {
 namespace {
 
-bool is_dense(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
+// Non-overlapping and without gaps in some dimension order (checked symbolically, ordered by the hints).
+bool is_dense(const Sizes& sizes, const Sizes& strides) {
   std::vector<size_t> order(sizes.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return strides[a] < strides[b]; });
-  int64_t expected = 1;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return strides[a].hint() < strides[b].hint(); });
+  Size expected = 1;
   for (size_t d : order) {
     if (sizes[d] == 1) continue;
     if (strides[d] != expected) return false;
-    expected *= sizes[d];
+    expected = expected * sizes[d];
   }
   return true;
 }
@@ -35,6 +37,22 @@ void mark_uses(const graph::Arg& a, int user, std::vector<int>& last_use) {
 }
 
 }  // namespace
+
+Sizes meta_sizes(const graph::TensorMeta& m) {
+  if (!m.is_dynamic()) return codegen::to_sizes(m.sizes);
+  Sizes out;
+  for (size_t d = 0; d < m.sizes.size(); ++d) out.push_back(Size::of(m.sym_sizes[d], m.sizes[d]));
+  return out;
+}
+
+Sizes meta_strides(const graph::TensorMeta& m) {
+  if (!m.is_dynamic()) return codegen::to_sizes(m.strides);
+  if (m.sym_strides.size() != m.strides.size())
+    throw NotLowerable("a tensor's strides are not known as expressions of the sizes");
+  Sizes out;
+  for (size_t d = 0; d < m.strides.size(); ++d) out.push_back(Size::of(m.sym_strides[d], m.strides[d]));
+  return out;
+}
 
 Lowerer::Lowerer(const graph::Graph& graph, const LowerOptions& options)
     : graph_(graph), options_(options), values_(graph.nodes.size()), last_use_(graph.nodes.size(), -1) {
@@ -89,10 +107,9 @@ void Lowerer::seal(int c) {
   program_.steps.push_back({Step::Kind::Kernel, kernel_step_of_[c]});
 }
 
-std::vector<int64_t> Lowerer::strides_in_space(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
-                                               const std::vector<int64_t>& out_shape, bool row,
-                                               const std::vector<int64_t>& space) const {
-  std::vector<int64_t> s(out_shape.size(), 0);
+Sizes Lowerer::strides_in_space(const Sizes& sizes, const Sizes& strides, const Sizes& out_shape, bool row,
+                                const Sizes& space) const {
+  Sizes s(out_shape.size(), 0);
   const size_t lead = out_shape.size() - sizes.size();  // broadcasting aligns trailing dimensions
   for (size_t d = 0; d < sizes.size(); ++d)
     s[lead + d] = sizes[d] == 1 ? 0 : strides[d];
@@ -102,13 +119,13 @@ std::vector<int64_t> Lowerer::strides_in_space(const std::vector<int64_t>& sizes
   return s;
 }
 
-bool Lowerer::lazy_fits(const Value& v, graph::NodeId id, const std::vector<int64_t>& out_shape, bool* row) const {
-  const std::vector<int64_t>& space = clusters_[v.cluster]->space();
+bool Lowerer::lazy_fits(const Value& v, graph::NodeId id, const Sizes& out_shape, bool* row) const {
+  const Sizes& space = clusters_[v.cluster]->space();
   *row = false;
   if (!v.row) return out_shape == space;
   // A per-row value of logical shape [..., 1] (keepdim) or [...] is either broadcast along its rows (the op
   // covers the whole space) or combined with other per-row values (the op has the value's own shape).
-  const std::vector<int64_t>& shape = graph_.nodes[id].meta.sizes;
+  const Sizes shape = meta_sizes(graph_.nodes[id].meta);
   if (out_shape == space) return shape.size() == space.size() && shape.back() == 1;
   *row = true;
   return out_shape == shape;
@@ -123,11 +140,12 @@ int Lowerer::materialize(graph::NodeId id) {
   b.kind = Buffer::Kind::Alloc;
   b.node = id;
   b.dtype = node_dtype(id);
-  b.sizes = meta.sizes;
-  b.strides = is_dense(meta.sizes, meta.strides) ? meta.strides : contiguous_strides(meta.sizes);
+  b.sizes = meta_sizes(meta);
+  const Sizes strides = meta_strides(meta);
+  b.strides = is_dense(b.sizes, strides) ? strides : contiguous_strides(b.sizes);
   const int c = cluster_of(v.cluster);
-  const std::vector<int64_t> space = clusters_[c]->space();
-  std::vector<int64_t> in_space = strides_in_space(b.sizes, b.strides, b.sizes, v.row, space);
+  const Sizes space = clusters_[c]->space();
+  Sizes in_space = strides_in_space(b.sizes, b.strides, b.sizes, v.row, space);
   if (!v.row) in_space = b.strides;
   const int id_b = add_buffer(b);
   clusters_[c]->store(v.expr, id_b, b.dtype, in_space, 0);
@@ -157,19 +175,19 @@ int Lowerer::contiguous_copy(int source) {
   return out;
 }
 
-int Lowerer::new_cluster(const std::vector<int64_t>& space) {
+int Lowerer::new_cluster(const Sizes& space) {
   clusters_.push_back(std::make_unique<Cluster>(space));
   merged_into_.push_back(-1);
   kernel_step_of_.push_back(-1);
   return static_cast<int>(clusters_.size()) - 1;
 }
 
-int Lowerer::load_buffer(Cluster& c, int buffer, const std::vector<int64_t>& out_shape, bool row) const {
+int Lowerer::load_buffer(Cluster& c, int buffer, const Sizes& out_shape, bool row) const {
   const Buffer& b = program_.buffers[buffer];
   return c.load(b.root, b.dtype, strides_in_space(b.sizes, b.strides, out_shape, row, c.space()), b.offset);
 }
 
-void Lowerer::add_kernel(const std::vector<int64_t>& space, const std::vector<int>& inputs,
+void Lowerer::add_kernel(const Sizes& space, const std::vector<int>& inputs,
                          const std::function<void(Cluster&)>& build) {
   for (int b : inputs) {
     const int producer = buffer_producer_[program_.buffers[b].root];
@@ -195,10 +213,12 @@ void Lowerer::add_view(const graph::Node& n, int base) {
   b.root = from.root;
   b.node = n.id;
   b.dtype = node_dtype(n.id);
-  b.sizes = n.meta.sizes;
-  b.strides = n.meta.strides;
+  b.sizes = meta_sizes(n.meta);
+  b.strides = meta_strides(n.meta);
+  // The tracer records offsets as numbers only: view lowering (lower_views.cpp) makes sure that under dynamic
+  // shapes this one is the same for every size.
   b.offset = n.meta.storage_offset - root_meta_offset;
-  if (b.offset < 0) throw NotLowerable(fmt::format("%{} views memory before its base's start", n.id));
+  if (b.offset.hint() < 0) throw NotLowerable(fmt::format("%{} views memory before its base's start", n.id));
   values_[n.id].tensor = true;
   values_[n.id].buffer = add_buffer(b);
 }
@@ -240,21 +260,22 @@ void Lowerer::add_extern(const graph::Node& n) {
   for (const auto& a : n.args) ensure_objects(a);
   for (const auto& a : n.kwargs) ensure_objects(a);
   program_.steps.push_back({Step::Kind::Extern, static_cast<int>(program_.extern_steps.size())});
-  program_.extern_steps.push_back({n.id});
+  program_.extern_steps.push_back({n.id, std::move(declined_)});
+  declined_.clear();
   program_.node_object[n.id] = true;
   if (n.type != graph::ValueType::Tensor) return;
   Buffer b;
   b.kind = Buffer::Kind::Extern;
   b.node = n.id;
   b.dtype = node_dtype(n.id);
-  b.sizes = n.meta.sizes;
-  b.strides = n.meta.strides;
+  b.sizes = meta_sizes(n.meta);
+  b.strides = meta_strides(n.meta);
   values_[n.id].tensor = true;
   values_[n.id].buffer = add_buffer(b);
 }
 
 void Lowerer::pointwise(const graph::Node& n, const std::vector<Operand>& operands, const PointwiseFn& fn) {
-  const std::vector<int64_t>& out = n.meta.sizes;
+  const Sizes out = meta_sizes(n.meta);
   // Pick the cluster: the first lazy operand's (others of the same space merge into it); operands that do not
   // fit come from buffers. Reading a buffer seals its producer, which may be the chosen cluster: then retry
   // with that cluster's values read from buffers too.
@@ -323,11 +344,11 @@ void Lowerer::pointwise(const graph::Node& n, const std::vector<Operand>& operan
 }
 
 bool Lowerer::row_reduce(const graph::Node& n, graph::NodeId x, const std::vector<Operand>& extra, const RowFn& fn) {
-  const std::vector<int64_t> space = graph_.nodes[x].meta.sizes;
+  const Sizes space = meta_sizes(graph_.nodes[x].meta);
   if (space.empty() || space.back() == 0) return false;
-  int64_t rows = 1;
-  for (size_t d = 0; d + 1 < space.size(); ++d) rows *= space[d];
-  if (rows == 0 || (rows < 64 && space.back() > 65536)) return false;  // a whole-tensor reduction: torch's kernel
+  const Size rows = codegen::product(Sizes(space.begin(), space.end() - 1));
+  // A whole-tensor reduction runs best as torch's kernel (judged by the hints under dynamic shapes).
+  if (rows == 0 || (rows.hint() < 64 && space.back().hint() > 65536)) return false;
   Value& vx = values_[x];
   int target = -1;
   if (vx.cluster >= 0) {
@@ -377,17 +398,24 @@ void Lowerer::lower_node(const graph::Node& n) {
     b.input = static_cast<int>(position);
     b.node = n.id;
     b.dtype = node_dtype(n.id);
-    b.sizes = n.meta.sizes;
-    b.strides = n.meta.strides;
+    b.sizes = meta_sizes(n.meta);
+    b.strides = meta_strides(n.meta);
     values_[n.id].tensor = true;
     values_[n.id].buffer = add_buffer(b);
     return;
   }
+  declined_.clear();
   if (!lower_call(n)) add_extern(n);
+}
+
+bool Lowerer::decline(std::string why) {
+  declined_ = std::move(why);
+  return false;
 }
 
 Program Lowerer::run() {
   program_.device = options_.device;
+  program_.symbols = graph_.symbols;
   program_.node_object.assign(graph_.nodes.size(), false);
   for (const graph::Node& n : graph_.nodes) {
     lower_node(n);
@@ -404,6 +432,19 @@ Program Lowerer::run() {
     KernelStep& step = program_.kernel_steps[s.index];
     step.kernel = static_cast<int>(program_.kernels.size());
     program_.kernels.push_back(clusters_[step_cluster[s.index]]->kernel(fmt::format("k{}", step.kernel), &step.args));
+  }
+  if (program_.is_dynamic()) {
+    std::vector<bool> live(graph_.symbols.size(), false);
+    auto mark = [&](const Size& s) {
+      if (!s.is_static())
+        for (int i : graph::sym_symbols(s.expr())) live[i] = true;
+    };
+    for (const Buffer& b : program_.buffers) {
+      for (const Size& s : b.sizes) mark(s);
+      for (const Size& s : b.strides) mark(s);
+    }
+    for (size_t i = 0; i < live.size(); ++i)
+      if (live[i]) program_.live_symbols.push_back(static_cast<int>(i));
   }
   program_.node_buffer.assign(graph_.nodes.size(), -1);
   for (size_t i = 0; i < values_.size(); ++i) program_.node_buffer[i] = values_[i].buffer;

@@ -54,8 +54,8 @@ graph::NodeId output_item(const graph::Graph& g, graph::NodeId tuple) {
   return out;
 }
 
-bool dense_row_major(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
-  const std::vector<int64_t> expected = contiguous_strides(sizes);
+bool dense_row_major(const Sizes& sizes, const Sizes& strides) {
+  const Sizes expected = contiguous_strides(sizes);
   for (size_t d = 0; d < sizes.size(); ++d)
     if (sizes[d] != 1 && strides[d] != expected[d]) return false;
   return true;
@@ -67,7 +67,7 @@ int row_major(Lowerer& L, int b) {
   const Buffer& buf = L.buffer(b);
   const size_t r = buf.sizes.size();
   bool ok = buf.sizes[r - 1] == 1 || buf.strides[r - 1] == 1;
-  if (r == 2) ok = ok && (buf.sizes[0] == 1 || buf.strides[0] >= buf.sizes[1]);
+  if (r == 2) ok = ok && (buf.sizes[0] == 1 || known_ge(buf.strides[0], buf.sizes[1]));
   return ok ? b : L.contiguous_copy(b);
 }
 
@@ -75,22 +75,22 @@ int row_major(Lowerer& L, int b) {
 // stride apart. nullopt when neither order has a single stride (the caller copies the query first).
 struct Rows {
   bool t_major = true;
-  int64_t stride = 0;
+  Size stride = 0;
 };
 std::optional<Rows> rows_of(const Buffer& q) {
-  const int64_t T = q.sizes[0], B = q.sizes[1], E = q.sizes[2];
-  if (E > 1 && q.strides[2] != 1) return std::nullopt;
+  const Size T = q.sizes[0], B = q.sizes[1], E = q.sizes[2];
+  if (E != 1 && E != 0 && q.strides[2] != 1) return std::nullopt;
   Rows r;
   if (T == 1 && B == 1) r.stride = E;
   else if (B == 1) r.stride = q.strides[0];
   else if (T == 1 || q.strides[0] == B * q.strides[1]) r.stride = q.strides[1];
   else if (q.strides[1] == T * q.strides[0]) r = {false, q.strides[0]};
   else return std::nullopt;
-  if (r.stride < E) return std::nullopt;  // overlapping rows (an expanded query)
+  if (!known_ge(r.stride, E)) return std::nullopt;  // overlapping rows (an expanded query)
   return r;
 }
 
-int alloc(Lowerer& L, DType t, const std::vector<int64_t>& sizes, graph::NodeId node = -1) {
+int alloc(Lowerer& L, DType t, const Sizes& sizes, graph::NodeId node = -1) {
   Buffer b;
   b.kind = Buffer::Kind::Alloc;
   b.node = node;
@@ -101,7 +101,7 @@ int alloc(Lowerer& L, DType t, const std::vector<int64_t>& sizes, graph::NodeId 
 }
 
 // out[m, n] = x[m, k] @ w[n, k]^T (+ bias): F.linear on row-major x (row stride `x_row_stride`) and weight `w`.
-void linear(Lowerer& L, DType t, int x, int64_t x_row_stride, int w, int bias, int out, int64_t m,
+void linear(Lowerer& L, DType t, int x, const Size& x_row_stride, int w, int bias, int out, const Size& m,
             graph::NodeId node) {
   const Buffer& wb = L.buffer(w);
   MatmulStep s;
@@ -161,9 +161,11 @@ bool lower_self_attention(Lowerer& L, const graph::Node& n) {
 
   const graph::NodeId item0 = output_item(L.graph(), n.id);
   if (item0 < 0 || !L.value(q->node).tensor) return false;
-  const std::vector<int64_t>& qs = L.node(q->node).meta.sizes;
-  if (qs.size() != 3) return false;  // an unbatched query
-  const int64_t T = qs[0], B = qs[1], E = qs[2];
+  // T and B may be symbolic (dynamic shapes); E, and so the heads' width, must be constants.
+  const Sizes qs = meta_sizes(L.node(q->node).meta);
+  if (qs.size() != 3 || !qs[2].is_static()) return false;  // an unbatched query
+  const Size T = qs[0], B = qs[1];
+  const int64_t E = qs[2].hint();
   const std::optional<int64_t> H = const_int(args.get(4, "num_heads"));
   if (!H || *H <= 0 || E % *H != 0 || const_int(args.get(3, "embed_dim_to_check")) != E || T * B * E == 0)
     return false;
@@ -176,7 +178,8 @@ bool lower_self_attention(Lowerer& L, const graph::Node& n) {
   if (!shaped(in_w, {3 * E, E}) || !shaped(in_b, {3 * E}) || !shaped(out_w, {E, E}) || !shaped(out_b, {E}))
     return false;
   const graph::TensorMeta& out_meta = L.node(item0).meta;
-  if (L.node_dtype(item0) != t || out_meta.sizes != qs || !dense_row_major(out_meta.sizes, out_meta.strides))
+  if (L.node_dtype(item0) != t || meta_sizes(out_meta) != qs ||
+      !dense_row_major(meta_sizes(out_meta), meta_strides(out_meta)))
     return false;
 
   // From here on the node is lowered: no more fallbacks.
@@ -196,12 +199,12 @@ bool lower_self_attention(Lowerer& L, const graph::Node& n) {
 
   // Heads apart: q, k, v as [B*H, T, D] (index b*H + h, as torch's view of [T, B*H, D] transposed numbers them).
   const int64_t row = 3 * E;
-  const std::vector<int64_t> qkv_strides = {rows->t_major ? row : T * row, D, rows->t_major ? B * row : row, 1};
-  const std::vector<int64_t> head_space = {B, *H, T, D};
+  const Sizes qkv_strides = {rows->t_major ? Size(row) : T * row, D, rows->t_major ? B * row : Size(row), 1};
+  const Sizes head_space = {B, *H, T, D};
   const int q_h = alloc(L, t, {B * *H, T, D}), k_h = alloc(L, t, {B * *H, T, D}), v_h = alloc(L, t, {B * *H, T, D});
   const DType acc = opmath(t);
   L.add_kernel(head_space, {qkv}, [&](Cluster& c) {
-    const std::vector<int64_t> out_strides = contiguous_strides(head_space);
+    const Sizes out_strides = contiguous_strides(head_space);
     const int scaled = c.op(ExprOp::Mul, acc,
                             {c.cast(c.load(qkv, t, qkv_strides, 0), acc), c.constant(acc, std::sqrt(1.0 / D))});
     c.store(c.cast(scaled, t), q_h, t, out_strides, 0);
@@ -232,7 +235,7 @@ bool lower_self_attention(Lowerer& L, const graph::Node& n) {
   const int p = alloc(L, t, {B * *H, T, T});
   L.add_kernel({B * *H, T, T}, {scores.d}, [&](Cluster& c) {
     c.make_row_reduce();
-    const std::vector<int64_t> strides = contiguous_strides({B * *H, T, T});
+    const Sizes strides = contiguous_strides({B * *H, T, T});
     c.store(c.cast(softmax_expr(c, c.load(scores.d, t, strides, 0), acc, false), t), p, t, strides, 0);
   });
 

@@ -14,9 +14,8 @@ bool gemm_dtype(DType t) { return t == DType::F16 || t == DType::BF16 || t == DT
 
 // A run of dimensions [begin, end) of `sizes` over which `strides` step uniformly: their element count and the
 // stride of one step. Size-1 dimensions never break a run. nullopt when the run does not collapse.
-std::optional<std::pair<int64_t, int64_t>> collapse(const std::vector<int64_t>& sizes,
-                                                    const std::vector<int64_t>& strides, size_t begin, size_t end) {
-  int64_t count = 1, stride = 0;
+std::optional<std::pair<Size, Size>> collapse(const Sizes& sizes, const Sizes& strides, size_t begin, size_t end) {
+  Size count = 1, stride = 0;
   bool have = false;
   for (size_t d = end; d-- > begin;) {
     if (sizes[d] == 1) continue;
@@ -26,29 +25,29 @@ std::optional<std::pair<int64_t, int64_t>> collapse(const std::vector<int64_t>& 
     } else if (strides[d] != stride * count) {
       return std::nullopt;
     }
-    count *= sizes[d];
+    count = count * sizes[d];
   }
   return std::make_pair(count, stride);
 }
 
 struct Matrices {
-  int64_t batch = 1, batch_stride = 0;
-  int64_t rows = 1, cols = 1, row_stride = 0, col_stride = 0;
+  Size batch = 1, batch_stride = 0;
+  Size rows = 1, cols = 1, row_stride = 0, col_stride = 0;
 };
 
-// cuBLASLt reads a matrix with one unit stride and the other at least the extent it spans.
+// cuBLASLt reads a matrix with one unit stride and the other at least the extent it spans (for every size).
 bool readable(Matrices& m) {
   if (m.cols == 1) m.col_stride = 1;
-  if (m.rows == 1) m.row_stride = m.col_stride == 1 ? m.cols : 1;
+  if (m.rows == 1) m.row_stride = m.col_stride == 1 ? m.cols : Size(1);
   if (m.rows == 1 && m.cols == 1) m.row_stride = m.col_stride = 1;
-  if (m.col_stride == 1) return m.row_stride >= m.cols;
-  if (m.row_stride == 1) return m.col_stride >= m.rows;
+  if (m.col_stride == 1) return known_ge(m.row_stride, m.cols);
+  if (m.row_stride == 1) return known_ge(m.col_stride, m.rows);
   return false;
 }
 
 // `b` (sizes/strides) as matrices over its last two dimensions, with its leading dimensions either folded into
 // the rows (fold_rows) or broadcast/collapsed against the output's batch sizes `batch_sizes`.
-std::optional<Matrices> as_matrices(const Buffer& b, bool fold_rows, const std::vector<int64_t>& batch_sizes) {
+std::optional<Matrices> as_matrices(const Buffer& b, bool fold_rows, const Sizes& batch_sizes) {
   const size_t r = b.sizes.size();
   if (r < 2) return std::nullopt;
   Matrices m;
@@ -64,7 +63,7 @@ std::optional<Matrices> as_matrices(const Buffer& b, bool fold_rows, const std::
     m.row_stride = b.strides[r - 2];
     // Batch dimensions aligned right against the output's; missing or size-1 ones broadcast with stride 0.
     if (r - 2 > batch_sizes.size()) return std::nullopt;
-    std::vector<int64_t> strides(batch_sizes.size(), 0);
+    Sizes strides(batch_sizes.size(), 0);
     const size_t lead = batch_sizes.size() - (r - 2);
     for (size_t d = 0; d + 2 < r; ++d) {
       if (b.sizes[d] != 1 && b.sizes[d] != batch_sizes[lead + d]) return std::nullopt;
@@ -80,7 +79,7 @@ std::optional<Matrices> as_matrices(const Buffer& b, bool fold_rows, const std::
 }
 
 // The operand's matrices, copying it into a contiguous buffer when its own layout does not fit.
-std::optional<Matrices> operand(Lowerer& L, int* buffer, bool fold_rows, const std::vector<int64_t>& batch) {
+std::optional<Matrices> operand(Lowerer& L, int* buffer, bool fold_rows, const Sizes& batch) {
   if (auto m = as_matrices(L.buffer(*buffer), fold_rows, batch)) return m;
   if (L.buffer(*buffer).is_contiguous()) return std::nullopt;
   *buffer = L.contiguous_copy(*buffer);
@@ -92,8 +91,8 @@ int output_buffer(Lowerer& L, const graph::Node& n) {
   d.kind = Buffer::Kind::Alloc;
   d.node = n.id;
   d.dtype = L.node_dtype(n.id);
-  d.sizes = n.meta.sizes;
-  d.strides = contiguous_strides(n.meta.sizes);
+  d.sizes = meta_sizes(n.meta);
+  d.strides = contiguous_strides(d.sizes);
   const int id = L.add_buffer(d);
   L.value(n.id).tensor = true;
   L.value(n.id).buffer = id;
@@ -152,13 +151,13 @@ bool lower_product(Lowerer& L, const graph::Node& n) {
   if (!gemm_dtype(t) || L.node_dtype(xa) != t || L.node_dtype(xb) != t) return false;
   const auto& as = L.node(xa).meta.sizes;
   const auto& bs = L.node(xb).meta.sizes;
-  const auto& out = n.meta.sizes;
+  const Sizes out = meta_sizes(n.meta);
   if (as.size() < 2 || bs.size() < 2) return false;
   int a = L.buffer_for(xa);
   int b = L.buffer_for(xb);
   // [..., m, k] @ [k, n] is one product with the batch folded into the rows when the batch collapses.
   const bool fold = bs.size() == 2 && collapse(L.buffer(a).sizes, L.buffer(a).strides, 0, as.size() - 1).has_value();
-  const std::vector<int64_t> batch(out.begin(), out.end() - 2);
+  const Sizes batch(out.begin(), out.end() - 2);
   auto am = operand(L, &a, fold, batch);
   auto bm = operand(L, &b, false, batch);
   if (!am || !bm) return false;
@@ -167,7 +166,8 @@ bool lower_product(Lowerer& L, const graph::Node& n) {
   s.m = am->rows;
   s.k = am->cols;
   s.n = bm->cols;
-  s.batch = fold ? 1 : std::max(am->batch, bm->batch);
+  // Both operands' batches are the output's (or 1 where nothing is batched): either gives the count.
+  s.batch = fold ? Size(1) : am->batch == 1 ? bm->batch : am->batch;
   s.a = a;
   s.a_row_stride = am->row_stride;
   s.a_col_stride = am->col_stride;
@@ -178,7 +178,7 @@ bool lower_product(Lowerer& L, const graph::Node& n) {
   s.b_batch_stride = fold ? 0 : bm->batch_stride;
   s.d = output_buffer(L, n);
   s.d_row_stride = s.n;
-  s.d_batch_stride = fold ? 0 : s.m * s.n;
+  s.d_batch_stride = fold ? Size(0) : s.m * s.n;
   s.node = n.id;
   L.add_matmul(s);
   return true;

@@ -52,6 +52,8 @@ bool lower_reduction_op(Lowerer& L, const graph::Node& n, const std::string& op)
   const size_t rank = L.node(x).meta.sizes.size();
   if (rank == 0) return false;
   const double len = static_cast<double>(L.node(x).meta.sizes.back());
+  // Means and variances divide by the row length, a constant in the kernel: a symbolic one is not lowered yet.
+  const bool symbolic_len = !meta_sizes(L.node(x).meta).back().is_static();
   const DType out = L.node_dtype(n.id);
   CallArgs args(n);
 
@@ -59,6 +61,7 @@ bool lower_reduction_op(Lowerer& L, const graph::Node& n, const std::string& op)
     if (!args.only_keywords({"dim", "keepdim", "dtype"}) || !last_dim_only(args.get(1, "dim"), rank)) return false;
     if (args.get(2, "keepdim") && !const_bool(args.get(2, "keepdim"))) return false;
     if (op == "mean" && !is_floating(out)) return false;
+    if (op == "mean" && symbolic_len) return L.decline("a mean over a symbolic row length");
     if (out == DType::Bool) return false;
     const DType acc = is_floating(out) ? opmath(out) : DType::I64;
     const ExprOp reduce = op == "amax" ? ExprOp::ReduceMax : op == "amin" ? ExprOp::ReduceMin : ExprOp::ReduceSum;
@@ -71,6 +74,7 @@ bool lower_reduction_op(Lowerer& L, const graph::Node& n, const std::string& op)
   }
   if (op == "var" || op == "std") {
     if (!args.only_keywords({"dim", "unbiased", "keepdim", "correction"}) || !is_floating(out)) return false;
+    if (symbolic_len) return L.decline(op + " over a symbolic row length");
     if (!last_dim_only(args.get(1, "dim"), rank)) return false;
     double correction = 1;
     if (const graph::Arg* c = args.get(99, "correction"); c && !is_none(c)) {
@@ -125,6 +129,7 @@ bool lower_reduction_op(Lowerer& L, const graph::Node& n, const std::string& op)
   if (op == "layer_norm") {
     if (!args.only_keywords({"normalized_shape", "weight", "bias", "eps", "cudnn_enable"}) || !is_floating(out))
       return false;
+    if (symbolic_len) return L.decline("layer_norm over a symbolic row length");
     auto shape = const_int_list(args.get(1, "normalized_shape"));
     if (!shape || shape->size() != 1 || (*shape)[0] != static_cast<int64_t>(len)) return false;
     const graph::Arg* w = args.get(2, "weight");

@@ -49,7 +49,27 @@ int base_buffer(Lowerer& L, graph::NodeId input) {
   const int b = L.buffer_for(input);
   const Buffer& buf = L.buffer(b);
   const graph::TensorMeta& meta = L.node(input).meta;
-  return buf.sizes == meta.sizes && buf.strides == meta.strides ? b : -1;
+  return buf.sizes == meta_sizes(meta) && buf.strides == meta_strides(meta) ? b : -1;
+}
+
+// Under dynamic shapes the tracer records a view's storage offset only as a number. Views that keep their base's
+// offset keep it for every size; one that moves it (narrow, select, indexing, a split's items) may move it by an
+// amount that depends on the sizes. Such a view of a dynamic tensor runs as a call into torch (kernels read its
+// result in place), except a split's items where the offset is provably constant (split_offset_static).
+bool offset_moves(const std::string& op) {
+  return op == "narrow" || op == "select" || op == "getitem" || op == "split" || op == "chunk" || op == "unbind" ||
+         op == "tensor_split" || op == "split_with_sizes";
+}
+
+// A split item's offset from its base is start * stride along the split dimension: constant when the base's
+// size and stride there are (so is every item's start), and when no dimension is split (the whole base).
+bool split_offset_static(const Lowerer& L, const graph::Node& item, graph::NodeId base) {
+  const Sizes sizes = meta_sizes(item.meta), base_sizes = meta_sizes(L.node(base).meta);
+  const Sizes base_strides = meta_strides(L.node(base).meta);
+  if (sizes.size() != base_sizes.size()) return false;  // unbind drops the dimension
+  for (size_t d = 0; d < sizes.size(); ++d)
+    if (sizes[d] != base_sizes[d] && (!base_sizes[d].is_static() || !base_strides[d].is_static())) return false;
+  return true;
 }
 
 }  // namespace
@@ -58,7 +78,11 @@ bool lower_view_op(Lowerer& L, const graph::Node& n, const std::string& op) {
   if (n.args.empty() || n.args[0].kind != graph::Arg::Kind::Node) return false;
   const graph::NodeId input = n.args[0].node;
   if (op == "getitem" && n.target_name == "operator.getitem" && L.value(input).view_base >= 0) {
-    L.add_view(n, L.value(input).view_base);  // an item of a split
+    // An item of a split: its base is the split's input.
+    const graph::Node& split = L.node(input);
+    if (L.graph().is_dynamic() && !split_offset_static(L, n, split.args[0].node))
+      return L.decline("an item of a split whose offset depends on the sizes");
+    L.add_view(n, L.value(input).view_base);
     return true;
   }
   if (op == "getitem" && n.target_name == "operator.getitem" && !L.value(input).items.empty()) {
@@ -83,11 +107,13 @@ bool lower_view_op(Lowerer& L, const graph::Node& n, const std::string& op) {
   const bool getitem = op == "getitem" && n.args.size() == 2 && basic_index(n.args[1]);
   if (!always_view(op) && !reshape && !getitem) return false;
   if (op == "contiguous" && n.args.size() > 1) return false;  // a memory_format
+  if (L.graph().is_dynamic() && offset_moves(op) && (L.node(input).meta.is_dynamic() || n.meta.is_dynamic()))
+    return L.decline(op + " of a dynamic tensor: its storage offset may depend on the sizes");
   const int b = base_buffer(L, input);
   if (b < 0) return false;
   if (reshape) {
     const Buffer& from = L.buffer(b);
-    const bool out_contiguous = is_contiguous(n.meta.sizes, n.meta.strides);
+    const bool out_contiguous = is_contiguous(meta_sizes(n.meta), meta_strides(n.meta));
     // torch made a view when the input was contiguous or the result is not; otherwise it may have copied,
     // and the copy's contents are the input's elements in row-major order.
     if (!is_contiguous(from.sizes, from.strides) && out_contiguous) {

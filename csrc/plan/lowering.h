@@ -33,6 +33,11 @@ struct Operand {
   graph::NodeId node = -1;
 };
 
+// A tensor's sizes and strides as the plan holds them: expressions over the graph's symbols where the graph is
+// dynamic, else constants. meta_strides throws NotLowerable when a dynamic tensor's strides have no expressions.
+Sizes meta_sizes(const graph::TensorMeta& m);
+Sizes meta_strides(const graph::TensorMeta& m);
+
 // The lowered name of a call target: "torch.nn.functional.gelu" -> "gelu", "Tensor.__add__" -> "add".
 std::string op_name(const std::string& target_name);
 
@@ -96,11 +101,14 @@ class Lowerer {
   // A kernel of lowering's own, for no graph node: `build` fills a fresh cluster over `space` with loads of
   // `inputs` (buffer ids; their producers run first), expressions and stores to Alloc buffers, and the kernel
   // takes its place among the steps at once.
-  void add_kernel(const std::vector<int64_t>& space, const std::vector<int>& inputs,
+  void add_kernel(const Sizes& space, const std::vector<int>& inputs,
                   const std::function<void(Cluster&)>& build);
   void add_matmul(MatmulStep step);
   // Node `n` runs as a call into torch (the catch-all for everything without a lowering).
   void add_extern(const graph::Node& n);
+  // Why the node being lowered is declined, when the reason is worth telling the user (a case dynamic shapes
+  // do not cover yet); the extern step that runs it carries it. Returns false, for `return L.decline(...)`.
+  bool decline(std::string why);
   // `n` is a view of `base`'s buffer with n's own meta layout.
   void add_view(const graph::Node& n, int base_buffer);
 
@@ -113,14 +121,13 @@ class Lowerer {
   void ensure_objects(const graph::Arg& a);
   void flush_live_values(graph::NodeId at);  // before a mutating extern: every lazy value still needed
   int cluster_of(int id);                     // follows merges
-  int new_cluster(const std::vector<int64_t>& space);
+  int new_cluster(const Sizes& space);
   // The expression loading `buffer` into cluster `c` for an op of shape `out_shape` (row: a per-row op).
-  int load_buffer(Cluster& c, int buffer, const std::vector<int64_t>& out_shape, bool row) const;
+  int load_buffer(Cluster& c, int buffer, const Sizes& out_shape, bool row) const;
   void merge(int into, int from);
-  std::vector<int64_t> strides_in_space(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
-                                        const std::vector<int64_t>& out_shape, bool row,
-                                        const std::vector<int64_t>& space) const;
-  bool lazy_fits(const Value& v, graph::NodeId id, const std::vector<int64_t>& out_shape, bool* row) const;
+  Sizes strides_in_space(const Sizes& sizes, const Sizes& strides, const Sizes& out_shape, bool row,
+                         const Sizes& space) const;
+  bool lazy_fits(const Value& v, graph::NodeId id, const Sizes& out_shape, bool* row) const;
 
   const graph::Graph& graph_;
   LowerOptions options_;
@@ -131,6 +138,7 @@ class Lowerer {
   std::vector<int> kernel_step_of_;    // per cluster: its index in program_.kernel_steps once sealed
   std::vector<int> buffer_producer_;   // per buffer: the cluster that stores it, or -1
   std::vector<int> last_use_;          // per node: the last node using it (graph size: the output)
+  std::string declined_;               // decline()'s reason for the node being lowered
 };
 
 // The op families. Each returns false when it has no lowering for `n` (an extern step is used).

@@ -22,18 +22,21 @@ const char* epilogue_name(MatmulStep::Epilogue e) {
 
 }  // namespace
 
-bool is_contiguous(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
-  int64_t expected = 1;
+bool is_contiguous(const Sizes& sizes, const Sizes& strides) {
+  Size expected = 1;
   for (size_t d = sizes.size(); d-- > 0;) {
     if (sizes[d] != 1 && strides[d] != expected) return false;
-    expected *= sizes[d];
+    expected = expected * sizes[d];
   }
   return true;
 }
 
-std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes) {
-  std::vector<int64_t> s(sizes.size(), 1);
-  for (size_t d = sizes.size(); d-- > 1;) s[d - 1] = s[d] * std::max<int64_t>(sizes[d], 1);
+// torch's contiguous strides; a symbolic size counts as itself (its strides are checked against this by the
+// guards, which see the same expressions torch's meta functions gave at other sizes).
+Sizes contiguous_strides(const Sizes& sizes) {
+  Sizes s(sizes.size(), 1);
+  for (size_t d = sizes.size(); d-- > 1;)
+    s[d - 1] = s[d] * (sizes[d].is_static() ? Size(std::max<int64_t>(sizes[d].hint(), 1)) : sizes[d]);
   return s;
 }
 
@@ -45,23 +48,25 @@ std::string Buffer::to_string() const {
     case Kind::Extern: what = "extern"; break;
     case Kind::View: what = fmt::format("view b{}", root); break;
   }
-  std::string out = fmt::format("{} {}[{}]", what, codegen::dtype_name(dtype), fmt::join(sizes, ", "));
-  if (!is_contiguous()) out += fmt::format(" strides=({})", fmt::join(strides, ", "));
-  if (offset) out += fmt::format(" offset={}", offset);
+  std::string out = fmt::format("{} {}[{}]", what, codegen::dtype_name(dtype), codegen::join_sizes(sizes, ", "));
+  if (!is_contiguous()) out += fmt::format(" strides=({})", codegen::join_sizes(strides, ", "));
+  if (offset != 0) out += fmt::format(" offset={}", offset.to_string());
   if (node >= 0) out += fmt::format("  # %{}", node);
   return out;
 }
 
 std::string MatmulStep::to_string() const {
-  std::string out = fmt::format("matmul {} m={} n={} k={}", codegen::dtype_name(dtype), m, n, k);
-  if (batch != 1) out += fmt::format(" batch={}", batch);
-  out += fmt::format(" a=b{}({}, {}", a, a_row_stride, a_col_stride);
-  out += batch != 1 ? fmt::format(", {})", a_batch_stride) : ")";
-  out += fmt::format(" b=b{}({}, {}", b, b_row_stride, b_col_stride);
-  out += batch != 1 ? fmt::format(", {})", b_batch_stride) : ")";
+  auto t = [](const Size& s) { return s.to_string(); };
+  std::string out = fmt::format("matmul {} m={} n={} k={}", codegen::dtype_name(dtype), t(m), t(n), t(k));
+  if (batch != 1) out += fmt::format(" batch={}", t(batch));
+  out += fmt::format(" a=b{}({}, {}", a, t(a_row_stride), t(a_col_stride));
+  out += batch != 1 ? fmt::format(", {})", t(a_batch_stride)) : ")";
+  out += fmt::format(" b=b{}({}, {}", b, t(b_row_stride), t(b_col_stride));
+  out += batch != 1 ? fmt::format(", {})", t(b_batch_stride)) : ")";
   out += fmt::format(" -> b{}", d);
   if (d_row_stride != n || (batch != 1 && d_batch_stride != m * n))  // D is row-major and dense unless said here
-    out += batch != 1 ? fmt::format("({}, {})", d_row_stride, d_batch_stride) : fmt::format("({})", d_row_stride);
+    out += batch != 1 ? fmt::format("({}, {})", t(d_row_stride), t(d_batch_stride))
+                      : fmt::format("({})", t(d_row_stride));
   if (epilogue != Epilogue::None) out += fmt::format(" epilogue={}", epilogue_name(epilogue));
   if (bias >= 0) out += fmt::format(" bias=b{}", bias);
   return out;
@@ -74,12 +79,23 @@ int Program::count(Step::Kind kind) const {
 }
 
 std::string Program::counts_text() const {
-  return fmt::format("{} kernels, {} cuBLAS calls, {} extern ops", count(Step::Kind::Kernel), count(Step::Kind::Matmul),
-                     count(Step::Kind::Extern));
+  std::string out = fmt::format("{} kernels, {} cuBLAS calls, {} extern ops", count(Step::Kind::Kernel),
+                                count(Step::Kind::Matmul), count(Step::Kind::Extern));
+  if (is_dynamic()) {
+    std::vector<std::string> names;
+    for (int s : live_symbols) names.push_back(fmt::format("s{}", s));
+    out += fmt::format(", dynamic shapes ({})", fmt::join(names, ", "));
+  }
+  std::string declined;
+  for (const ExternStep& e : extern_steps)
+    if (!e.why.empty()) declined += fmt::format("{}%{} ({})", declined.empty() ? "" : ", ", e.node, e.why);
+  return declined.empty() ? out : out + "; through torch: " + declined;
 }
 
 std::string Program::to_string(const graph::Graph& graph) const {
   std::string out;
+  for (size_t i = 0; i < symbols.size(); ++i)
+    out += fmt::format("s{} = input {} size({})\n", i, symbols[i].input, symbols[i].dim);
   for (size_t i = 0; i < buffers.size(); ++i) out += fmt::format("b{} = {}\n", i, buffers[i].to_string());
   for (const Step& s : steps) {
     switch (s.kind) {
@@ -93,7 +109,8 @@ std::string Program::to_string(const graph::Graph& graph) const {
       case Step::Kind::Matmul: out += matmul_steps[s.index].to_string() + "\n"; break;
       case Step::Kind::Extern: {
         const graph::Node& n = graph.nodes[extern_steps[s.index].node];
-        out += fmt::format("extern %{} = {}\n", n.id, n.target_name);
+        const std::string& why = extern_steps[s.index].why;
+        out += fmt::format("extern %{} = {}{}\n", n.id, n.target_name, why.empty() ? "" : "  # " + why);
         break;
       }
     }

@@ -13,13 +13,17 @@
 namespace fastcomp::plan {
 
 using codegen::DType;
+using codegen::Size;
+using codegen::Sizes;
 
-// Row-major with no gaps (size-1 dimensions may have any stride), as torch's is_contiguous().
-bool is_contiguous(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides);
-std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes);
+// Row-major with no gaps (size-1 dimensions may have any stride), as torch's is_contiguous(); for symbolic
+// sizes: for every value of the symbols.
+bool is_contiguous(const Sizes& sizes, const Sizes& strides);
+Sizes contiguous_strides(const Sizes& sizes);
 
 // A tensor at run time. Its element (i0, i1, ...) lives at root_pointer + offset + sum(i_d * strides[d]) (in
-// elements), where root_pointer is the data pointer of buffer `root` (itself, unless it is a view).
+// elements), where root_pointer is the data pointer of buffer `root` (itself, unless it is a view). Under
+// dynamic shapes sizes and strides may be expressions over the graph's symbols, evaluated per call.
 struct Buffer {
   enum class Kind : uint8_t {
     Input,   // the executable's input `input` (a torch tensor the guard program collected)
@@ -32,8 +36,8 @@ struct Buffer {
   int root = -1;            // the buffer owning the storage (itself unless View)
   graph::NodeId node = -1;  // the graph value it holds; -1 for a copy lowering made (e.g. a contiguous copy)
   DType dtype = DType::F32;
-  std::vector<int64_t> sizes, strides;  // in elements
-  int64_t offset = 0;                   // in elements, from the root's data pointer (0 unless View)
+  Sizes sizes, strides;  // in elements
+  Size offset = 0;       // in elements, from the root's data pointer (0 unless View)
 
   bool is_contiguous() const { return plan::is_contiguous(sizes, strides); }
   std::string to_string() const;  // "b3 = alloc f32[32, 512]" / "b4 = view b0 f32[512, 32] strides=(1, 512)"
@@ -49,12 +53,13 @@ struct KernelStep {
 // (batched: `batch` such products, each operand advancing by its batch stride). Strides in elements.
 struct MatmulStep {
   enum class Epilogue : uint8_t { None, Bias, Relu, ReluBias, GeluTanh, GeluTanhBias };
-  int64_t m = 0, n = 0, k = 0, batch = 1;
+  // Sizes and strides may be symbolic (dynamic shapes): the executable evaluates them per call.
+  Size m = 0, n = 0, k = 0, batch = 1;
   DType dtype = DType::F32;
   int a = -1, b = -1, bias = -1, d = -1;  // buffer ids (bias: -1 for none)
-  int64_t a_row_stride = 0, a_col_stride = 0, a_batch_stride = 0;
-  int64_t b_row_stride = 0, b_col_stride = 0, b_batch_stride = 0;
-  int64_t d_row_stride = 0, d_batch_stride = 0;
+  Size a_row_stride = 0, a_col_stride = 0, a_batch_stride = 0;
+  Size b_row_stride = 0, b_col_stride = 0, b_batch_stride = 0;
+  Size d_row_stride = 0, d_batch_stride = 0;
   Epilogue epilogue = Epilogue::None;
   graph::NodeId node = -1;
   // "matmul f32 m=64 n=64 k=64 batch=8 a=b11(64, 1, 4096) b=b9(64, 1, 4096) -> b12(512, 64)": each operand's
@@ -66,6 +71,7 @@ struct MatmulStep {
 // views whose tensor object the program hands out, and everything that is not a tensor.
 struct ExternStep {
   graph::NodeId node = -1;
+  std::string why;  // when a lowering declined the node for a reason worth telling (dynamic shapes); else empty
 };
 
 struct Step {
@@ -83,9 +89,16 @@ struct Program {
   std::vector<int> node_buffer;              // per graph node: the buffer holding its value, or -1
   std::vector<bool> node_object;             // per graph node: a torch object exists at run time (input/extern)
   int device = 0;                            // CUDA device ordinal of every tensor
+  std::vector<graph::SymBinding> symbols;    // dynamic shapes: where each symbol's value comes from (the graph's)
+  std::vector<int> live_symbols;             // ... and those the plan's sizes mention (others were specialised)
+
+  bool is_dynamic() const { return !symbols.empty(); }
 
   int count(Step::Kind kind) const;
-  std::string counts_text() const;  // "2 kernels, 1 cuBLAS calls, 0 extern ops": what explain() and logs report
+  // "2 kernels, 1 cuBLAS calls, 0 extern ops", plus ", dynamic shapes (s0, s1)" and why ops that lowering
+  // declined run through torch ("; through torch: %5 torch.mean (a mean over a symbolic row length)"): what
+  // explain() and logs report.
+  std::string counts_text() const;
   std::string to_string(const graph::Graph& graph) const;  // fusion.txt: buffers, then steps in order
 };
 

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "runtime/torch_shim.h"
+
 namespace fastcomp::runtime {
 namespace {
 
@@ -62,9 +64,19 @@ PyObject* borrow_arg(const graph::Arg& a, PyObject* const* values, std::vector<P
 }
 
 bool read_symbols(const graph::Graph& graph, PyObject* const* inputs, std::vector<int64_t>* out) {
-  out->resize(graph.symbols.size());
-  for (size_t i = 0; i < graph.symbols.size(); ++i) {
-    const graph::SymBinding& b = graph.symbols[i];
+  return read_symbols(graph.symbols, inputs, out);
+}
+
+bool read_symbols(const std::vector<graph::SymBinding>& symbols, PyObject* const* inputs, std::vector<int64_t>* out) {
+  out->resize(symbols.size());
+  const TorchShim* shim = TorchShim::get();
+  for (size_t i = 0; i < symbols.size(); ++i) {
+    const graph::SymBinding& b = symbols[i];
+    ShimTensorMeta meta;
+    if (shim && shim->read(inputs[b.input], &meta) && b.dim < meta.ndim) {
+      (*out)[i] = meta.sizes[b.dim];
+      continue;
+    }
     PyRef shape = PyRef::steal(PyObject_GetAttrString(inputs[b.input], "shape"));
     if (!shape) return false;
     if (!PyTuple_Check(shape.get()) || b.dim >= PyTuple_GET_SIZE(shape.get())) {

@@ -2,6 +2,11 @@
 // torch.cuda.memory_allocated stay true), then goes through the steps on torch's current stream - kernel
 // launches and cuBLASLt calls straight from C++, extern steps as calls into torch - and returns the output
 // tensors. Buffers are released after their last use; the allocator orders reuse on the stream.
+//
+// Dynamic shapes: the plan's symbolic sizes are interned in a SizeSlots table at build time; per call the
+// symbols are read from the inputs' sizes, every slot is evaluated once, and launch grids, kernel size
+// parameters, allocations and cuBLASLt shapes take their values from it. cuBLASLt plans are kept per concrete
+// shape (a few most recent per matmul), since choosing an algorithm costs tens of microseconds.
 #include "runtime/cuda_executable.h"
 
 #include <fmt/format.h>
@@ -16,6 +21,7 @@
 #include "runtime/cuda/driver.h"
 #include "runtime/cuda/module.h"
 #include "runtime/cuda/nvrtc.h"
+#include "runtime/size_slots.h"
 #include "support/log.h"
 #include "support/pystr.h"
 
@@ -27,6 +33,7 @@ using plan::Buffer;
 using plan::Step;
 
 constexpr size_t kCublasWorkspaceBytes = 4 << 20;
+constexpr size_t kMatmulPlansPerStep = 8;  // dynamic shapes: cuBLASLt plans kept per matmul, most recent first
 constexpr const char* kProgramName = "fastcomp_graph";
 
 cuda::ScalarType scalar_type(codegen::DType t) {
@@ -61,10 +68,16 @@ bool torch_flag(const char* getter) {
   return v.get() == Py_True;
 }
 
-PyObject* int_tuple(const std::vector<int64_t>& v) {  // new reference
+PyObject* int_tuple(const std::vector<SizeSlots::Ref>& v, const std::vector<int64_t>& values) {  // new reference
   PyObject* t = PyTuple_New(v.size());
-  for (size_t i = 0; i < v.size(); ++i) PyTuple_SET_ITEM(t, i, PyLong_FromLongLong(v[i]));
+  for (size_t i = 0; t && i < v.size(); ++i) PyTuple_SET_ITEM(t, i, PyLong_FromLongLong(SizeSlots::get(v[i], values)));
   return t;
+}
+
+bool any_symbolic(const std::vector<SizeSlots::Ref>& v) {
+  for (const SizeSlots::Ref& r : v)
+    if (r.slot >= 0) return true;
+  return false;
 }
 
 PyRef torch_dtype(codegen::DType t) {
@@ -95,6 +108,11 @@ class CudaExecutable final : public Executable {
         l.grid = {static_cast<unsigned>(k.grid), 1, 1};
         l.block = {static_cast<unsigned>(k.block), 1, 1};
         l.shared = static_cast<unsigned>(k.shared_bytes);
+        for (const graph::Sym& e : k.size_params) l.size_params.push_back(slots_.add(e));
+        if (k.grid_items) {
+          l.grid_items = slots_.add(k.grid_items);
+          l.items_per_block = k.items_per_block;
+        }
         if (k.shared_bytes > 48 * 1024) cuda::set_max_dynamic_shared_memory(l.function, k.shared_bytes);
         launches_.push_back(l);
       }
@@ -103,36 +121,45 @@ class CudaExecutable final : public Executable {
     const bool fp16_reduction = torch_flag("_get_cublas_allow_fp16_reduced_precision_reduction");
     const bool bf16_reduction = torch_flag("_get_cublas_allow_bf16_reduced_precision_reduction");
     for (const plan::MatmulStep& s : program_.matmul_steps) {
-      cuda::MatmulDesc d;
-      d.m = s.m;
-      d.n = s.n;
-      d.k = s.k;
-      d.batch = s.batch;
-      d.dtype = scalar_type(s.dtype);
-      d.a_row_stride = s.a_row_stride;
-      d.a_col_stride = s.a_col_stride;
-      d.a_batch_stride = s.a_batch_stride;
-      d.b_row_stride = s.b_row_stride;
-      d.b_col_stride = s.b_col_stride;
-      d.b_batch_stride = s.b_batch_stride;
-      d.d_row_stride = s.d_row_stride;
-      d.d_batch_stride = s.d_batch_stride;
-      d.epilogue = epilogue(s.epilogue);
-      d.allow_tf32 = tf32;
-      d.allow_reduced_precision_reduction = s.dtype == codegen::DType::F16 ? fp16_reduction : bf16_reduction;
-      matmuls_.push_back(std::make_unique<cuda::MatmulPlan>(d, device, kCublasWorkspaceBytes));
+      Matmul mm;
+      mm.desc.dtype = scalar_type(s.dtype);
+      mm.desc.epilogue = epilogue(s.epilogue);
+      mm.desc.allow_tf32 = tf32;
+      mm.desc.allow_reduced_precision_reduction = s.dtype == codegen::DType::F16 ? fp16_reduction : bf16_reduction;
+      for (const codegen::Size* f : {&s.m, &s.n, &s.k, &s.batch, &s.a_row_stride, &s.a_col_stride, &s.a_batch_stride,
+                                     &s.b_row_stride, &s.b_col_stride, &s.b_batch_stride, &s.d_row_stride,
+                                     &s.d_batch_stride})
+        mm.fields.push_back(slots_.add(*f));
+      // The trace-time shape is planned now, so a shape cuBLASLt refuses sends the graph to torch at build time.
+      std::vector<int64_t> hints;
+      for (const codegen::Size* f : {&s.m, &s.n, &s.k, &s.batch, &s.a_row_stride, &s.a_col_stride, &s.a_batch_stride,
+                                     &s.b_row_stride, &s.b_col_stride, &s.b_batch_stride, &s.d_row_stride,
+                                     &s.d_batch_stride})
+        hints.push_back(f->hint());
+      const cuda::MatmulDesc d = mm.shaped(hints);
+      mm.plans.emplace_back(d, std::make_unique<cuda::MatmulPlan>(d, device, kCublasWorkspaceBytes));
+      mm.dynamic = any_symbolic(mm.fields);
+      matmuls_.push_back(std::move(mm));
     }
     // Per-call allocation arguments: torch.empty_strided(sizes, strides, dtype=, device=).
     device_ = PyRef::steal(PyObject_CallFunction(T.device_type.get(), "si", "cuda", device));
     if (!device_) throw std::runtime_error("fastcomp: cannot make torch.device('cuda', " + std::to_string(device) + ")");
     alloc_kwnames_ = PyRef::steal(Py_BuildValue("(ss)", "dtype", "device"));
     allocs_.resize(program_.buffers.size());
+    offsets_.resize(program_.buffers.size());
     for (size_t b = 0; b < program_.buffers.size(); ++b) {
       const Buffer& buf = program_.buffers[b];
+      offsets_[b] = slots_.add(buf.offset);
       if (buf.kind != Buffer::Kind::Alloc && buf.kind != Buffer::Kind::Extern) continue;
-      allocs_[b].sizes = PyRef::steal(int_tuple(buf.sizes));
-      allocs_[b].strides = PyRef::steal(int_tuple(buf.strides));
-      allocs_[b].dtype = torch_dtype(buf.dtype);
+      AllocArgs& a = allocs_[b];
+      for (const codegen::Size& x : buf.sizes) a.size_refs.push_back(slots_.add(x));
+      for (const codegen::Size& x : buf.strides) a.stride_refs.push_back(slots_.add(x));
+      a.dynamic = any_symbolic(a.size_refs) || any_symbolic(a.stride_refs);
+      if (!a.dynamic) {
+        a.sizes = PyRef::steal(int_tuple(a.size_refs, {}));
+        a.strides = PyRef::steal(int_tuple(a.stride_refs, {}));
+      }
+      a.dtype = torch_dtype(buf.dtype);
     }
     if (!matmuls_.empty()) {
       PyRef empty = PyRef::steal(PyObject_GetAttrString(T.torch.get(), "empty"));
@@ -149,9 +176,10 @@ class CudaExecutable final : public Executable {
     if (!current_stream_) throw std::runtime_error("fastcomp: torch._C._cuda_getCurrentRawStream is missing");
     device_index_ = PyRef::steal(PyLong_FromLong(device));
     plan_lifetimes();
-    FC_LOG(compile, debug, "cuda executable: loaded {} kernels and planned {} cuBLASLt calls in {:.1f} ms",
+    FC_LOG(compile, debug, "cuda executable: loaded {} kernels and planned {} cuBLASLt calls in {:.1f} ms{}",
            launches_.size(), matmuls_.size(),
-           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count(),
+           slots_.empty() ? "" : " (dynamic shapes)");
   }
 
   PyObject* run(PyObject* const* inputs, size_t ninputs) override {
@@ -176,6 +204,13 @@ class CudaExecutable final : public Executable {
       if (!(ptr[b] = data_ptr(t)) && PyErr_Occurred()) return nullptr;
     }
     for (size_t i = 0; i < ninputs; ++i) objects[graph_.inputs[i]] = Py_NewRef(inputs[i]);
+    // Dynamic shapes: this call's symbols, and every size the plan needs, evaluated once.
+    std::vector<int64_t> symbols, values;
+    if (program_.is_dynamic()) {
+      if (!read_symbols(program_.symbols, inputs, &symbols)) return nullptr;
+      slots_.evaluate(symbols, &values);
+    }
+    const std::vector<int64_t>* syms = program_.is_dynamic() ? &symbols : nullptr;
 
     PyRef stream_obj = PyRef::steal(PyObject_CallOneArg(current_stream_.get(), device_index_.get()));
     if (!stream_obj) return nullptr;
@@ -187,7 +222,7 @@ class CudaExecutable final : public Executable {
       for (size_t si = 0; si < program_.steps.size(); ++si) {
         const Step& s = program_.steps[si];
         for (int b : allocs_before_[si])
-          if (!allocate(b, tensors, ptr, objects)) return nullptr;
+          if (!allocate(b, tensors, ptr, objects, values)) return nullptr;
         switch (s.kind) {
           case Step::Kind::Kernel: {
             // Each kernel parameter is a root buffer's pointer; cuLaunchKernel copies the values it points at.
@@ -195,17 +230,26 @@ class CudaExecutable final : public Executable {
             params.clear();
             for (int b : k.args) params.push_back(&ptr[program_.buffers[b].root]);
             const Launch& l = launches_[k.kernel];
-            cuda::launch(l.function, l.grid, l.block, l.shared, stream, params.data());
+            // Size parameters are never constants: each points at its slot's value for this call.
+            for (const SizeSlots::Ref& r : l.size_params) params.push_back(&values[r.slot]);
+            cuda::Dim3 grid = l.grid;
+            if (l.grid_items.slot >= 0) {
+              const int64_t items = values[l.grid_items.slot];
+              const int64_t blocks = (items + l.items_per_block - 1) / l.items_per_block;
+              grid.x = static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, l.grid.x));
+            }
+            cuda::launch(l.function, grid, l.block, l.shared, stream, params.data());
             break;
           }
           case Step::Kind::Matmul: {
             const plan::MatmulStep& m = program_.matmul_steps[s.index];
-            matmuls_[s.index]->run(address(m.a, ptr), address(m.b, ptr), nullptr, address(m.d, ptr),
-                                   m.bias >= 0 ? address(m.bias, ptr) : nullptr, workspace_ptr_, stream);
+            const cuda::MatmulPlan& plan = matmul_plan(s.index, values);
+            plan.run(address(m.a, ptr, values), address(m.b, ptr, values), nullptr, address(m.d, ptr, values),
+                     m.bias >= 0 ? address(m.bias, ptr, values) : nullptr, workspace_ptr_, stream);
             break;
           }
           case Step::Kind::Extern:
-            if (!run_extern(program_.extern_steps[s.index].node, objects, tensors, ptr)) return nullptr;
+            if (!run_extern(program_.extern_steps[s.index].node, objects, tensors, ptr, syms, values)) return nullptr;
             break;
         }
         for (int b : frees_after_[si]) Py_CLEAR(tensors[b]);
@@ -215,7 +259,7 @@ class CudaExecutable final : public Executable {
       PyErr_SetString(PyExc_RuntimeError, fmt::format("fastcomp: CUDA executable failed: {}", e.what()).c_str());
       return nullptr;
     }
-    return new_arg(graph_.output, objects);
+    return new_arg(graph_.output, objects.data(), syms);
   }
 
   std::string describe() const override {
@@ -225,12 +269,51 @@ class CudaExecutable final : public Executable {
  private:
   struct Launch {
     cuda::CUfunction function = nullptr;
-    cuda::Dim3 grid, block;
+    cuda::Dim3 grid, block;  // with grid_items: grid.x is the most blocks a call launches
     unsigned shared = 0;
+    std::vector<SizeSlots::Ref> size_params;
+    SizeSlots::Ref grid_items;  // slot -1: the grid is static
+    int64_t items_per_block = 1;
   };
   struct AllocArgs {
-    PyRef sizes, strides, dtype;
+    PyRef sizes, strides, dtype;  // sizes/strides: prebuilt unless dynamic
+    std::vector<SizeSlots::Ref> size_refs, stride_refs;
+    bool dynamic = false;
   };
+  // A matmul step's cuBLASLt plans: one for a static shape; for a dynamic one, one per concrete shape seen
+  // lately (most recent first).
+  struct Matmul {
+    cuda::MatmulDesc desc;  // dtype, epilogue and flags; the shape comes from `fields`
+    std::vector<SizeSlots::Ref> fields;  // m n k batch, A's row/col/batch, B's row/col/batch, D's row/batch strides
+    bool dynamic = false;
+    std::vector<std::pair<cuda::MatmulDesc, std::unique_ptr<cuda::MatmulPlan>>> plans;
+
+    cuda::MatmulDesc shaped(const std::vector<int64_t>& f) const {
+      cuda::MatmulDesc d = desc;
+      d.m = f[0], d.n = f[1], d.k = f[2], d.batch = f[3];
+      d.a_row_stride = f[4], d.a_col_stride = f[5], d.a_batch_stride = f[6];
+      d.b_row_stride = f[7], d.b_col_stride = f[8], d.b_batch_stride = f[9];
+      d.d_row_stride = f[10], d.d_batch_stride = f[11];
+      return d;
+    }
+  };
+
+  const cuda::MatmulPlan& matmul_plan(int step, const std::vector<int64_t>& values) {
+    Matmul& mm = matmuls_[step];
+    if (!mm.dynamic) return *mm.plans.front().second;
+    std::vector<int64_t> f;
+    for (const SizeSlots::Ref& r : mm.fields) f.push_back(SizeSlots::get(r, values));
+    const cuda::MatmulDesc d = mm.shaped(f);
+    for (size_t i = 0; i < mm.plans.size(); ++i) {
+      if (!(mm.plans[i].first == d)) continue;
+      if (i != 0) std::rotate(mm.plans.begin(), mm.plans.begin() + i, mm.plans.begin() + i + 1);
+      return *mm.plans.front().second;
+    }
+    if (mm.plans.size() >= kMatmulPlansPerStep) mm.plans.pop_back();
+    auto plan = std::make_unique<cuda::MatmulPlan>(d, program_.device, kCublasWorkspaceBytes);
+    mm.plans.emplace(mm.plans.begin(), d, std::move(plan));
+    return *mm.plans.front().second;
+  }
 
   static char* data_ptr(PyObject* t) {
     static PyObject* name = PyUnicode_InternFromString("data_ptr");
@@ -238,19 +321,23 @@ class CudaExecutable final : public Executable {
     return p ? static_cast<char*>(PyLong_AsVoidPtr(p.get())) : nullptr;
   }
 
-  char* address(int b, const std::vector<char*>& ptr) const {
+  char* address(int b, const std::vector<char*>& ptr, const std::vector<int64_t>& values) const {
     const Buffer& buf = program_.buffers[b];
-    return ptr[buf.root] + buf.offset * codegen::dtype_size(buf.dtype);
+    return ptr[buf.root] + SizeSlots::get(offsets_[b], values) * codegen::dtype_size(buf.dtype);
   }
 
-  PyObject* empty_strided(const AllocArgs& a) const {  // new reference
-    PyObject* argv[] = {nullptr, a.sizes.get(), a.strides.get(), a.dtype.get(), device_.get()};
+  PyObject* empty_strided(const AllocArgs& a, const std::vector<int64_t>& values) const {  // new reference
+    PyRef sizes = a.dynamic ? PyRef::steal(int_tuple(a.size_refs, values)) : a.sizes;
+    PyRef strides = a.dynamic ? PyRef::steal(int_tuple(a.stride_refs, values)) : a.strides;
+    if (!sizes || !strides) return nullptr;
+    PyObject* argv[] = {nullptr, sizes.get(), strides.get(), a.dtype.get(), device_.get()};
     return PyObject_Vectorcall(frontend::torch_refs().empty_strided.get(), argv + 1,
                                2 | PY_VECTORCALL_ARGUMENTS_OFFSET, alloc_kwnames_.get());
   }
 
-  bool allocate(int b, std::vector<PyObject*>& tensors, std::vector<char*>& ptr, std::vector<PyObject*>& objects) {
-    PyObject* t = empty_strided(allocs_[b]);
+  bool allocate(int b, std::vector<PyObject*>& tensors, std::vector<char*>& ptr, std::vector<PyObject*>& objects,
+                const std::vector<int64_t>& values) {
+    PyObject* t = empty_strided(allocs_[b], values);
     if (!t) return false;
     tensors[b] = t;
     if (!(ptr[b] = data_ptr(t)) && PyErr_Occurred()) return false;
@@ -260,12 +347,12 @@ class CudaExecutable final : public Executable {
   }
 
   bool run_extern(graph::NodeId id, std::vector<PyObject*>& objects, std::vector<PyObject*>& tensors,
-                  std::vector<char*>& ptr) {
+                  std::vector<char*>& ptr, const std::vector<int64_t>* symbols, const std::vector<int64_t>& values) {
     const graph::Node& node = graph_.nodes[id];
     std::vector<PyObject*> argv{nullptr};
     std::vector<PyRef> temps;
-    for (const auto& a : node.args) argv.push_back(borrow_arg(a, objects, temps));
-    for (const auto& a : node.kwargs) argv.push_back(borrow_arg(a, objects, temps));
+    for (const auto& a : node.args) argv.push_back(borrow_arg(a, objects, temps, symbols));
+    for (const auto& a : node.kwargs) argv.push_back(borrow_arg(a, objects, temps, symbols));
     for (size_t i = 1; i < argv.size(); ++i)
       if (!argv[i]) return false;
     PyObject* out = PyObject_Vectorcall(node.target.get(), argv.data() + 1,
@@ -276,10 +363,10 @@ class CudaExecutable final : public Executable {
     if (b >= 0 && program_.buffers[b].kind == Buffer::Kind::Extern) {
       Py_XSETREF(tensors[b], Py_NewRef(out));
       if (!(ptr[b] = data_ptr(out)) && PyErr_Occurred()) return false;
-      if (check_layout_[b] && !has_layout(out, program_.buffers[b])) {
+      if (check_layout_[b] && !has_layout(out, allocs_[b], values)) {
         // torch's meta function predicted other strides than the real op produced: kernels read a copy in
         // the planned layout (the user's object stays the op's own result).
-        PyObject* planned = empty_strided(allocs_[b]);
+        PyObject* planned = empty_strided(allocs_[b], values);
         if (!planned) return false;
         PyRef copied = PyRef::steal(PyObject_CallMethod(planned, "copy_", "O", out));
         Py_XSETREF(tensors[b], planned);
@@ -289,14 +376,17 @@ class CudaExecutable final : public Executable {
     return true;
   }
 
-  static bool has_layout(PyObject* t, const Buffer& b) {
+  static bool has_layout(PyObject* t, const AllocArgs& a, const std::vector<int64_t>& values) {
     PyRef strides = PyRef::steal(PyObject_CallMethod(t, "stride", nullptr));
-    if (!strides || !PyTuple_Check(strides.get()) || PyTuple_GET_SIZE(strides.get()) != Py_ssize_t(b.strides.size())) {
+    const size_t rank = a.stride_refs.size();
+    if (!strides || !PyTuple_Check(strides.get()) || PyTuple_GET_SIZE(strides.get()) != Py_ssize_t(rank)) {
       PyErr_Clear();
       return false;
     }
-    for (size_t d = 0; d < b.strides.size(); ++d)
-      if (b.sizes[d] != 1 && PyLong_AsLongLong(PyTuple_GET_ITEM(strides.get(), d)) != b.strides[d]) return false;
+    for (size_t d = 0; d < rank; ++d)
+      if (SizeSlots::get(a.size_refs[d], values) != 1 &&
+          PyLong_AsLongLong(PyTuple_GET_ITEM(strides.get(), d)) != SizeSlots::get(a.stride_refs[d], values))
+        return false;
     return true;
   }
 
@@ -374,9 +464,11 @@ class CudaExecutable final : public Executable {
   graph::Graph graph_;
   plan::Program program_;
   std::unique_ptr<cuda::LoadedModule> module_;
+  SizeSlots slots_;               // dynamic shapes: every symbolic size the plan needs
   std::vector<Launch> launches_;  // per program kernel
-  std::vector<std::unique_ptr<cuda::MatmulPlan>> matmuls_;
+  std::vector<Matmul> matmuls_;   // per matmul step
   std::vector<AllocArgs> allocs_;
+  std::vector<SizeSlots::Ref> offsets_;  // per buffer: its offset from its root
   PyRef device_, alloc_kwnames_, workspace_, current_stream_, device_index_;
   void* workspace_ptr_ = nullptr;
   std::vector<std::vector<int>> allocs_before_, frees_after_, node_frees_after_;

@@ -103,11 +103,11 @@ BuiltExecutable rehearse(graph::Graph graph) {
   BuiltExecutable out;
   plan::Program program = plan::lower(graph, {0, /*require_cuda=*/false});
   out.plan_text = program.to_string(graph);
-  runtime::CudaSource source = runtime::emit_plan(program, codegen::DeviceLimits{});
+  const codegen::DeviceLimits h100;
+  runtime::CudaSource source = runtime::emit_plan(program, h100);
   out.cuda_source = source.program;
   if (!source.program.empty())
-    runtime::cuda::compile_cuda(source.program, "fastcomp_graph", runtime::cuda::CudaArch{9, 0},
-                                runtime::cuda::Output::Ptx, {});
+    runtime::cuda::compile_cuda(source.program, "fastcomp_graph", h100.arch, runtime::cuda::Output::Ptx, {});
   BuiltExecutable runner = torch_runner(std::move(graph), "rehearsal");
   out.executable = std::move(runner.executable);
   out.summary = "rehearsal: " + program.counts_text();

@@ -1,45 +1,124 @@
 """Where a cold compile's time goes, per seed workload: trace (fastcomp's own compile record), NVRTC, loading
 and cuBLASLt planning (from the `compile` debug log), and the wall time until the kernels run. Each workload
-runs in a fresh kernel-cache folder. Usage on a GPU machine: python scripts/compile_breakdown.py [W1 W4 ...]"""
+runs in a fresh kernel-cache folder. Usage on a GPU machine: python scripts/compile_breakdown.py [W1 W4 ...]
+
+With --cpu (no GPU needed) each workload runs in a fresh process with the CUDA backend in rehearsal (CPU tensors
+lowered and emitted as for an H100/H200, full size, the workload's dtype) and the line splits what the GPU's
+cold start does: trace (fastcomp's compile record less the rehearsal's own NVRTC work), loading NVRTC, and
+compiling the graph's program to an sm_90 cubin, as the background thread does (timed as the second compile of
+the process, which skips NVRTC's first-use setup of a few ms)."""
+import json
 import logging
 import os
 import re
+import subprocess
 import sys
 import tempfile
 import time
 
-os.environ["FASTCOMP_CACHE_DIR"] = tempfile.mkdtemp()
-import torch  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-import fastcomp  # noqa: E402
-from benchmarks.workloads import WORKLOADS  # noqa: E402
-from fastcomp.testing import CompileCounter  # noqa: E402
 
-lines = []
-handler = logging.Handler()
-handler.emit = lambda record: lines.append(record.getMessage())
-logging.getLogger("fastcomp").addHandler(handler)
-fastcomp.set_logs(compile=logging.DEBUG)
+def nvrtc_ms(lines):
+    return sum(float(m) for line in lines for m in re.findall(r"nvrtc .* in ([\d.]+) ms", line))
 
-for wid in sys.argv[1:] or sorted(WORKLOADS):
-    model, make_inputs = WORKLOADS[wid].make("cuda", 1.0)
+
+def log_lines():
+    import fastcomp
+
+    lines = []
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(record.getMessage())
+    logging.getLogger("fastcomp").addHandler(handler)
+    fastcomp.set_logs(compile=logging.DEBUG)
+    return lines
+
+
+def gpu(wids):
+    os.environ["FASTCOMP_CACHE_DIR"] = tempfile.mkdtemp()
+    import torch
+
+    import fastcomp
+    from benchmarks.workloads import WORKLOADS
+    from fastcomp.testing import CompileCounter
+
+    lines = log_lines()
+    for wid in wids:
+        model, make_inputs = WORKLOADS[wid].make("cuda", 1.0)
+        args = make_inputs()
+        lines.clear()
+        with torch.no_grad(), CompileCounter() as cc:
+            model(*args)
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            compiled = fastcomp.compile(model)
+            compiled(*args)
+            torch.cuda.synchronize()
+            first = time.perf_counter() - start
+            fastcomp.wait_for_compiles()
+            compiled(*args)  # the call that loads the kernels and plans the cuBLASLt calls
+            torch.cuda.synchronize()
+            ready = time.perf_counter() - start
+        load = [line for line in lines if line.startswith("cuda executable")]
+        print(f"{wid}: first call {first * 1e3:.1f} ms, ready {ready * 1e3:.1f} ms, trace "
+              f"{cc.records[0]['compile_time_s'] * 1e3:.1f} ms, nvrtc {nvrtc_ms(lines):.1f} ms; "
+              f"{cc.records[0]['backend']}; {load[0] if load else 'not loaded yet'}")
+        fastcomp.reset()
+
+
+def cpu_one(wid):
+    """One workload in this (fresh) process; prints a JSON line."""
+    import torch
+
+    import fastcomp
+    from benchmarks.workloads import WORKLOADS
+    from fastcomp import _C
+    from fastcomp.testing import CompileCounter
+
+    lines = log_lines()
+    model, make_inputs = WORKLOADS[wid].make("cpu", 1.0)
     args = make_inputs()
-    lines.clear()
+    start = time.perf_counter()
+    _C._testing.nvrtc_version()  # loads NVRTC, which the first call would otherwise do inside the trace
+    load = time.perf_counter() - start
+    _C.set_rehearse_cuda_backend(True)
     with torch.no_grad(), CompileCounter() as cc:
-        model(*args)
-        torch.cuda.synchronize()
+        fastcomp.compile(model)(*args)
+    records = [r for r in cc.records if r.get("cuda_source")]
+    out = {"wid": wid, "load_ms": load * 1e3, "graphs": len(records)}
+    if records:
+        source = records[0]["cuda_source"]
+        out["trace_ms"] = sum(r["compile_time_s"] for r in cc.records) * 1e3 - nvrtc_ms(lines)
         start = time.perf_counter()
-        compiled = fastcomp.compile(model)
-        compiled(*args)
-        torch.cuda.synchronize()
-        first = time.perf_counter() - start
-        fastcomp.wait_for_compiles()
-        compiled(*args)  # the call that loads the kernels and plans the cuBLASLt calls
-        torch.cuda.synchronize()
-        ready = time.perf_counter() - start
-    nvrtc = sum(float(m) for line in lines for m in re.findall(r"nvrtc .* in ([\d.]+) ms", line))
-    load = [line for line in lines if line.startswith("cuda executable")]
-    print(f"{wid}: first call {first * 1e3:.1f} ms, ready {ready * 1e3:.1f} ms, trace "
-          f"{cc.records[0]['compile_time_s'] * 1e3:.1f} ms, nvrtc {nvrtc:.1f} ms; {cc.records[0]['backend']}; "
-          f"{load[0] if load else 'not loaded yet'}")
-    fastcomp.reset()
+        _C._testing.nvrtc_compile(source, "fastcomp_graph", 9, 0, "cubin")
+        out["cubin_ms"] = (time.perf_counter() - start) * 1e3
+        out["plan"] = records[0]["backend"]
+    print(json.dumps(out))
+
+
+def cpu(wids):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
+    for wid in wids:
+        run = subprocess.run([sys.executable, __file__, "--cpu-one", wid], capture_output=True, text=True, env=env)
+        if run.returncode:
+            print(f"{wid}: failed\n{run.stderr}")
+            continue
+        r = json.loads(run.stdout.strip().splitlines()[-1])
+        if not r["graphs"]:
+            print(f"{wid}: no graph with kernels")
+            continue
+        total = r["trace_ms"] + r["load_ms"] + r["cubin_ms"]
+        print(f"{wid}: trace {r['trace_ms']:.1f} ms, NVRTC load {r['load_ms']:.1f} ms, sm_90 cubin "
+              f"{r['cubin_ms']:.1f} ms; sum {total:.0f} ms; {r['plan']}")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, ROOT)
+    if sys.argv[1:2] == ["--cpu-one"]:
+        cpu_one(sys.argv[2])
+    else:
+        from benchmarks.workloads import WORKLOADS
+
+        on_cpu = sys.argv[1:2] == ["--cpu"]
+        wids = sys.argv[1 + on_cpu:] or sorted(WORKLOADS)
+        (cpu if on_cpu else gpu)(wids)

@@ -89,13 +89,14 @@ void bind_codegen(py::module_& m) {
       "CUDA C of one kernel spec (see bind_codegen.cpp): (code, grid, block, shared_bytes).");
   m.def(
       "emit_program",
-      [](const py::list& specs, int sm_count) {
+      [](const py::list& specs, int sm_count, int sm) {
         std::vector<cg::KernelSource> sources;
         for (py::handle h : specs)
           sources.push_back(cg::emit_cuda(parse_kernel(py::reinterpret_borrow<py::dict>(h)), limits_of(sm_count)));
-        return cg::emit_program(sources);
+        return cg::emit_program(sources, {sm / 10, sm % 10});
       },
-      py::arg("specs"), py::arg("sm_count") = 132, "One NVRTC program text for a list of kernel specs.");
+      py::arg("specs"), py::arg("sm_count") = 132, py::arg("sm") = 90,
+      "One NVRTC program text for a list of kernel specs, for arch sm_<sm>.");
   m.def(
       "kernel_text", [](const py::dict& spec) { return parse_kernel(spec).to_string(); }, py::arg("spec"),
       "Kernel::to_string of a kernel spec.");

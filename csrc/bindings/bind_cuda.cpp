@@ -98,6 +98,8 @@ void bind_cuda(py::module_& m) {
     cuda::NvrtcVersion v = cuda::nvrtc_version();
     return std::make_tuple(v.major, v.minor);
   });
+  m.def("usable_cores", &cuda::usable_cores);
+  m.def("nvrtc_threads", &cuda::nvrtc_threads, "configured"_a, "cores"_a);
   m.def(
       "nvrtc_options",
       [](const std::string& source, int major, int minor, const std::string& kind,

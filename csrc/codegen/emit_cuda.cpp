@@ -19,11 +19,66 @@ constexpr const char* kIntegerTypes =
     "typedef int int32_t;\n"
     "typedef long long int64_t;\n";
 
+// f16 and bf16 as the kernels see them: expr_emitter.cpp converts each element to float where it is loaded and
+// back where it is stored, and computes in float in between, so a type needs only its 16 bits in memory and one
+// conversion each way: fc_f16 / fc_bf16, fc_<type>_to_float and fc_float_to_<type>.
+//
+// From sm_80 on every one of these conversions is a single PTX instruction, so the prelude writes them itself and
+// the program includes no CUDA header: cuda_fp16.h and cuda_bf16.h are ~18k lines whose parsing took 10-25 ms of
+// each half program's NVRTC time on a 2-core Xeon, and a program without #include needs no -I. Before sm_80 no
+// instruction narrows to bf16 (it would take rounding in software, which we leave to NVIDIA), so there both
+// types are the headers' own under our names: one prelude per arch, chosen in emit_program.
+constexpr const char* kHalfBits = R"cuda(struct alignas(2) fc_f16 { unsigned short bits; };
+// PTX cvt: widening is exact; narrowing rounds to nearest even (.rn), as torch does.
+__device__ __forceinline__ float fc_f16_to_float(fc_f16 x) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x.bits));
+  return f;
+}
+__device__ __forceinline__ fc_f16 fc_float_to_f16(float f) {
+  fc_f16 x;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(x.bits) : "f"(f));
+  return x;
+}
+)cuda";
+constexpr const char* kBfloatBits = R"cuda(struct alignas(2) fc_bf16 { unsigned short bits; };
+// Narrowing rounds to nearest even with cvt.rn.bf16.f32 (new in sm_80).
+__device__ __forceinline__ fc_bf16 fc_float_to_bf16(float f) {
+  fc_bf16 x;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(x.bits) : "f"(f));
+  return x;
+}
+)cuda";
+// Widening: a bf16 is the upper half of the float it stands for, so a shift does it on any arch. From sm_90 on
+// there is an instruction for it, and the kernels use it there: with it, their machine code is the code that was
+// measured on H100/H200 through the headers, byte for byte (W1-W9). The shift, which the optimizer sees through,
+// reschedules whole kernels (W8 loses 30 of its ~500 instructions); whether that is faster is for a GPU to tell.
+constexpr const char* kBfloatWidenByShift = R"cuda(__device__ __forceinline__ float fc_bf16_to_float(fc_bf16 x) {
+  return __uint_as_float((unsigned int)x.bits << 16);
+}
+)cuda";
+constexpr const char* kBfloatWidenByCvt = R"cuda(__device__ __forceinline__ float fc_bf16_to_float(fc_bf16 x) {
+  float f;
+  asm("cvt.f32.bf16 %0, %1;" : "=f"(f) : "h"(x.bits));
+  return f;
+}
+)cuda";
+constexpr const char* kHalfFromHeader = R"cuda(#include <cuda_fp16.h>
+typedef __half fc_f16;
+__device__ __forceinline__ float fc_f16_to_float(fc_f16 x) { return __half2float(x); }
+__device__ __forceinline__ fc_f16 fc_float_to_f16(float f) { return __float2half_rn(f); }
+)cuda";
+constexpr const char* kBfloatFromHeader = R"cuda(#include <cuda_bf16.h>
+typedef __nv_bfloat16 fc_bf16;
+__device__ __forceinline__ float fc_bf16_to_float(fc_bf16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ fc_bf16 fc_float_to_bf16(float f) { return __float2bfloat16_rn(f); }
+)cuda";
+
 // f16/bf16 values compute in float and round where they are produced (see expr_emitter.cpp).
-constexpr const char* kHalfHelpers =
-    "__device__ __forceinline__ float fc_round_f16(float x) { return __half2float(__float2half_rn(x)); }\n";
-constexpr const char* kBfloatHelpers =
-    "__device__ __forceinline__ float fc_round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }\n";
+constexpr const char* kHalfRound =
+    "__device__ __forceinline__ float fc_round_f16(float x) { return fc_f16_to_float(fc_float_to_f16(x)); }\n";
+constexpr const char* kBfloatRound =
+    "__device__ __forceinline__ float fc_round_bf16(float x) { return fc_bf16_to_float(fc_float_to_bf16(x)); }\n";
 
 constexpr const char* kHelpers = R"(
 // N consecutive elements as one memory access of N * sizeof(T) bytes (16 at most).
@@ -181,17 +236,22 @@ KernelSource emit_cuda(const Kernel& kernel, const DeviceLimits& limits) {
   return src;
 }
 
-std::string emit_program(const std::vector<KernelSource>& kernels) {
+std::string emit_program(const std::vector<KernelSource>& kernels, const runtime::cuda::CudaArch& arch) {
   bool fp16 = false, bf16 = false;
   for (const KernelSource& k : kernels) {
     fp16 |= k.needs_fp16;
     bf16 |= k.needs_bf16;
   }
-  // The half headers add a few ms to every compile, so they come in only when a kernel uses the type.
+  // Each declaration costs front-end time, so the half types come in only when a kernel uses them.
+  const bool own_types = arch.has_bf16_arithmetic();  // declared here from sm_80 on (see kHalfBits)
   std::string out = "// fastcomp program: prelude, then one kernel per fused group\n";
   out += detail::kIntegerTypes;
-  if (fp16) out += std::string("#include <cuda_fp16.h>\n") + detail::kHalfHelpers;
-  if (bf16) out += std::string("#include <cuda_bf16.h>\n") + detail::kBfloatHelpers;
+  if (fp16) out += std::string(own_types ? detail::kHalfBits : detail::kHalfFromHeader) + detail::kHalfRound;
+  if (bf16 && own_types)
+    out += std::string(detail::kBfloatBits) +
+           (arch.has_bf16_widening() ? detail::kBfloatWidenByCvt : detail::kBfloatWidenByShift);
+  if (bf16 && !own_types) out += detail::kBfloatFromHeader;
+  if (bf16) out += detail::kBfloatRound;
   out += detail::kHelpers;
   for (const KernelSource& k : kernels) out += "\n" + k.code;
   return out;

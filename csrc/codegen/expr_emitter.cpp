@@ -172,26 +172,23 @@ const char* value_type(DType t) { return is_half_like(t) ? "float" : dtype_c_typ
 std::string convert(DType from, DType to, const std::string& text) {
   if (from == to) return text;
   if (to == DType::Bool) return "(" + text + " != 0)";
-  if (is_half_like(to)) {
-    // From double, round once (torch converts double -> half directly); through float it could round twice.
-    if (from == DType::F64) return to == DType::F16 ? "__half2float(__double2half(" + text + "))"
-                                                    : "__bfloat162float(__double2bfloat16(" + text + "))";
-    return round_to(to, "(float)(" + text + ")");
-  }
+  // Through float, double included: torch's Half and BFloat16 are built from a float only, so eager rounds a
+  // double twice (to float, then to f16/bf16), and so must we to give its bits.
+  if (is_half_like(to)) return round_to(to, "(float)(" + text + ")");
   if (is_half_like(from) && to == DType::F32) return text;  // already a float holding the exact value
   return fmt::format("({})({})", dtype_c_type(to), text);
 }
 
 std::string from_memory(DType t, const std::string& raw) {
-  if (t == DType::F16) return "__half2float(" + raw + ")";
-  if (t == DType::BF16) return "__bfloat162float(" + raw + ")";
+  if (t == DType::F16) return "fc_f16_to_float(" + raw + ")";
+  if (t == DType::BF16) return "fc_bf16_to_float(" + raw + ")";
   return raw;
 }
 
 std::string to_memory(DType t, const std::string& value) {
   // The value is already rounded to t, so round-to-nearest here is exact.
-  if (t == DType::F16) return "__float2half_rn(" + value + ")";
-  if (t == DType::BF16) return "__float2bfloat16_rn(" + value + ")";
+  if (t == DType::F16) return "fc_float_to_f16(" + value + ")";
+  if (t == DType::BF16) return "fc_float_to_bf16(" + value + ")";
   return value;
 }
 

@@ -39,8 +39,8 @@ const char* dtype_c_type(DType t) {
     case DType::I16: return "int16_t";
     case DType::I32: return "int32_t";
     case DType::I64: return "int64_t";
-    case DType::F16: return "__half";
-    case DType::BF16: return "__nv_bfloat16";
+    case DType::F16: return "fc_f16";
+    case DType::BF16: return "fc_bf16";
     case DType::F32: return "float";
     case DType::F64: return "double";
   }

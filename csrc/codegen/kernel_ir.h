@@ -16,13 +16,14 @@
 #include <vector>
 
 #include "codegen/size.h"
+#include "runtime/cuda/arch.h"
 
 namespace fastcomp::codegen {
 
 // Element types the emitter knows; compute happens in the `compute` type of each expression.
 enum class DType : uint8_t { Bool, U8, I8, I16, I32, I64, F16, BF16, F32, F64 };
 const char* dtype_name(DType t);      // "f32"
-const char* dtype_c_type(DType t);    // "float", "__half", "__nv_bfloat16", "int64_t", ...
+const char* dtype_c_type(DType t);    // "float", "fc_f16", "fc_bf16", "int64_t", ...
 int dtype_size(DType t);
 
 enum class ExprOp : uint8_t {
@@ -91,8 +92,8 @@ struct KernelSource {
   int block = 256;         // threads per block
   int64_t grid = 1;        // blocks; with grid_items: the most blocks a call launches
   int shared_bytes = 0;    // dynamic shared memory
-  bool needs_fp16 = false; // includes cuda_fp16.h
-  bool needs_bf16 = false; // includes cuda_bf16.h
+  bool needs_fp16 = false; // the prelude declares fc_f16 and its conversions
+  bool needs_bf16 = false; // ... and fc_bf16's
   // Dynamic shapes: the values of the kernel's size parameters p0, p1, ..., in order, as expressions over the
   // graph's symbols (the executable evaluates them per call); empty for a static kernel. Every size the kernel
   // needs that is not a constant is one of them, so the code never depends on the sizes of a call.
@@ -102,7 +103,10 @@ struct KernelSource {
   int64_t items_per_block = 1;
 };
 
+// The GPU code is generated for: its arch (which decides the program's prelude) and the sizes launches are fitted
+// to. The defaults are an H100's.
 struct DeviceLimits {
+  runtime::cuda::CudaArch arch{9, 0};
   int sm_count = 132;
   int max_threads_per_block = 1024;
   int max_threads_per_sm = 2048;  // resident threads per multiprocessor: grids are sized in waves
@@ -112,7 +116,7 @@ struct DeviceLimits {
  *  Throws std::invalid_argument when the kernel breaks the rules above (bad indices, types or strides). */
 KernelSource emit_cuda(const Kernel& kernel, const DeviceLimits& limits);
 
-/** One NVRTC program for all kernels of a graph: the common prelude once, then every kernel. */
-std::string emit_program(const std::vector<KernelSource>& kernels);
+/** One NVRTC program for all kernels of a graph, compiled for `arch`: the common prelude once, then every kernel. */
+std::string emit_program(const std::vector<KernelSource>& kernels, const runtime::cuda::CudaArch& arch);
 
 }  // namespace fastcomp::codegen

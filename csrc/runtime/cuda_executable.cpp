@@ -480,6 +480,7 @@ class CudaExecutable final : public Executable {
 codegen::DeviceLimits device_limits(int device) {
   const cuda::DeviceInfo& info = cuda::device_info(device);
   codegen::DeviceLimits limits;
+  limits.arch = info.arch;
   limits.sm_count = info.sm_count;
   limits.max_threads_per_block = info.max_threads_per_block;
   limits.max_threads_per_sm = info.max_threads_per_sm;
@@ -489,7 +490,7 @@ codegen::DeviceLimits device_limits(int device) {
 CudaSource emit_plan(const plan::Program& program, const codegen::DeviceLimits& limits) {
   CudaSource out;
   for (const codegen::Kernel& k : program.kernels) out.kernels.push_back(codegen::emit_cuda(k, limits));
-  if (!out.kernels.empty()) out.program = codegen::emit_program(out.kernels);
+  if (!out.kernels.empty()) out.program = codegen::emit_program(out.kernels, limits.arch);
   return out;
 }
 

@@ -10,6 +10,9 @@ sees every change immediately. Environment variables give the start-up values:
   through torch; 0 compiles them before the first call returns.
 - ``FASTCOMP_DUMP_DIR`` (path, default unset): each compiled graph writes ``graph.txt``, ``plan.txt`` and
   ``kernels.cu`` into its own folder there.
+- ``FASTCOMP_NVRTC_THREADS`` (int, default 0): threads NVRTC may use to compile one graph's kernels
+  (``--split-compile``); 0 takes the CPU cores this process may run on but one, at most 8; 1 compiles on one
+  thread.
 """
 import contextlib
 import os
@@ -25,6 +28,7 @@ _DEFAULTS = {
     "cuda_backend": os.environ.get("FASTCOMP_CUDA_BACKEND", "1") == "1",
     "background_compile": os.environ.get("FASTCOMP_BACKGROUND_COMPILE", "1") == "1",
     "dump_dir": os.environ.get("FASTCOMP_DUMP_DIR", ""),
+    "nvrtc_threads": int(os.environ.get("FASTCOMP_NVRTC_THREADS", "0")),
 }
 
 

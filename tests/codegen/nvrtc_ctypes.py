@@ -39,9 +39,12 @@ class Nvrtc:
                 ctypes.CDLL(builtins, mode=ctypes.RTLD_GLOBAL)
         self.lib = ctypes.CDLL(os.path.join(lib, "libnvrtc.so.13"))
         self.include = include
+        major, minor = ctypes.c_int(), ctypes.c_int()
+        self.lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
+        self.version = (major.value, minor.value)
 
     def compile(self, source, arch="compute_90", extra=()):
-        """Returns (ok, log, ptx)."""
+        """Returns (ok, log, ptx); with arch="sm_XX", (ok, log, cubin bytes)."""
         lib = self.lib
         prog = ctypes.c_void_p()
         if lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), b"fastcomp.cu", 0, None, None) != 0:
@@ -56,6 +59,11 @@ class Nvrtc:
             lib.nvrtcGetProgramLog(prog, log)
             if rc != 0:
                 return False, log.value.decode(errors="replace"), None
+            if arch.startswith("sm_"):
+                lib.nvrtcGetCUBINSize(prog, ctypes.byref(size))
+                cubin = ctypes.create_string_buffer(size.value)
+                lib.nvrtcGetCUBIN(prog, cubin)
+                return True, log.value.decode(errors="replace"), cubin.raw
             lib.nvrtcGetPTXSize(prog, ctypes.byref(size))
             ptx = ctypes.create_string_buffer(size.value)
             lib.nvrtcGetPTX(prog, ptx)

@@ -2,6 +2,8 @@
 shapes), NVRTC compiling every op, dtype and kernel shape to PTX for compute_90 (no GPU needed), and on a GPU
 (`gpu` marker) the kernels' results against eager torch."""
 import math
+import re
+import struct
 
 import pytest
 
@@ -184,19 +186,132 @@ def test_pow_by_small_constants_is_written_as_torch_does():
 
 def test_half_values_round_where_produced_and_compute_in_float():
     code, *_ = emit(S.binary("add", "f16", shape=(64,)))
-    assert "const float e0 = __half2float(a0[w][u]);" in code
+    assert "const float e0 = fc_f16_to_float(a0[w][u]);" in code
     assert "const float e2 = fc_round_f16(e0 + e1);" in code
-    assert "r0[u] = __float2half_rn(e2);" in code
+    assert "r0[u] = fc_float_to_f16(e2);" in code
 
 
-def test_program_includes_half_headers_only_when_used():
+# Doubles just above the halfway point between two f16 (bf16) values that float rounds onto that point: rounded
+# once they go up, rounded through float (as torch does) they tie to even and stay at 1.0.
+DOUBLE_ROUNDING = {"f16": 1 + 2.0 ** -11 + 2.0 ** -40, "bf16": 1 + 2.0 ** -8 + 2.0 ** -40}
+
+
+@pytest.mark.parametrize("dst", ["f16", "bf16"])
+def test_double_to_half_rounds_through_float_like_torch(dst):
+    import torch
+
+    # torch's Half and BFloat16 are built from a float only, so eager rounds a double twice.
+    tdt = {"f16": torch.float16, "bf16": torch.bfloat16}[dst]
+    assert torch.tensor([DOUBLE_ROUNDING[dst]], dtype=torch.float64).to(tdt).item() == 1.0
+    code, *_ = emit(S.cast("f64", dst, shape=(64,)))
+    assert f"const float e1 = fc_round_{dst}((float)(e0));" in code
+
+
+def test_program_declares_half_types_only_when_used():
     f32 = T.emit_program([S.bias_add()])
-    assert "cuda_fp16.h" not in f32 and "cuda_bf16.h" not in f32 and "fc_warp_reduce" in f32
+    assert "fc_f16" not in f32 and "fc_bf16" not in f32 and "#include" not in f32 and "fc_warp_reduce" in f32
     f16 = T.emit_program([S.bias_add(), S.unary("exp", "f16")])
-    assert "#include <cuda_fp16.h>" in f16 and "cuda_bf16.h" not in f16
+    assert f16.count("struct alignas(2) fc_f16 ") == 1 and "fc_bf16" not in f16 and "#include" not in f16
     both = T.emit_program([S.layer_norm(), S.w8_rmsnorm()])
-    assert both.count("#include <cuda_fp16.h>") == 1 and both.count("#include <cuda_bf16.h>") == 1
-    assert both.index("fc_round_f16") < both.index("layer_norm_rows")
+    assert both.count("struct alignas(2) fc_f16 ") == 1 and both.count("struct alignas(2) fc_bf16 ") == 1
+    assert "#include" not in both and both.index("fc_round_f16") < both.index("layer_norm_rows")
+
+
+def half_specs():
+    casts = [("f32", "f16"), ("f32", "bf16"), ("f16", "f32"), ("bf16", "f32"), ("f16", "bf16"), ("bf16", "f16"),
+             ("f64", "bf16"), ("bf16", "f64"), ("i64", "f16"), ("bf16", "i32")]
+    return [S.cast(a, b, shape=(64,)) for a, b in casts] + [S.layer_norm(rows=64), S.w8_rmsnorm(rows=64)]
+
+
+@pytest.mark.parametrize("sm", [75, 80, 89, 90])
+def test_half_programs_declare_their_types_from_sm80_and_include_the_headers_before(nvrtc, sm):
+    # From sm_80 every f16/bf16 conversion is one instruction, so the prelude declares the types itself; before,
+    # they come from cuda_fp16.h / cuda_bf16.h. Either program compiles to a cubin with fastcomp's own options
+    # (which add -I only for the one with #include).
+    program = T.emit_program(half_specs(), sm=sm)
+    own = sm >= 80
+    assert program.count("struct alignas(2) fc_f16 ") == own and program.count("struct alignas(2) fc_bf16 ") == own
+    assert ("#include <cuda_fp16.h>" in program) != own and ("#include <cuda_bf16.h>" in program) != own
+    cubin = T.nvrtc_compile(program, "half.cu", sm // 10, sm % 10, "cubin")
+    assert {f".text.{spec['name']}" for spec in half_specs()} == set(elf_sections(cubin, ".text."))
+
+
+@pytest.mark.parametrize("sm", [80, 90])
+def test_own_half_conversions_round_to_nearest_even_like_torch(nvrtc, sm):
+    import torch
+
+    # torch rounds float to f16/bf16 to the nearest value, ties to even: 1 + 2^-8 and 1 + 3 * 2^-8 are bf16 ties.
+    assert torch.tensor([1 + 2 ** -8, 1 + 3 * 2 ** -8]).to(torch.bfloat16).tolist() == [1.0, 1 + 2 ** -6]
+    assert torch.tensor([1 + 2 ** -11, 1 + 3 * 2 ** -11]).to(torch.float16).tolist() == [1.0, 1 + 2 ** -9]
+    # So does PTX's cvt.rn, and the prelude must round with it and nothing else: no conversion of its own.
+    program = T.emit_program([S.cast("f32", "f16", shape=(64,)), S.cast("f32", "bf16", shape=(64,)),
+                              S.cast("f16", "f32", shape=(64,)), S.cast("bf16", "f32", shape=(64,))], sm=sm)
+    ok, log, ptx = nvrtc.compile(program, f"compute_{sm}")
+    assert ok, log
+    half_cvts = {c for c in re.findall(r"\bcvt(?:\.\w+)+", ptx) if "f16" in c}
+    widen_bf16 = {"cvt.f32.bf16"} if sm >= 90 else set()  # exact either way; a shift before sm_90
+    assert half_cvts == {"cvt.rn.f16.f32", "cvt.rn.bf16.f32", "cvt.f32.f16"} | widen_bf16
+
+
+@pytest.mark.parametrize("sm, dtypes", [(80, ["f16"]), (90, ["f16", "bf16"])])
+def test_own_half_types_give_the_machine_code_of_the_cuda_headers(nvrtc, sm, dtypes):
+    # The same kernels with our declarations and with the headers' (the sm_75 program) compile to the same
+    # instructions. On sm_80 our bf16 widens with a shift, not as the headers do, so only f16 is compared there.
+    specs = [S.layer_norm(rows=64)] + (["bf16"] == dtypes[1:]) * [S.w8_rmsnorm(rows=64)]
+    for dt in dtypes:
+        specs += [S.cast("f32", dt, shape=(64,)), S.cast(dt, "f32", shape=(64,)), S.unary("exp", dt),
+                  S.binary("add", dt, shape=(3, 1025))]
+    own, headers = T.emit_program(specs, sm=sm), T.emit_program(specs, sm=75)
+    assert "#include" not in own and "#include <cuda_fp16.h>" in headers
+    code = [elf_sections(T.nvrtc_compile(p, "half.cu", sm // 10, sm % 10, "cubin"), ".text.") for p in (own, headers)]
+    assert len(code[0]) == len(specs) and code[0] == code[1]
+
+
+def elf_sections(elf, prefix):
+    """{name: bytes} of the ELF64 sections whose names start with `prefix` (a cubin's .text.<kernel>)."""
+    shoff, = struct.unpack_from("<Q", elf, 0x28)
+    entsize, count, names_index = struct.unpack_from("<HHH", elf, 0x3A)
+    headers = [struct.unpack_from("<IIQQQQIIQQ", elf, shoff + i * entsize) for i in range(count)]
+    names = headers[names_index][4]
+    out = {}
+    for name_offset, kind, _, _, offset, size, *_ in headers:
+        name = elf[names + name_offset:elf.index(b"\0", names + name_offset)].decode()
+        if name.startswith(prefix) and kind != 8:  # 8: SHT_NOBITS, no bytes in the file
+            out[name] = elf[offset:offset + size]
+    return out
+
+
+def cubin_code(nvrtc, source, arch, extra=()):
+    ok, log, cubin = nvrtc.compile(source, arch, ["-default-device", *extra])
+    assert ok, f"NVRTC failed for {arch}:\n{log}"
+    code = elf_sections(cubin, ".text.")
+    assert code
+    return code
+
+
+def test_split_compile_code_does_not_depend_on_the_thread_count(nvrtc):
+    import fastcomp
+
+    # Splitting may change a kernel's code (here the two with __shared__ slots come out otherwise than from a
+    # serial compile, see nvrtc.cpp), but the thread count must not: it is the usable cores, so machines differ.
+    program = T.emit_program([S.w3_softmax(rows=64), S.unary("tanh", "f32"), S.w8_rmsnorm(rows=64),
+                              S.layer_norm(rows=64), S.bias_add()])
+    code = {}
+    for threads in (1, 2, 3, 8):
+        with fastcomp.config.patch(nvrtc_threads=threads):
+            options = T.nvrtc_options(program, 9, 0, "cubin")
+            assert (f"--split-compile={threads}" in options) == (threads > 1)
+            code[threads] = elf_sections(T.nvrtc_compile(program, "split.cu", 9, 0, "cubin"), ".text.")
+    assert len(code[2]) == 5 and code[2] == code[3] == code[8]
+    assert code[1][".text.bias_add"] == code[2][".text.bias_add"]
+
+
+def test_minimal_option_leaves_the_code_unchanged(nvrtc):
+    # nvrtc_options adds --minimal from NVRTC 12.4 on because it only drops declarations our programs never use.
+    if nvrtc.version < (12, 4):
+        pytest.skip("NVRTC before 12.4 has no --minimal")
+    program = T.emit_program([S.w3_softmax(rows=64), S.unary("tanh", "f32"), S.w8_rmsnorm(rows=64)])
+    assert cubin_code(nvrtc, program, "sm_90", ["--minimal"]) == cubin_code(nvrtc, program, "sm_90")
 
 
 def test_row_reduce_picks_warp_block_or_streaming_by_row_length():
@@ -228,12 +343,12 @@ def test_row_reduce_passes_follow_reduction_dependencies():
 def test_row_reduce_keeps_reused_inputs_and_row_invariant_weights_in_registers():
     code, *_ = emit(S.w8_rmsnorm())
     rows_at = code.index("for (idx_t row")
-    assert "__nv_bfloat16 x0[2][8];" in code[rows_at:]   # x: once per row, read by 2 passes
+    assert "fc_bf16 x0[2][8];" in code[rows_at:]          # x: once per row, read by 2 passes
     assert code.count("fc_load<8, kAligned>(in0") == 1
-    assert "__nv_bfloat16 y1[8];" in code                 # the weight: in the one pass that reads it
+    assert "fc_bf16 y1[8];" in code                       # the weight: in the one pass that reads it
     code, *_ = emit(S.layer_norm())                       # warp mode: each warp sees many rows
     rows_at = code.index("for (idx_t row")
-    assert "__half x1[2][8];" in code[:rows_at]           # the weight: once per thread, before the row loop
+    assert "fc_f16 x1[2][8];" in code[:rows_at]           # the weight: once per thread, before the row loop
 
 
 def test_row_reduce_reads_strided_rows_with_scalar_loads():
@@ -388,6 +503,17 @@ def test_gpu_pointwise_matches_torch(spec):
     # float -> unsigned casts of negative values are undefined in C++ and torch alike: keep those positive
     nonneg = (0,) if spec["name"].startswith("cast_") and spec["name"].endswith("_u8") else ()
     G.check(spec, G.random_inputs(spec, nonnegative=nonneg))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dst", ["f16", "bf16"])
+def test_gpu_double_to_half_rounds_like_torch(dst):
+    import codegen_gpu as G
+    import torch
+
+    x = torch.tensor([DOUBLE_ROUNDING[dst], -DOUBLE_ROUNDING[dst], 1.0 + 2.0 ** -40, 3.0], device="cuda",
+                     dtype=torch.float64).repeat(64)
+    G.check(S.cast("f64", dst, shape=(256,)), [x])
 
 
 @pytest.mark.gpu

@@ -172,11 +172,53 @@ def test_compile_half_and_bfloat16_kernels_finds_the_cuda_headers():
     assert sorted(entries(ptx)) == ["scale_add_bf16", "scale_add_half"]
 
 
+# What fastcomp.config.nvrtc_threads = 0 (the default) gives: the cores this process may run on but one, 1 to 8.
+USABLE_THREADS = max(1, min(len(os.sched_getaffinity(0)) - 1, 8))
+
+
+def split_compile(threads):
+    return [f"--split-compile={threads}"] if threads > 1 else []
+
+
 @needs_nvrtc
 def test_options_are_ieee_by_default_and_take_no_include_path_without_includes():
-    assert T.nvrtc_options(SCALE_ADD, 9, 0) == ["-arch=compute_90", "-std=c++17", "-default-device"]
+    fast = (["--minimal"] if NVRTC_VERSION >= (12, 4) else []) + split_compile(USABLE_THREADS)
+    assert T.nvrtc_options(SCALE_ADD, 9, 0) == ["-arch=compute_90", "-std=c++17", "-default-device", *fast]
     assert T.nvrtc_options(SCALE_ADD, 9, 0, kind="cubin", options=["-lineinfo"]) == [
-        "-arch=sm_90", "-std=c++17", "-default-device", "-lineinfo"]
+        "-arch=sm_90", "-std=c++17", "-default-device", *fast, "-lineinfo"]
+
+
+def test_nvrtc_threads_leave_one_core_to_the_program_and_take_at_most_8():
+    assert [T.nvrtc_threads(0, cores) for cores in (1, 2, 3, 4, 16, 128)] == [1, 1, 2, 3, 8, 8]
+    assert T.nvrtc_threads(3, 2) == 3 and T.nvrtc_threads(1, 64) == 1  # the config wins
+
+
+def test_usable_cores_are_the_affinity_mask_not_the_machine():
+    assert T.usable_cores() == len(os.sched_getaffinity(0))
+    out = run_python("""
+        import os
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+        from fastcomp._C import _testing as T
+        print(T.usable_cores())
+        """)
+    assert out.strip() == "1"
+
+
+@needs_nvrtc
+def test_split_compile_option_follows_fastcomp_config_and_its_environment_variable():
+    def split_options(out):
+        return re.findall(r"--split-compile=\d+", str(out))
+
+    assert split_options(T.nvrtc_options(SCALE_ADD, 9, 0)) == split_compile(USABLE_THREADS)
+    with fastcomp.config.patch(nvrtc_threads=3):
+        assert split_options(T.nvrtc_options(SCALE_ADD, 9, 0)) == ["--split-compile=3"]
+    with fastcomp.config.patch(nvrtc_threads=1):  # one thread: no option, the serial compile's cache key
+        assert split_options(T.nvrtc_options(SCALE_ADD, 9, 0)) == []
+    out = run_python("""
+        from fastcomp._C import _testing as T
+        print(T.nvrtc_options("", 9, 0))
+        """, FASTCOMP_NVRTC_THREADS="5")
+    assert split_options(out) == ["--split-compile=5"]
 
 
 @needs_nvrtc
@@ -256,15 +298,17 @@ def test_cache_miss_then_memory_hit(cache_dir):
 
 
 @needs_nvrtc
-def test_cache_key_covers_arch_kind_options_name_and_source(cache_dir):
+def test_cache_key_covers_arch_kind_options_threads_name_and_source(cache_dir):
     compile_cached()
     compile_cached(arch=(8, 0))
     compile_cached(kind="cubin")
     compile_cached(options=["-lineinfo"])
     compile_cached(name="other.cu")
     compile_cached(source=SCALE_ADD.replace("1.0f", "3.0f"))
-    assert_stats(misses=6, memory_hits=0)
-    assert len(cache_files(cache_dir)) == 6
+    with fastcomp.config.patch(nvrtc_threads=1 if USABLE_THREADS > 1 else 2):
+        compile_cached()
+    assert_stats(misses=7, memory_hits=0)
+    assert len(cache_files(cache_dir)) == 7
 
 
 @needs_nvrtc

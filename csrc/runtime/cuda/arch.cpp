@@ -48,5 +48,6 @@ std::string CudaArch::nvrtc_arch_flag(Output kind) const {
 
 bool CudaArch::has_fp16_arithmetic() const { return *this >= CudaArch{5, 3}; }
 bool CudaArch::has_bf16_arithmetic() const { return *this >= CudaArch{8, 0}; }
+bool CudaArch::has_bf16_widening() const { return *this >= CudaArch{9, 0}; }
 
 }  // namespace fastcomp::runtime::cuda

@@ -25,6 +25,7 @@ struct CudaArch {
 
   bool has_fp16_arithmetic() const;  // native __half arithmetic (sm_53+); storage and conversions work anywhere
   bool has_bf16_arithmetic() const;  // native __nv_bfloat16 arithmetic and conversions (sm_80+)
+  bool has_bf16_widening() const;    // one instruction from bf16 to f32, cvt.f32.bf16 (sm_90+)
 
   auto operator<=>(const CudaArch&) const = default;
 };

@@ -3,16 +3,19 @@
 #include <array>
 
 #include <dlfcn.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <optional>
+#include <thread>
 
 #include "runtime/cuda/cuda_api.h"
 #include "runtime/cuda/libraries.h"
 #include "runtime/kernel_cache.h"
+#include "support/config.h"
 #include "support/log.h"
 
 namespace fastcomp::runtime::cuda {
@@ -145,10 +148,36 @@ std::string NvrtcVersion::to_string() const { return std::to_string(major) + "."
 
 NvrtcVersion nvrtc_version() { return nvrtc().version; }
 
+int usable_cores() {
+  cpu_set_t cores;
+  if (sched_getaffinity(0, sizeof(cores), &cores) == 0) return CPU_COUNT(&cores);
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+int nvrtc_threads(int configured, int cores) {
+  if (configured > 0) return configured;
+  // The thread that asked for the kernels goes on running the graph through torch while they compile, so NVRTC
+  // gets the other cores: on a 2-core box that was also busy, splitting made W7 and W9 5-10% slower. At most 8:
+  // the work splits by kernel, a program rarely has more, and several graphs may be compiling side by side.
+  return std::clamp(cores - 1, 1, 8);
+}
+
 std::vector<std::string> nvrtc_options(std::string_view source, CudaArch arch, Output kind,
                                        const std::vector<std::string>& extra_options) {
   const Nvrtc& api = nvrtc();
   std::vector<std::string> options = {arch.nvrtc_arch_flag(kind), "-std=c++17", "-default-device"};
+  // --minimal leaves out the texture, device-runtime and driver-type declarations that every program would
+  // otherwise parse (~10 ms a program on a 2-core Xeon; scripts/nvrtc_compile_time.py) and changes no machine
+  // code (tests/codegen/test_emit_cuda.py). It came with NVRTC 12.4.
+  if (api.version.major > 12 || (api.version.major == 12 && api.version.minor >= 4)) options.push_back("--minimal");
+  // --split-compile=N: NVVM and ptxas optimise the program's kernels on up to N threads. Every NVRTC fastcomp
+  // loads takes it (tried on 12.0 to 13.0; documented from 12.2). N does not change the code, but splitting can:
+  // NVVM then optimises each part of a program of several kernels on its own, and kernels with __shared__ slots
+  // may come out otherwise (of W1-W9 only W7's k2: other instructions, as many, as many registers; a five-kernel
+  // test program's RMSNorm went from 40 to 32 registers). The same results either way; which is faster is for a
+  // GPU to tell. One thread is the serial compile, and the option is left out so that its cache key is too.
+  if (const int threads = nvrtc_threads(config().nvrtc_threads, usable_cores()); threads > 1)
+    options.push_back("--split-compile=" + std::to_string(threads));
   // Only sources that include headers get the -I, so the cache key of the others does not depend on where
   // the headers happen to be installed.
   if (api.include_dir && source.find("#include") != std::string_view::npos)

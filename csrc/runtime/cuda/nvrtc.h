@@ -40,10 +40,18 @@ struct NvrtcError : std::runtime_error {
 // The loaded NVRTC's version. Throws CudaLibraryError when NVRTC cannot be loaded.
 NvrtcVersion nvrtc_version();
 
+// The CPU cores this process may run on (its affinity mask, as os.sched_getaffinity).
+int usable_cores();
+// Threads NVRTC may use for one program (--split-compile): `configured` (fastcomp.config.nvrtc_threads) when
+// positive, else all of `cores` but one, at most 8.
+int nvrtc_threads(int configured, int cores);
+
 // Every option compile_cuda passes to NVRTC for this source: the arch, -std=c++17, -default-device (so helper
-// functions need no __device__), -I<CUDA include dir> when the source has an #include (cuda_fp16.h and
-// friends are not built into NVRTC), then `extra_options` (e.g. -lineinfo). IEEE float semantics: no
-// --use_fast_math unless the caller adds it. Part of the kernel cache key.
+// functions need no __device__), --minimal from NVRTC 12.4 on (a faster front end, the same code),
+// --split-compile=<nvrtc_threads(...)> unless that is one thread,
+// -I<CUDA include dir> when the source has an #include (cuda_fp16.h and friends are not built into NVRTC), then
+// `extra_options` (e.g. -lineinfo). IEEE float semantics: no --use_fast_math unless the caller adds it. Part of
+// the kernel cache key.
 std::vector<std::string> nvrtc_options(std::string_view source, CudaArch arch, Output kind,
                                        const std::vector<std::string>& extra_options);
 

@@ -95,9 +95,13 @@ def measure(spec: dict) -> dict:
             "static_us": static["us_per_call"], "dynamic_over_static": dynamic["us_per_call"] / static["us_per_call"]}
 
 
-def report(rows: list[dict], device: str) -> str:
+def report(rows: list[dict], device: str, env: dict) -> str:
     n = len(rows[0].get("sizes", [])) if rows else 0
+    commit = env.get("commit") or "?"
     lines = [f"# Dynamic batch sizes ({n} sizes, {device})", "",
+             f"{env.get('device_name')} (driver {env.get('driver')}), torch {env.get('torch')}, CUDA {env.get('cuda')}, "
+             f"Python {env.get('python')}, fastcomp commit {commit[:12]}{' (uncommitted changes)' if env.get('dirty') else ''}",
+             "",
              "| workload | mode | total s (compiles + all calls) | frames compiled | dynamic µs/call | static µs/call "
              "| dynamic / static |", "|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -148,13 +152,17 @@ def main(argv: list[str] | None = None) -> int:
             result.setdefault("mode", m)
             rows.append(result)
             print(json.dumps({k: v for k, v in result.items() if k not in ("process", "sizes")}), flush=True)
-    text = report(rows, args.device)
+    import torch
+    from benchmarks import environment
+    env = {**environment.describe(torch.device(args.device)), **environment.git_commit(Path(__file__).resolve().parents[1])}
+    text = report(rows, args.device, env)
     print(text)
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         (out / "dynamic_batches.md").write_text(text)
         (out / "dynamic_batches.json").write_text(json.dumps(rows, indent=1))
+        (out / "dynamic_batches_environment.json").write_text(json.dumps(env, indent=1))
     return 0 if all(r.get("status") == "ok" for r in rows) else 1
 
 

@@ -299,8 +299,9 @@ def test_new_process_remembers_which_dimensions_are_dynamic(tmp_path):
     path = tmp_path / "prog.py"
     path.write_text(script)
     env = dict(os.environ, FASTCOMP_CACHE_DIR=str(tmp_path / "cache"),
-               PYTHONPATH=os.pathsep.join(filter(None, [os.path.join(os.path.dirname(os.path.dirname(
-                   os.path.abspath(__file__))), "python"), os.environ.get("PYTHONPATH")])))
+               # the fastcomp this test imported (a developer build's python/ or the installed package)
+               PYTHONPATH=os.pathsep.join(filter(None, [os.path.dirname(os.path.dirname(fastcomp.__file__)),
+                                                        os.environ.get("PYTHONPATH")])))
 
     def run():
         out = subprocess.run([sys.executable, str(path)], env=env, capture_output=True, text=True, timeout=120)

@@ -24,7 +24,6 @@ import ctypes
 import json
 import os
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
@@ -133,23 +132,12 @@ def options_of(folder, wid, change):
     return kept + change["add"]
 
 
-def elf_sections(elf):
-    """{name: bytes} of an ELF64 file's sections (a cubin's machine code is in .text.<kernel>)."""
-    table, = struct.unpack_from("<Q", elf, 0x28)
-    entry, count, names_at = struct.unpack_from("<HHH", elf, 0x3A)
-    headers = [struct.unpack_from("<IIQQQQIIQQ", elf, table + i * entry) for i in range(count)]
-    names = headers[names_at][4]
-    out = {}
-    for name_at, kind, _, _, offset, size, *_ in headers:
-        name = elf[names + name_at:elf.index(b"\0", names + name_at)].decode()
-        out[name] = b"" if kind == 8 else elf[offset:offset + size]  # 8: SHT_NOBITS, nothing in the file
-    return out
-
-
 def compare_code(reference, other):
     """How cubin `other` differs from `reference`, in words."""
     if reference == other:
         return "identical"
+    from fastcomp.testing import elf_sections
+
     a, b = elf_sections(reference), elf_sections(other)
     differ = sorted(name[len(".text."):] for name in set(a) | set(b)
                     if name.startswith(".text.") and a.get(name) != b.get(name))

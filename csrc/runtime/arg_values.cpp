@@ -63,10 +63,6 @@ PyObject* borrow_arg(const graph::Arg& a, PyObject* const* values, std::vector<P
   return temps.back().get();
 }
 
-bool read_symbols(const graph::Graph& graph, PyObject* const* inputs, std::vector<int64_t>* out) {
-  return read_symbols(graph.symbols, inputs, out);
-}
-
 bool read_symbols(const std::vector<graph::SymBinding>& symbols, PyObject* const* inputs, std::vector<int64_t>* out) {
   out->resize(symbols.size());
   const TorchShim* shim = TorchShim::get();

@@ -29,10 +29,9 @@ inline PyObject* borrow_arg(const graph::Arg& a, const std::vector<PyObject*>& v
   return borrow_arg(a, values.data(), temps, symbols);
 }
 
-// Dynamic shapes: the values of `graph`'s symbols, read from the sizes of its `inputs` (in Graph::inputs order).
-// False with a Python error set when an input has no such dimension.
-bool read_symbols(const graph::Graph& graph, PyObject* const* inputs, std::vector<int64_t>* out);
-// The same for symbols bound as `symbols` says (through torch's C shim when it is available).
+// Dynamic shapes: the values of a graph's symbols (`Graph::symbols`), read from the sizes of its `inputs` (in
+// Graph::inputs order; through torch's C shim when it is available). False with a Python error set when an input
+// has no such dimension.
 bool read_symbols(const std::vector<graph::SymBinding>& symbols, PyObject* const* inputs, std::vector<int64_t>* out);
 
 }  // namespace fastcomp::runtime

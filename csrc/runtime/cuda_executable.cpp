@@ -126,16 +126,15 @@ class CudaExecutable final : public Executable {
       mm.desc.epilogue = epilogue(s.epilogue);
       mm.desc.allow_tf32 = tf32;
       mm.desc.allow_reduced_precision_reduction = s.dtype == codegen::DType::F16 ? fp16_reduction : bf16_reduction;
-      for (const codegen::Size* f : {&s.m, &s.n, &s.k, &s.batch, &s.a_row_stride, &s.a_col_stride, &s.a_batch_stride,
-                                     &s.b_row_stride, &s.b_col_stride, &s.b_batch_stride, &s.d_row_stride,
-                                     &s.d_batch_stride})
-        mm.fields.push_back(slots_.add(*f));
-      // The trace-time shape is planned now, so a shape cuBLASLt refuses sends the graph to torch at build time.
+      // The trace-time shape (`hints`) is planned now, so a shape cuBLASLt refuses sends the graph to torch at
+      // build time. The fields in Matmul::shaped's order.
       std::vector<int64_t> hints;
       for (const codegen::Size* f : {&s.m, &s.n, &s.k, &s.batch, &s.a_row_stride, &s.a_col_stride, &s.a_batch_stride,
                                      &s.b_row_stride, &s.b_col_stride, &s.b_batch_stride, &s.d_row_stride,
-                                     &s.d_batch_stride})
+                                     &s.d_batch_stride}) {
+        mm.fields.push_back(slots_.add(*f));
         hints.push_back(f->hint());
+      }
       const cuda::MatmulDesc d = mm.shaped(hints);
       mm.plans.emplace_back(d, std::make_unique<cuda::MatmulPlan>(d, device, kCublasWorkspaceBytes));
       mm.dynamic = any_symbolic(mm.fields);

@@ -39,7 +39,7 @@ class TorchRunner final : public Executable {
     } cleanup{values};
     for (size_t i = 0; i < ninputs; ++i) values[graph_.inputs[i]] = Py_NewRef(inputs[i]);
     std::vector<int64_t> symbols;  // dynamic shapes: this call's sizes, for the arguments computed from them
-    if (graph_.is_dynamic() && !read_symbols(graph_, inputs, &symbols)) return nullptr;
+    if (graph_.is_dynamic() && !read_symbols(graph_.symbols, inputs, &symbols)) return nullptr;
     bool grad_mode_at_entry = switches_grad_mode_ && frontend::torch_refs().grad_enabled();
 
     SmallBuffer<PyObject*, 16> argv(max_args_ + 1);  // [0] is the PY_VECTORCALL_ARGUMENTS_OFFSET slot

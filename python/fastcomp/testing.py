@@ -1,4 +1,6 @@
 """Helpers for tests of code compiled with fastcomp."""
+import struct
+
 from fastcomp import _events
 
 
@@ -40,3 +42,19 @@ class CompileCounter:
     @property
     def recompile_reasons(self):
         return [reason for r in self.records for reason in r["recompile_reasons"]]
+
+
+def elf_sections(elf: bytes, prefix: str = "") -> dict:
+    """{name: bytes} of the sections of an ELF64 file (a cubin) whose names start with `prefix`; a cubin's machine
+    code is in `.text.<kernel>`. Sections with no bytes in the file (SHT_NOBITS) map to b"". For comparing the
+    machine code of two compiles (tests, scripts/nvrtc_compile_time.py)."""
+    table, = struct.unpack_from("<Q", elf, 0x28)
+    entry, count, names_at = struct.unpack_from("<HHH", elf, 0x3A)
+    headers = [struct.unpack_from("<IIQQQQIIQQ", elf, table + i * entry) for i in range(count)]
+    names = headers[names_at][4]
+    out = {}
+    for name_at, kind, _, _, offset, size, *_ in headers:
+        name = elf[names + name_at:elf.index(b"\0", names + name_at)].decode()
+        if name.startswith(prefix):
+            out[name] = b"" if kind == 8 else elf[offset:offset + size]  # 8: SHT_NOBITS
+    return out

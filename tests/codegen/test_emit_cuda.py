@@ -3,11 +3,11 @@ shapes), NVRTC compiling every op, dtype and kernel shape to PTX for compute_90 
 (`gpu` marker) the kernels' results against eager torch."""
 import math
 import re
-import struct
 
 import pytest
 
 from fastcomp._C import _testing as T
+from fastcomp.testing import elf_sections
 
 import codegen_specs as S
 import nvrtc_ctypes
@@ -265,20 +265,6 @@ def test_own_half_types_give_the_machine_code_of_the_cuda_headers(nvrtc, sm, dty
     assert "#include" not in own and "#include <cuda_fp16.h>" in headers
     code = [elf_sections(T.nvrtc_compile(p, "half.cu", sm // 10, sm % 10, "cubin"), ".text.") for p in (own, headers)]
     assert len(code[0]) == len(specs) and code[0] == code[1]
-
-
-def elf_sections(elf, prefix):
-    """{name: bytes} of the ELF64 sections whose names start with `prefix` (a cubin's .text.<kernel>)."""
-    shoff, = struct.unpack_from("<Q", elf, 0x28)
-    entsize, count, names_index = struct.unpack_from("<HHH", elf, 0x3A)
-    headers = [struct.unpack_from("<IIQQQQIIQQ", elf, shoff + i * entsize) for i in range(count)]
-    names = headers[names_index][4]
-    out = {}
-    for name_offset, kind, _, _, offset, size, *_ in headers:
-        name = elf[names + name_offset:elf.index(b"\0", names + name_offset)].decode()
-        if name.startswith(prefix) and kind != 8:  # 8: SHT_NOBITS, no bytes in the file
-            out[name] = elf[offset:offset + size]
-    return out
 
 
 def cubin_code(nvrtc, source, arch, extra=()):

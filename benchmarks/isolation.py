@@ -26,6 +26,8 @@ CACHE_VARIABLES = {
     "XDG_CACHE_HOME": "xdg",
 }
 OUTPUT_TAIL_CHARS = 2000  # stdout and stderr together
+EXIT_GRACE_S = 0.2  # how long a child that wrote its result may take to exit before it is ended
+POLL_S = 0.02
 
 
 def child_environment(cache_dir: Path, threads: int | None) -> dict:
@@ -42,22 +44,40 @@ def child_environment(cache_dir: Path, threads: int | None) -> dict:
 
 
 def run_child(spec: dict, cache_dir: Path, timeout_s: float, threads: int | None = None) -> dict:
-    """The child's result dict, or a `timeout` / `crashed` result; both carry the end of its output."""
+    """The child's result dict, or a `timeout` / `crashed` result; both carry the end of its output.
+
+    A child whose result is written has measured everything; what it does afterwards is interpreter shutdown
+    (about a second even for eager torch on a 2-core CPU, more with compile workers). After EXIT_GRACE_S the
+    harness ends it instead of waiting, and records how long the wait was (`exit_wait_s`, `exit_cut`). Its caches are complete
+    by then: every compiler writes them before the first call returns, long before the result.
+    """
     cache_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="result-") as scratch:
         result_path = Path(scratch) / "result.json"
+        output_path = Path(scratch) / "output.txt"
         start = time.perf_counter()
-        child = subprocess.Popen([sys.executable, "-m", "benchmarks.child", json.dumps(spec), str(result_path)],
-                                 cwd=REPO, env=child_environment(cache_dir, threads), stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, text=True, errors="replace",
-                                 start_new_session=True)
-        timed_out = False
-        try:
-            output, _ = child.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
+        with open(output_path, "w") as output_file:  # a file, not a pipe: nobody has to drain it while polling
+            child = subprocess.Popen([sys.executable, "-m", "benchmarks.child", json.dumps(spec), str(result_path)],
+                                     cwd=REPO, env=child_environment(cache_dir, threads), stdout=output_file,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        timed_out, exit_cut, result_seen = False, False, None
+        while child.poll() is None:
+            now = time.perf_counter()
+            if result_seen is None and result_path.exists():
+                result_seen = now
+            if result_seen is not None and now - result_seen > EXIT_GRACE_S:
+                exit_cut = True
+            elif now - start > timeout_s:
+                timed_out = True
+            else:
+                time.sleep(POLL_S)
+                continue
             os.killpg(child.pid, signal.SIGKILL)  # the child's own group: it and any compile workers it started
-            output, _ = child.communicate()
+            child.wait()
+            break
+        else:
+            _end_group(child.pid)  # compile workers that outlived a child which exited by itself
+        end = time.perf_counter()
         if result_path.exists():  # written last and atomically: complete even if a helper outlived the timeout
             result = json.loads(result_path.read_text())
         elif timed_out:
@@ -66,6 +86,15 @@ def run_child(spec: dict, cache_dir: Path, timeout_s: float, threads: int | None
             reason = (f"killed by signal {-child.returncode}" if child.returncode < 0
                       else f"exit status {child.returncode}")
             result = {"status": "crashed", "error": f"the process ended without a result ({reason})"}
-        result["process"] = {"returncode": child.returncode, "wall_s": time.perf_counter() - start,
-                             "output_tail": output[-OUTPUT_TAIL_CHARS:]}
+        output = output_path.read_text(errors="replace")
+        result["process"] = {"returncode": child.returncode, "wall_s": end - start,
+                             "exit_wait_s": end - result_seen if result_seen is not None else None,
+                             "exit_cut": exit_cut, "output_tail": output[-OUTPUT_TAIL_CHARS:]}
     return result
+
+
+def _end_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass

@@ -287,3 +287,38 @@ def test_sparse_tensor_is_not_taken_for_the_dense_one_compiled():
         torch.testing.assert_close(compiled(x, sparse), x + sparse)
     assert cc.frame_count == 2
     assert "tensor 'L['y']'" in cc.recompile_reasons[0]
+
+
+def test_autocast_change_is_seen():
+    # The guard reads the thread's dispatch key set first; entering autocast changes it, and the call then asks
+    # torch, which says autocast is on: a recompile, which runs eagerly (autocast is not traced).
+    def f(x, w):
+        return x @ w
+
+    compiled = fastcomp.compile(f)
+    x, w = torch.randn(4, 4), torch.randn(4, 4)
+    with CompileCounter() as cc:
+        torch.testing.assert_close(compiled(x, w), f(x, w))
+        with torch.autocast("cpu", dtype=torch.bfloat16), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = compiled(x, w)
+            assert out.dtype == torch.bfloat16
+            torch.testing.assert_close(out, f(x, w))
+        assert any("autocast is enabled" in str(c.message) for c in caught)
+        out = compiled(x, w)  # autocast left: the first entry again
+        assert out.dtype == torch.float32
+        torch.testing.assert_close(out, f(x, w))
+    assert cc.frame_count == 2
+    assert "torch._C._is_any_autocast_enabled() == False (actual True)" in cc.recompile_reasons[0]
+
+
+def test_dispatch_key_change_without_autocast_change_reuses_the_entry():
+    # inference_mode changes the thread's dispatch key set but not autocast: the guard's fast read differs, the
+    # call into torch agrees with the trace, and nothing recompiles.
+    compiled = fastcomp.compile(add)
+    x, y = torch.randn(4), torch.randn(4)
+    with CompileCounter() as cc:
+        torch.testing.assert_close(compiled(x, y), x + y)
+        with torch.inference_mode():
+            torch.testing.assert_close(compiled(x, y), x + y)
+    assert cc.frame_count == 1

@@ -40,7 +40,12 @@ std::vector<int64_t> ints_of(PyObject* seq) {
 const TorchShim* TorchShim::get() {
   static const TorchShim* shim = [] {
     auto* s = new TorchShim();
-    if (s->load() && s->probe()) return const_cast<const TorchShim*>(s);
+    if (s->load() && s->probe()) {
+      if (s->cdata_layout_ == CdataLayout::Getter)
+        FC_LOG(perf_hints, info, "guards find each tensor's at::Tensor through Tensor._cdata (a Python int made per "
+                                 "tensor and call): this torch keeps it where fastcomp does not look");
+      return const_cast<const TorchShim*>(s);
+    }
     PyErr_Clear();
     delete s;
     FC_LOG(perf_hints, info, "guards read tensors through torch's Python getters (five calls into torch per tensor "
@@ -96,8 +101,9 @@ bool TorchShim::load() {
 }
 
 // Reads two tensors, and grad mode, both ways (shim and Python); any difference means this torch lays things
-// out differently from what the shim assumes, and the shim is not used.
-bool TorchShim::probe() const {
+// out differently from what the shim assumes, and the shim is not used. Also finds where the Python tensor
+// object keeps its at::Tensor, used only when it holds the getter's TensorImpl for both tensors.
+bool TorchShim::probe() {
   PyRef torch = PyRef::steal(PyImport_ImportModule("torch"));
   PyRef empty_strided = torch ? PyRef::steal(PyObject_GetAttrString(torch.get(), "empty_strided")) : PyRef();
   PyRef f64 = empty_strided ? PyRef::steal(PyObject_GetAttrString(torch.get(), "float64")) : PyRef();
@@ -113,6 +119,13 @@ bool TorchShim::probe() const {
   if (!probes) return false;
   PyRef grad_enabled = PyRef::steal(PyObject_CallMethod(torch.get(), "is_grad_enabled", nullptr));
   if (!grad_enabled || (grad_enabled.get() == Py_True) != grad_mode_enabled()) return false;
+  if (!find_cdata_layout(PyTuple_GET_ITEM(probes.get(), 0))) return false;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(probes.get()); ++i) {
+    void* scratch = nullptr;
+    PyObject* t = PyTuple_GET_ITEM(probes.get(), i);
+    Handle h = handle_of(t, &scratch);
+    if (!h || *static_cast<void**>(h) != impl_of(t)) cdata_layout_ = CdataLayout::Getter;
+  }
   for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(probes.get()); ++i) {
     PyObject* t = PyTuple_GET_ITEM(probes.get(), i);
     ShimTensorMeta m;
@@ -144,10 +157,35 @@ void* TorchShim::impl_of(PyObject* tensor) const {
   return impl;
 }
 
-bool TorchShim::read(PyObject* tensor, ShimTensorMeta* out) const {
-  void* impl = impl_of(tensor);
+TorchShim::Handle TorchShim::handle_of(PyObject* tensor, void** scratch) const {
+  char* payload = reinterpret_cast<char*>(tensor) + sizeof(PyObject);
+  switch (cdata_layout_) {
+    case CdataLayout::Plain: return payload;
+    case CdataLayout::MaybeOwned:
+      if (!*reinterpret_cast<const bool*>(payload)) return payload + sizeof(void*);
+      break;  // a borrowed tensor: its owner is elsewhere, ask the getter
+    case CdataLayout::Getter: break;
+  }
+  *scratch = impl_of(tensor);
+  return *scratch ? scratch : nullptr;
+}
+
+// Sets cdata_layout_ from one tensor whose TensorImpl the getter gives; stays Getter when no layout fits.
+bool TorchShim::find_cdata_layout(PyObject* probe) {
+  void* impl = impl_of(probe);
   if (!impl) return false;
-  Handle h = &impl;  // see impl_of
+  char* payload = reinterpret_cast<char*>(probe) + sizeof(PyObject);
+  if (*reinterpret_cast<void**>(payload) == impl)
+    cdata_layout_ = CdataLayout::Plain;
+  else if (!*reinterpret_cast<const bool*>(payload) && *reinterpret_cast<void**>(payload + sizeof(void*)) == impl)
+    cdata_layout_ = CdataLayout::MaybeOwned;
+  return true;
+}
+
+bool TorchShim::read(PyObject* tensor, ShimTensorMeta* out) const {
+  void* scratch = nullptr;
+  Handle h = handle_of(tensor, &scratch);
+  if (!h) return false;
   int64_t* sizes = nullptr;
   int64_t* strides = nullptr;
   if (get_layout_(h, &out->layout) || get_dim_(h, &out->ndim) || get_sizes_(h, &sizes) ||
@@ -160,9 +198,9 @@ bool TorchShim::read(PyObject* tensor, ShimTensorMeta* out) const {
 }
 
 void* TorchShim::data_ptr(PyObject* tensor) const {
-  void* impl = impl_of(tensor);
-  if (!impl) return nullptr;
-  Handle h = &impl;  // see impl_of
+  void* scratch = nullptr;
+  Handle h = handle_of(tensor, &scratch);
+  if (!h) return nullptr;
   void* data = nullptr;
   return get_data_ptr_(h, &data) == 0 ? data : nullptr;
 }

@@ -50,11 +50,25 @@ class TorchShim {
 
  private:
   bool load();
-  bool probe() const;
+  bool probe();
   // The TensorImpl* of a torch.Tensor, null (no error set) when unreadable. An at::Tensor is one intrusive
   // pointer to its TensorImpl, so the address of a local holding it is a handle (an at::Tensor*) that borrows the
   // caller's reference: the shim's getters neither keep nor release it.
   void* impl_of(PyObject* tensor) const;
+  // A handle to `tensor`'s at::Tensor: the one inside the Python object where its layout is known (see
+  // CdataLayout), else `*scratch` set to impl_of(tensor). Null (no error set) when unreadable.
+  Handle handle_of(PyObject* tensor, void** scratch) const;
+  bool find_cdata_layout(PyObject* probe);
+
+  // Where torch's Python tensor object (THPVariable) keeps its at::Tensor, found by comparing the words after
+  // the PyObject header with what Tensor._cdata says (probe() then checks every read made through it).
+  // Reading it there saves making and unpacking a Python int per tensor and call.
+  enum class CdataLayout : uint8_t {
+    Getter,      // unknown: ask Tensor._cdata
+    Plain,       // `at::Tensor cdata` right after the header (torch 2.10 and later)
+    MaybeOwned,  // `c10::MaybeOwned<at::Tensor> cdata`: a bool "borrowed", then the tensor when owned
+  };
+  CdataLayout cdata_layout_ = CdataLayout::Getter;
 
   GetInt64 get_dim_ = nullptr;
   GetInts get_sizes_ = nullptr, get_strides_ = nullptr;

@@ -6,6 +6,7 @@
 
 #include "frontend/trace/torch_refs.h"
 #include "runtime/torch_shim.h"
+#include "runtime/torch_state.h"
 #include "support/pystr.h"
 
 namespace fastcomp::frontend {
@@ -231,6 +232,20 @@ bool check_tensor(PyObject* t, const TensorGuard& g, const std::string& name, co
   return true;
 }
 
+// Whether the state a GlobalState guard probes reads as it did when the guard was made.
+bool state_unchanged(const Guard& g) {
+  const runtime::TorchState* state = runtime::TorchState::get();  // non-null: the guard got its probe from it
+  switch (g.probe) {
+    case StateProbe::DefaultDtype: return static_cast<uint64_t>(state->default_dtype()) == g.probe_state[0];
+    case StateProbe::LocalDispatchKeys: {
+      const runtime::LocalDispatchKeys keys = state->local_dispatch_keys();
+      return keys.included == g.probe_state[0] && keys.excluded == g.probe_state[1];
+    }
+    case StateProbe::None: break;
+  }
+  return false;
+}
+
 bool check_one(const GuardSet& set, const Guard& g, PyObject* v, GuardScratch& scratch, std::string* reason) {
   const std::string& name = g.source >= 0 ? set.sources.name(g.source) : g.what;
   auto fail = [&](const std::string& text) {
@@ -282,6 +297,7 @@ bool check_one(const GuardSet& set, const Guard& g, PyObject* v, GuardScratch& s
       return fail(fmt::format("{} {} {}", name, same ? "is now" : "is no longer", set.sources.name(g.length)));
     }
     case GuardKind::GlobalState: {
+      if (g.probe != StateProbe::None && state_unchanged(g)) return true;
       const runtime::TorchShim* shim = runtime::TorchShim::get();
       if (shim && g.call.get() == torch_refs().is_grad_enabled.get() && PyBool_Check(g.expected.get()) &&
           shim->grad_mode_enabled() == (g.expected.get() == Py_True))

@@ -52,12 +52,18 @@ enum class SizeCmp : uint8_t { Lt, Le, Eq, Ne, Gt, Ge };
 const char* size_cmp_text(SizeCmp c);
 bool size_cmp_holds(SizeCmp c, int64_t a, int64_t b);
 
+// A GlobalState guard's answer read without calling into Python (runtime/torch_state.h): the raw state when the
+// guard was made. The same raw state now means the same answer; a different one is checked by the call.
+enum class StateProbe : uint8_t { None, DefaultDtype, LocalDispatchKeys };
+
 struct Guard {
   GuardKind kind = GuardKind::IdMatch;
   int source = -1;      // -1 for GlobalState
   PyRef expected;       // IdMatch/ConstEquals/DictKeys value, TypeMatch type, GlobalState result
   PyRef call;           // GlobalState: the callable
   PyRef call_args;      // GlobalState: its argument tuple
+  StateProbe probe = StateProbe::None;  // GlobalState
+  uint64_t probe_state[2] = {0, 0};     // GlobalState: the probe's raw state when traced
   int64_t length = 0;   // Length
   TensorGuard tensor;   // TensorMatch
   std::string what;     // GlobalState: what is checked, e.g. "torch.is_grad_enabled()"; SizeRelation: why

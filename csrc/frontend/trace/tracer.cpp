@@ -12,6 +12,7 @@
 #include "frontend/bytecode/decode.h"
 #include "frontend/trace/dynamic_memory.h"
 #include "frontend/trace/torch_refs.h"
+#include "runtime/torch_state.h"
 
 namespace fastcomp::frontend {
 namespace {
@@ -173,8 +174,18 @@ TraceResult Tracer::finish(TraceResult r) {
 // requires grad) or the code looked at it; the others are always checked.
 void Tracer::add_global_state_guards(bool grad_mode_matters) {
   const auto& T = torch_refs();
-  auto add = [&](PyObject* fn, PyRef args, const char* what) {
+  const runtime::TorchState* state = runtime::TorchState::get();
+  auto add = [&](PyObject* fn, PyRef args, const char* what, StateProbe probe = StateProbe::None) {
     Guard g;
+    if (state && probe == StateProbe::DefaultDtype) {
+      g.probe = probe;
+      g.probe_state[0] = static_cast<uint64_t>(state->default_dtype());
+    } else if (state && probe == StateProbe::LocalDispatchKeys) {
+      const runtime::LocalDispatchKeys keys = state->local_dispatch_keys();
+      g.probe = probe;
+      g.probe_state[0] = keys.included;
+      g.probe_state[1] = keys.excluded;
+    }
     g.kind = GuardKind::GlobalState;
     g.call = PyRef::borrow(fn);
     g.call_args = args ? args : PyRef::steal(PyTuple_New(0));
@@ -187,8 +198,8 @@ void Tracer::add_global_state_guards(bool grad_mode_matters) {
     guards_.guards.push_back(std::move(g));
   };
   if (grad_mode_matters) add(T.is_grad_enabled.get(), {}, "torch.is_grad_enabled()");
-  add(T.get_default_dtype.get(), {}, "torch.get_default_dtype()");
-  add(T.is_any_autocast_enabled.get(), {}, "torch._C._is_any_autocast_enabled()");
+  add(T.get_default_dtype.get(), {}, "torch.get_default_dtype()", StateProbe::DefaultDtype);
+  add(T.is_any_autocast_enabled.get(), {}, "torch._C._is_any_autocast_enabled()", StateProbe::LocalDispatchKeys);
 }
 
 void Tracer::note_requires_grad(bool requires_grad) { grad_mode_read_ |= requires_grad; }

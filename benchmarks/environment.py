@@ -81,7 +81,13 @@ def describe(device: torch.device) -> dict:
 
 
 def git_commit(repo: Path) -> dict:
-    """The checkout's commit and whether it has uncommitted changes; None where there is no git."""
+    """The checkout's commit and whether it has uncommitted changes; None where there is no git.
+
+    `BENCHMARK_COMMIT` names the commit instead, for a copy of a working tree whose .git is not the source's
+    (the lent GPU machine gets the files of the checkout, with a .git of its own that lags behind).
+    """
+    if os.environ.get("BENCHMARK_COMMIT"):
+        return {"commit": os.environ["BENCHMARK_COMMIT"], "dirty": None, "from": "BENCHMARK_COMMIT"}
     commit = _command_output(["git", "rev-parse", "HEAD"], cwd=repo)
     status = _command_output(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo)
     return {"commit": commit, "dirty": bool(status) if commit and status is not None else None}

@@ -38,7 +38,8 @@ def merge(parts: list[dict], names: list[str]) -> dict:
     rows: dict[tuple, dict] = {}
     for name, part in zip(names, parts):
         for note in part["meta"].get("notes", []):
-            if not note.startswith("Part") and note not in notes:  # "Part k of n" is true of a part only
+            # "Part k of n" and a missing chart are true of that file only
+            if not note.startswith(("Part", "No chart:")) and note not in notes:
                 notes.append(note)
         meta["plan"] += [key for key in part["meta"].get("plan", []) if key not in meta["plan"]]
         meta["skipped"] += part["meta"].get("skipped") or []

@@ -51,7 +51,8 @@ def write(results: dict, path: Path) -> str | None:
     for i, mode in enumerate(compiled_modes):
         xs = [c + (i - (len(compiled_modes) - 1) / 2) * width for c in range(len(cases))]
         speedups = [_value(cell, case, mode, "speedup_vs_eager") for case in cases]
-        cold = [_value(cell, case, mode, "cold_compile_ms") for case in cases]
+        # until the compiled code runs: fastcomp answers its first calls through torch while kernels compile
+        cold = [_value(cell, case, mode, "cold_ready_ms") for case in cases]
         warm = [_value(cell, case, mode, "warm_compile_ms") for case in cases]
         speed_axis.bar(xs, [s - 1 for s in speedups], width, bottom=1, label=mode, color=f"C{i}")  # up or down from 1×
         for x, speedup in zip(xs, speedups):
@@ -61,12 +62,12 @@ def write(results: dict, path: Path) -> str | None:
         compile_axis.scatter(xs, warm, color="black", marker="o", s=12, zorder=3, label="warm" if i == 0 else None)
     speed_axis.set_ylim(*_log_limits([_value(cell, c, m, "speedup_vs_eager") for c in cases for m in modes] + [1]))
     compile_axis.set_ylim(*_log_limits([_value(cell, c, m, k) for c in cases for m in modes
-                                        for k in ("cold_compile_ms", "warm_compile_ms")]))
+                                        for k in ("cold_ready_ms", "warm_compile_ms")]))
     speed_axis.axhline(1.0, color="gray", linewidth=0.8)
     speed_axis.set_yscale("log")
     speed_axis.set_ylabel("speed-up over eager (µs/call), log")
     compile_axis.set_yscale("log")
-    compile_axis.set_ylabel("compile ms: import + compile() + first call, log")
+    compile_axis.set_ylabel("ms until compiled code runs, log\n(bars: cold, dots: warm)")
     for axis in (speed_axis, compile_axis):
         axis.set_xticks(range(len(cases)), cases)
         axis.set_xlim(-0.5, len(cases) - 0.5)  # failed rows draw nothing, so autoscaling would cut their slots

@@ -76,16 +76,8 @@ void add_tf32_guard(frontend::GuardSet& guards) {
     return;
   }
   frontend::Guard g;
-  g.kind = frontend::GuardKind::GlobalState;
-  g.call = fn;
-  g.call_args = PyRef::steal(PyTuple_New(0));
-  g.expected = PyRef::steal(PyObject_CallNoArgs(fn.get()));
-  g.what = "torch.backends.cuda.matmul.allow_tf32";
-  if (!g.expected) {
-    PyErr_Clear();
-    return;
-  }
-  guards.guards.push_back(std::move(g));
+  if (frontend::make_global_state_guard(fn.get(), "torch.backends.cuda.matmul.allow_tf32", frontend::StateProbe::None, &g))
+    guards.guards.push_back(std::move(g));
 }
 
 BuiltExecutable torch_runner(graph::Graph graph, const std::string& why) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cpython/pyref.h"
+#include "runtime/verified_once.h"
 #include "support/log.h"
 
 namespace fastcomp::runtime {
@@ -38,22 +39,10 @@ std::vector<int64_t> ints_of(PyObject* seq) {
 }  // namespace
 
 const TorchShim* TorchShim::get() {
-  static const TorchShim* shim = [] {
-    auto* s = new TorchShim();
-    if (s->load() && s->probe()) {
-      if (s->cdata_layout_ == CdataLayout::Getter)
-        FC_LOG(perf_hints, info, "guards find each tensor's at::Tensor through Tensor._cdata (a Python int made per "
-                                 "tensor and call): this torch keeps it where fastcomp does not look");
-      return const_cast<const TorchShim*>(s);
-    }
-    PyErr_Clear();
-    delete s;
-    FC_LOG(perf_hints, info, "guards read tensors through torch's Python getters (five calls into torch per tensor "
-                             "and call instead of two): this torch lacks the C shim functions (aoti_torch_*) fastcomp "
-                             "reads them with, or they disagree with the getters");
-    return static_cast<const TorchShim*>(nullptr);
-  }();
-  return shim;
+  return verified_once<TorchShim>(
+      "guards read tensors through torch's Python getters (five calls into torch per tensor and call instead of "
+      "two): this torch lacks the C shim functions (aoti_torch_*) fastcomp reads them with, or they disagree with "
+      "the getters");
 }
 
 bool TorchShim::load() {
@@ -145,6 +134,9 @@ bool TorchShim::probe() {
         !device_code(device.get(), &type, &index) || m.device_type != type || m.device_index != index)
       return false;
   }
+  if (cdata_layout_ == CdataLayout::Getter)
+    FC_LOG(perf_hints, info, "guards find each tensor's at::Tensor through Tensor._cdata (a Python int made per "
+                             "tensor and call): this torch keeps it where fastcomp does not look");
   return true;
 }
 

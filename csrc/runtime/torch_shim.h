@@ -24,6 +24,9 @@ struct ShimTensorMeta {
 
 class TorchShim {
  public:
+  template <class Reader>
+  friend const Reader* verified_once(const char*);
+
   // The shim, or null when this torch lacks one of its functions or reads a probe tensor differently from its
   // Python getters (then callers keep to the getters). Resolved on the first call; needs the GIL.
   static const TorchShim* get();

@@ -4,7 +4,7 @@
 
 #include "cpython/pyref.h"
 #include "runtime/torch_shim.h"
-#include "support/log.h"
+#include "runtime/verified_once.h"
 
 namespace fastcomp::runtime {
 namespace {
@@ -17,17 +17,10 @@ constexpr const char* kLocalKeys = "_ZN3c104impl26raw_local_dispatch_key_setE";
 }  // namespace
 
 const TorchState* TorchState::get() {
-  static const TorchState* state = [] {
-    auto* s = new TorchState();
-    if (s->load() && s->check()) return const_cast<const TorchState*>(s);
-    PyErr_Clear();
-    delete s;
-    FC_LOG(perf_hints, info, "global-state guards ask torch through Python (two calls per graph and call): this "
-                             "torch's libc10 lacks the symbols fastcomp reads the default dtype and the autocast "
-                             "state with, or they disagree with torch's Python answers");
-    return static_cast<const TorchState*>(nullptr);
-  }();
-  return state;
+  return verified_once<TorchState>(
+      "global-state guards ask torch through Python (two calls per graph and call): this torch's libc10 lacks the "
+      "symbols fastcomp reads the default dtype and the autocast state with, or they disagree with torch's Python "
+      "answers");
 }
 
 LocalDispatchKeys TorchState::local_dispatch_keys() const {
@@ -46,7 +39,7 @@ bool TorchState::load() {
 
 // The default dtype must read as torch.get_default_dtype() does, and the key set must change when CPU autocast
 // is entered and come back when it is left; otherwise the symbols are not what this file takes them to be.
-bool TorchState::check() const {
+bool TorchState::probe() const {
   PyRef torch = PyRef::steal(PyImport_ImportModule("torch"));
   PyRef dtype = torch ? PyRef::steal(PyObject_CallMethod(torch.get(), "get_default_dtype", nullptr)) : PyRef();
   if (!dtype || TorchShim::get()->dtype_code(dtype.get()) != default_dtype()) return false;

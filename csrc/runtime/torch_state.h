@@ -22,6 +22,9 @@ struct LocalDispatchKeys {
 
 class TorchState {
  public:
+  template <class Reader>
+  friend const Reader* verified_once(const char*);
+
   // The reader, or null when this torch lacks a symbol or a check failed. Resolved on the first call (which
   // enters and leaves CPU autocast once); needs the GIL.
   static const TorchState* get();
@@ -33,7 +36,7 @@ class TorchState {
 
  private:
   bool load();
-  bool check() const;
+  bool probe() const;
   int8_t (*default_dtype_)() = nullptr;
   void* c10_ = nullptr;  // libc10's handle, for the per-thread address of the key set
 };

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 
-#include "frontend/trace/torch_refs.h"
 #include "runtime/torch_shim.h"
 #include "runtime/torch_state.h"
 #include "support/pystr.h"
@@ -232,20 +231,6 @@ bool check_tensor(PyObject* t, const TensorGuard& g, const std::string& name, co
   return true;
 }
 
-// Whether the state a GlobalState guard probes reads as it did when the guard was made.
-bool state_unchanged(const Guard& g) {
-  const runtime::TorchState* state = runtime::TorchState::get();  // non-null: the guard got its probe from it
-  switch (g.probe) {
-    case StateProbe::DefaultDtype: return static_cast<uint64_t>(state->default_dtype()) == g.probe_state[0];
-    case StateProbe::LocalDispatchKeys: {
-      const runtime::LocalDispatchKeys keys = state->local_dispatch_keys();
-      return keys.included == g.probe_state[0] && keys.excluded == g.probe_state[1];
-    }
-    case StateProbe::None: break;
-  }
-  return false;
-}
-
 bool check_one(const GuardSet& set, const Guard& g, PyObject* v, GuardScratch& scratch, std::string* reason) {
   const std::string& name = g.source >= 0 ? set.sources.name(g.source) : g.what;
   auto fail = [&](const std::string& text) {
@@ -297,13 +282,10 @@ bool check_one(const GuardSet& set, const Guard& g, PyObject* v, GuardScratch& s
       return fail(fmt::format("{} {} {}", name, same ? "is now" : "is no longer", set.sources.name(g.length)));
     }
     case GuardKind::GlobalState: {
-      if (g.probe != StateProbe::None && state_unchanged(g)) return true;
-      const runtime::TorchShim* shim = runtime::TorchShim::get();
-      if (shim && g.call.get() == torch_refs().is_grad_enabled.get() && PyBool_Check(g.expected.get()) &&
-          shim->grad_mode_enabled() == (g.expected.get() == Py_True))
+      ProbeState now_state;
+      if (g.probe != StateProbe::None && read_state_probe(g.probe, &now_state) && now_state == g.probe_state)
         return true;
-      PyRef now = PyRef::steal(PyObject_Vectorcall(g.call.get(), &PyTuple_GET_ITEM(g.call_args.get(), 0),
-                                                   PyTuple_GET_SIZE(g.call_args.get()), nullptr));
+      PyRef now = PyRef::steal(PyObject_CallNoArgs(g.call.get()));
       if (!now) {
         PyErr_Clear();
         return fail(fmt::format("{} raised", g.what));
@@ -320,6 +302,40 @@ bool check_one(const GuardSet& set, const Guard& g, PyObject* v, GuardScratch& s
 }
 
 }  // namespace
+
+bool make_global_state_guard(PyObject* fn, const char* what, StateProbe probe, Guard* out) {
+  Guard g;
+  if (read_state_probe(probe, &g.probe_state)) g.probe = probe;
+  g.kind = GuardKind::GlobalState;
+  g.call = PyRef::borrow(fn);
+  g.expected = PyRef::steal(PyObject_CallNoArgs(fn));
+  g.what = what;
+  if (!g.expected) return PyErr_Clear(), false;
+  *out = std::move(g);
+  return true;
+}
+
+bool read_state_probe(StateProbe probe, ProbeState* out) {
+  *out = {};
+  if (probe == StateProbe::GradMode) {
+    const runtime::TorchShim* shim = runtime::TorchShim::get();
+    if (shim) (*out)[0] = shim->grad_mode_enabled();
+    return shim != nullptr;
+  }
+  const runtime::TorchState* state = runtime::TorchState::get();
+  if (!state) return false;
+  switch (probe) {
+    case StateProbe::DefaultDtype: (*out)[0] = static_cast<uint64_t>(state->default_dtype()); return true;
+    case StateProbe::LocalDispatchKeys: {
+      const runtime::LocalDispatchKeys keys = state->local_dispatch_keys();
+      *out = {keys.included, keys.excluded};
+      return true;
+    }
+    case StateProbe::GradMode:
+    case StateProbe::None: break;
+  }
+  return false;
+}
 
 void GuardScratch::reset(int nsources, int nsymbols) {
   values.assign(nsources, nullptr);

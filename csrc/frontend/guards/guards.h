@@ -3,6 +3,7 @@
 #pragma once
 #include <Python.h>
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -21,7 +22,7 @@ enum class GuardKind : uint8_t {
   TensorMatch,  // exact tensor type, dtype, device, sizes, strides, requires_grad
   Length,       // len(value) == length, for tuples, lists, dicts and module containers
   DictKeys,     // list(value.keys()) == expected (a tuple), in order
-  GlobalState,  // call(*args) == expected, e.g. torch.is_grad_enabled()
+  GlobalState,  // call() == expected, e.g. torch.is_grad_enabled()
   SameObject,   // (value is sources[length]) == (expected is True): aliasing between two inputs
   SizeRelation, // (sym_a <cmp> sym_b) == expected, over the symbols the tensor guards bound
 };
@@ -52,24 +53,31 @@ enum class SizeCmp : uint8_t { Lt, Le, Eq, Ne, Gt, Ge };
 const char* size_cmp_text(SizeCmp c);
 bool size_cmp_holds(SizeCmp c, int64_t a, int64_t b);
 
-// A GlobalState guard's answer read without calling into Python (runtime/torch_state.h): the raw state when the
-// guard was made. The same raw state now means the same answer; a different one is checked by the call.
-enum class StateProbe : uint8_t { None, DefaultDtype, LocalDispatchKeys };
+// A GlobalState guard's answer read without calling into Python (runtime/torch_shim.h, runtime/torch_state.h):
+// the raw state when the guard was made. The same raw state now means the same answer; a different one is
+// checked by the call.
+enum class StateProbe : uint8_t { None, GradMode, DefaultDtype, LocalDispatchKeys };
+using ProbeState = std::array<uint64_t, 2>;
+// Reads the raw state `probe` looks at; false when this torch cannot be read so (then the guard has no probe).
+bool read_state_probe(StateProbe probe, ProbeState* out);
 
 struct Guard {
   GuardKind kind = GuardKind::IdMatch;
   int source = -1;      // -1 for GlobalState
   PyRef expected;       // IdMatch/ConstEquals/DictKeys value, TypeMatch type, GlobalState result
-  PyRef call;           // GlobalState: the callable
-  PyRef call_args;      // GlobalState: its argument tuple
+  PyRef call;           // GlobalState: the callable, called with no arguments
   StateProbe probe = StateProbe::None;  // GlobalState
-  uint64_t probe_state[2] = {0, 0};     // GlobalState: the probe's raw state when traced
+  ProbeState probe_state{};             // GlobalState: the probe's raw state when traced
   int64_t length = 0;   // Length
   TensorGuard tensor;   // TensorMatch
   std::string what;     // GlobalState: what is checked, e.g. "torch.is_grad_enabled()"; SizeRelation: why
   graph::Sym sym_a, sym_b;  // SizeRelation operands
   SizeCmp cmp = SizeCmp::Eq;
 };
+
+// A GlobalState guard on `fn()` == its value now, with `probe` when this torch can read that state directly;
+// false (no error set) when calling `fn` raises.
+bool make_global_state_guard(PyObject* fn, const char* what, StateProbe probe, Guard* out);
 
 struct GuardSet {
   SourceTable sources;

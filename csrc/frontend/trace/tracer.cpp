@@ -12,7 +12,6 @@
 #include "frontend/bytecode/decode.h"
 #include "frontend/trace/dynamic_memory.h"
 #include "frontend/trace/torch_refs.h"
-#include "runtime/torch_state.h"
 
 namespace fastcomp::frontend {
 namespace {
@@ -174,32 +173,13 @@ TraceResult Tracer::finish(TraceResult r) {
 // requires grad) or the code looked at it; the others are always checked.
 void Tracer::add_global_state_guards(bool grad_mode_matters) {
   const auto& T = torch_refs();
-  const runtime::TorchState* state = runtime::TorchState::get();
-  auto add = [&](PyObject* fn, PyRef args, const char* what, StateProbe probe = StateProbe::None) {
+  auto add = [&](PyObject* fn, const char* what, StateProbe probe) {
     Guard g;
-    if (state && probe == StateProbe::DefaultDtype) {
-      g.probe = probe;
-      g.probe_state[0] = static_cast<uint64_t>(state->default_dtype());
-    } else if (state && probe == StateProbe::LocalDispatchKeys) {
-      const runtime::LocalDispatchKeys keys = state->local_dispatch_keys();
-      g.probe = probe;
-      g.probe_state[0] = keys.included;
-      g.probe_state[1] = keys.excluded;
-    }
-    g.kind = GuardKind::GlobalState;
-    g.call = PyRef::borrow(fn);
-    g.call_args = args ? args : PyRef::steal(PyTuple_New(0));
-    g.expected = PyRef::steal(PyObject_Call(fn, g.call_args.get(), nullptr));
-    g.what = what;
-    if (!g.expected) {
-      PyErr_Clear();
-      return;
-    }
-    guards_.guards.push_back(std::move(g));
+    if (make_global_state_guard(fn, what, probe, &g)) guards_.guards.push_back(std::move(g));
   };
-  if (grad_mode_matters) add(T.is_grad_enabled.get(), {}, "torch.is_grad_enabled()");
-  add(T.get_default_dtype.get(), {}, "torch.get_default_dtype()", StateProbe::DefaultDtype);
-  add(T.is_any_autocast_enabled.get(), {}, "torch._C._is_any_autocast_enabled()", StateProbe::LocalDispatchKeys);
+  if (grad_mode_matters) add(T.is_grad_enabled.get(), "torch.is_grad_enabled()", StateProbe::GradMode);
+  add(T.get_default_dtype.get(), "torch.get_default_dtype()", StateProbe::DefaultDtype);
+  add(T.is_any_autocast_enabled.get(), "torch._C._is_any_autocast_enabled()", StateProbe::LocalDispatchKeys);
 }
 
 void Tracer::note_requires_grad(bool requires_grad) { grad_mode_read_ |= requires_grad; }

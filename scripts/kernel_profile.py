@@ -1,0 +1,89 @@
+"""Where a workload's GPU time goes, per mode: the kernels of one call (torch.profiler's CUDA activity, which
+also sees kernels of cuBLAS, NVRTC modules and CUDA-graph replays), each with its mean time per call, their sum,
+and the µs/call of back-to-back calls for comparison. Run on a GPU machine:
+
+    python scripts/kernel_profile.py W7 W9 --modes fc fc-ro tc-ro
+
+A kernel sum near the µs/call means the workload is GPU-bound: only faster kernels help; a sum well below it
+means the host (launches, guards) is the limit; the
+CUDA API calls the host makes per call (launches, memsets, event records) are listed too."""
+import argparse
+import os
+import sys
+import time
+from collections import defaultdict
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def per_call_us(fn, args, calls=200):
+    import torch
+
+    for _ in range(20):
+        fn(*args)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn(*args)
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def event_tables(fn, args, calls=50):
+    """(kernels, host API calls): per name, mean µs per call of fn and how many times a call of fn runs it."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn(*args)
+        torch.cuda.synchronize()
+    tables = []
+    for on_device in (True, False):
+        totals, counts = defaultdict(float), defaultdict(int)
+        for event in prof.events():
+            if (event.device_type == torch.autograd.DeviceType.CUDA) != on_device:
+                continue
+            # Host side: the CUDA runtime/driver calls CUPTI records (cudaLaunchKernel, cuLaunchKernel, ...).
+            if not on_device and not event.name.startswith(("cu", "cuda")):
+                continue
+            totals[event.name] += event.device_time if on_device else event.cpu_time
+            counts[event.name] += 1
+        tables.append(sorted(((name, us / calls, counts[name] / calls) for name, us in totals.items()),
+                             key=lambda r: -r[1]))
+    return tables
+
+
+def main():
+    sys.path.insert(0, ROOT)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("workloads", nargs="+")
+    parser.add_argument("--modes", nargs="+", default=["fc", "fc-ro", "tc-ro"])
+    args = parser.parse_args()
+    import torch
+
+    from benchmarks.modes import MODES
+    from benchmarks.workloads import WORKLOADS
+
+    for wid in args.workloads:
+        model, make_inputs = WORKLOADS[wid].make("cuda", 1.0)
+        inputs = make_inputs()
+        for name in args.modes:
+            mode = MODES[name]
+            with torch.no_grad():
+                fn = mode.compile(model)
+                fn(*inputs)
+                mode.wait_ready()
+                us = per_call_us(fn, inputs)
+                kernels, host = event_tables(fn, inputs)
+            print(f"\n{wid} {name}: {us:.1f} µs/call, kernels {sum(r[1] for r in kernels):.1f} µs/call, CUDA API "
+                  f"calls on the host {sum(r[1] for r in host):.1f} µs/call")
+            for kernel, t, n in kernels:
+                print(f"  {t:8.2f} µs  x{n:g}  {kernel[:110]}")
+            for call, t, n in host[:8]:
+                print(f"  host {t:8.2f} µs  x{n:g}  {call}")
+            mode.reset()
+
+
+if __name__ == "__main__":
+    main()

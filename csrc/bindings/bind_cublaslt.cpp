@@ -110,6 +110,7 @@ void bind_cublaslt(py::module_& m) {
       .def_property_readonly("device", &cuda::MatmulPlan::device)
       .def_property_readonly("workspace_bytes", &cuda::MatmulPlan::workspace_bytes)
       .def_property_readonly("workspace_used", &cuda::MatmulPlan::workspace_used)
+      .def_property_readonly("tuning", &cuda::MatmulPlan::tuning)
       .def("__str__", &cuda::MatmulPlan::to_string);
 }
 

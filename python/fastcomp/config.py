@@ -13,6 +13,9 @@ sees every change immediately. Environment variables give the start-up values:
 - ``FASTCOMP_NVRTC_THREADS`` (int, default 0): threads NVRTC may use to compile one graph's kernels
   (``--split-compile``); 0 takes the CPU cores this process may run on but one, at most 8; 1 compiles on one
   thread.
+- ``FASTCOMP_MATMUL_TUNING`` (0/1, default 1): the first run of each matrix product times cuBLASLt's top candidate
+  algorithms on the GPU and keeps the fastest (a few ms of GPU time per product shape, once per process); 0 keeps
+  cuBLASLt's heuristic pick, so the algorithm, and with it the last bits of results, never depend on timing.
 """
 import contextlib
 import os
@@ -29,6 +32,7 @@ _DEFAULTS = {
     "background_compile": os.environ.get("FASTCOMP_BACKGROUND_COMPILE", "1") == "1",
     "dump_dir": os.environ.get("FASTCOMP_DUMP_DIR", ""),
     "nvrtc_threads": int(os.environ.get("FASTCOMP_NVRTC_THREADS", "0")),
+    "matmul_tuning": os.environ.get("FASTCOMP_MATMUL_TUNING", "1") == "1",
 }
 
 

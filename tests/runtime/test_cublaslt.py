@@ -699,3 +699,80 @@ def test_runs_on_another_device_and_leaves_the_current_one(torch_cuda):
         assert torch.cuda.current_device() == 0
     torch.cuda.synchronize(1)
     check(d, a @ b, reference(a, b), "float32")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Tuning: the first aligned run times the heuristic's candidates and keeps the fastest
+
+
+def tuning_case(torch, seed, m=1024, n=512, k=2048):
+    """A W7-sized fp32 product with a bias (the shapes where the heuristic's favourite is often not the fastest)."""
+    torch.manual_seed(seed)
+    a, w = randn(torch, m, k, dtype=torch.float32), randn(torch, n, k, dtype=torch.float32)
+    bias = randn(torch, n, dtype=torch.float32)
+    return a, w.t(), bias
+
+
+@pytest.mark.gpu
+def test_tuning_keeps_the_result_and_says_what_it_chose(torch_cuda):
+    import fastcomp
+
+    torch = torch_cuda
+    a, b, bias = tuning_case(torch, 21, n=520)  # a shape no other test tunes, so this process has no pick yet
+    d = new_output(torch, a, b, a.dtype)
+    with fastcomp.config.patch(matmul_tuning=True):
+        plan = T.MatmulPlan(0, WORKSPACE_BYTES, **desc_of(a, b, d, epilogue="bias"))
+        assert plan.tuning == "not tuned yet"
+        cublaslt_matmul(a, b, bias=bias, out=d, plan=plan)
+        torch.cuda.synchronize()
+        assert plan.tuning.startswith("tuned: "), plan.tuning
+        assert "candidate" in plan.tuning and " us" in plan.tuning
+        assert plan.tuning in str(plan)
+        check(d, a @ b + bias, reference(a, b, bias=bias), "float32")
+        # New values through the tuned plan, and a second plan of the same product reuses the pick.
+        a2 = randn(torch, *a.shape, dtype=torch.float32)
+        d2 = cublaslt_matmul(a2, b, bias=bias, plan=plan)
+        check(d2, a2 @ b + bias, reference(a2, b, bias=bias), "float32")
+        again = T.MatmulPlan(0, WORKSPACE_BYTES, **desc_of(a, b, d, epilogue="bias"))
+        assert again.tuning == "tuned earlier in this process"
+        d3 = cublaslt_matmul(a2, b, bias=bias, plan=again)
+        check(d3, a2 @ b + bias, reference(a2, b, bias=bias), "float32")
+
+
+@pytest.mark.gpu
+def test_tuning_can_be_turned_off(torch_cuda):
+    import fastcomp
+
+    torch = torch_cuda
+    a, b, bias = tuning_case(torch, 22, n=528)
+    with fastcomp.config.patch(matmul_tuning=False):
+        plan = T.MatmulPlan(0, WORKSPACE_BYTES, **desc_of(a, b, new_output(torch, a, b, a.dtype), epilogue="bias"))
+        d = cublaslt_matmul(a, b, bias=bias, plan=plan)
+        torch.cuda.synchronize()
+        assert plan.tuning == "not tuned yet"
+        check(d, a @ b + bias, reference(a, b, bias=bias), "float32")
+
+
+@pytest.mark.gpu
+def test_no_tuning_while_a_cuda_graph_is_captured(torch_cuda):
+    """Tuning waits for the GPU, which a capture forbids: a plan first run under capture keeps the heuristic's
+    favourite, and the captured graph replays it correctly."""
+    import fastcomp
+
+    torch = torch_cuda
+    a, b, bias = tuning_case(torch, 23, n=536)
+    d = new_output(torch, a, b, a.dtype)
+    workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device="cuda")
+    with fastcomp.config.patch(matmul_tuning=True):
+        plan = T.MatmulPlan(0, WORKSPACE_BYTES, **desc_of(a, b, d, epilogue="bias"))
+        graph = torch.cuda.CUDAGraph()
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+            plan.run(a.data_ptr(), b.data_ptr(), 0, d.data_ptr(), bias.data_ptr(), workspace.data_ptr(),
+                     stream.cuda_stream)
+        assert plan.tuning == "not tuned yet"
+        a.copy_(randn(torch, *a.shape, dtype=torch.float32))
+        graph.replay()
+        torch.cuda.synchronize()
+        check(d, a @ b + bias, reference(a, b, bias=bias), "float32")

@@ -182,7 +182,8 @@ def split_compile(threads):
 
 @needs_nvrtc
 def test_options_are_ieee_by_default_and_take_no_include_path_without_includes():
-    fast = (["--minimal"] if NVRTC_VERSION >= (12, 4) else []) + split_compile(USABLE_THREADS)
+    fast = ((["--minimal"] if NVRTC_VERSION >= (12, 4) else []) + (["--no-cache"] if NVRTC_VERSION >= (12, 9) else [])
+            + split_compile(USABLE_THREADS))
     assert T.nvrtc_options(SCALE_ADD, 9, 0) == ["-arch=compute_90", "-std=c++17", "-default-device", *fast]
     assert T.nvrtc_options(SCALE_ADD, 9, 0, kind="cubin", options=["-lineinfo"]) == [
         "-arch=sm_90", "-std=c++17", "-default-device", *fast, "-lineinfo"]
@@ -481,6 +482,12 @@ CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned
 CUresult cuStreamSynchronize(void* stream) { return 0; }
 CUresult cuMemcpyAsync(unsigned long long dst, unsigned long long src, size_t n, void* s) { return 0; }
 CUresult cuGraphLaunch(void* exec, void* stream) { return 0; }
+CUresult cuEventCreate(void** e, unsigned flags) { return 0; }
+CUresult cuEventRecord(void* e, void* stream) { return 0; }
+CUresult cuEventSynchronize(void* e) { return 0; }
+CUresult cuEventElapsedTime(float* ms, void* start, void* end) { *ms = 0; return 0; }
+CUresult cuEventDestroy_v2(void* e) { return 0; }
+CUresult cuStreamIsCapturing(void* stream, int* status) { *status = 0; return 0; }
 """
 
 

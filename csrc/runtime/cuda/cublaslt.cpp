@@ -2,17 +2,70 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <bit>
 #include <climits>
+#include <cstring>
+#include <map>
 #include <stdexcept>
 
+#include "runtime/cuda/driver.h"
 #include "runtime/cuda/module.h"
+#include "support/config.h"
+#include "support/log.h"
 
 namespace fastcomp::runtime::cuda {
 namespace {
 
 // The alignment run() expects of every pointer, and plans for first (see the header).
 constexpr uint32_t kPlannedAlignment = 256;
+// Tuning (see the header): how many of the heuristic's candidates are timed, the GPU time it may spend on one
+// product, the timed launches per candidate at most, and how much faster than the heuristic's favourite another
+// candidate must be to replace it (timing noise on an idle GPU is about 1%).
+constexpr int kTuningCandidates = 8;
+constexpr double kTuningBudgetMs = 10.0;
+constexpr int kTuningMaxRepeats = 3;
+constexpr double kTuningMinGain = 0.03;
+// Products shorter than this are not tuned: back-to-back launches of a few-µs kernel leave the GPU waiting for
+// the host, so the timings would rank the launch overhead (measured on an H200: tuning W5's and W10's 5-15 µs
+// GEMMs this way picked algorithms 10-20% slower in the graph).
+constexpr double kTuningMinMs = 0.02;
+
+// Tuned picks of this process, by tuning_key(): a product planned again (a recompile, another layer of the same
+// shape) reuses the pick instead of timing again.
+std::mutex tuned_mutex;
+std::map<std::string, cublasLtMatmulAlgo_t>& tuned_algos() {
+  static std::map<std::string, cublasLtMatmulAlgo_t> algos;
+  return algos;
+}
+std::string tuning_key(const MatmulDesc& desc, int device, size_t workspace_bytes) {
+  return fmt::format("{} device={} workspace={}", desc.to_string(), device, workspace_bytes);
+}
+
+// Two events for timing on a stream, destroyed with it.
+struct EventPair {
+  CUevent start = nullptr, stop = nullptr;
+  EventPair() {
+    FC_CU_CHECK(cuEventCreate(&start, 0));
+    try {
+      FC_CU_CHECK(cuEventCreate(&stop, 0));
+    } catch (...) {
+      driver().cuEventDestroy_v2(start);
+      throw;
+    }
+  }
+  ~EventPair() {
+    driver().cuEventDestroy_v2(start);
+    driver().cuEventDestroy_v2(stop);
+  }
+  EventPair(const EventPair&) = delete;
+  EventPair& operator=(const EventPair&) = delete;
+};
+
+bool capturing(CUstream stream) {
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return driver().cuStreamIsCapturing(stream, &status) != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
 
 cudaDataType_t data_type(ScalarType type) {
   switch (type) {
@@ -274,29 +327,90 @@ MatmulPlan::MatmulPlan(const MatmulDesc& desc, int device, size_t workspace_byte
       handle_(cublaslt_handle(device)),
       descriptors_(desc_, lt_, workspace_bytes) {
   ContextGuard context(device_);  // the heuristic reads the current device's arch and SM count
-  aligned_ = choose_algo(kPlannedAlignment);
+  candidates_ = choose_algos(kPlannedAlignment, kTuningCandidates);
+  aligned_ = candidates_.front();
+  if (candidates_.size() == 1) tuned_ = true, tuning_ = "one candidate";
+  std::lock_guard lock(tuned_mutex);
+  if (auto it = tuned_algos().find(tuning_key(desc_, device_, workspace_bytes_)); it != tuned_algos().end()) {
+    for (const Algo& candidate : candidates_)
+      if (std::memcmp(&candidate.algo, &it->second, sizeof(it->second)) == 0) aligned_ = candidate;
+    tuned_ = true, tuning_ = "tuned earlier in this process";
+  }
 } catch (const CublasError& e) {
   throw with_matmul(e, desc);
 }
 
 MatmulPlan::~MatmulPlan() = default;
 
-MatmulPlan::Algo MatmulPlan::choose_algo(uint32_t alignment) const {
+std::vector<MatmulPlan::Algo> MatmulPlan::choose_algos(uint32_t alignment, int wanted) const {
   const CublasLtApi& api = cublaslt();
   descriptors_.expect_alignment(alignment, epilogue_has_bias(desc_.epilogue));
-  cublasLtMatmulHeuristicResult_t result{};
+  std::vector<cublasLtMatmulHeuristicResult_t> results(wanted);
   int count = 0;
   cublasLtMatrixLayout_t c = descriptors_.c ? descriptors_.c : descriptors_.d;
   check_cublas(api.cublasLtMatmulAlgoGetHeuristic(handle_, descriptors_.matmul, descriptors_.a, descriptors_.b, c,
-                                                  descriptors_.d, descriptors_.preference, 1, &result, &count),
-               "cublasLtMatmulAlgoGetHeuristic(handle, matmul, a, b, c, d, preference, 1, &result, &count)");
+                                                  descriptors_.d, descriptors_.preference, wanted, results.data(),
+                                                  &count),
+               "cublasLtMatmulAlgoGetHeuristic(handle, matmul, a, b, c, d, preference, wanted, results, &count)");
   if (count == 0)
     throw CublasError(CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmulAlgoGetHeuristic",
                       fmt::format("fastcomp::runtime::cuda::MatmulPlan::choose_algo(): cuBLASLt {} has no algorithm "
                                   "for this matmul on device {} with {}-byte aligned pointers and a workspace of {} "
                                   "bytes; run it through torch instead\n  cublasLt: {}",
                                   cublaslt_version(), device_, alignment, workspace_bytes_, lt_.to_string()));
-  return {result.algo, result.workspaceSize, result.wavesCount};
+  std::vector<Algo> algos;
+  for (int i = 0; i < count; ++i) algos.push_back({results[i].algo, results[i].workspaceSize, results[i].wavesCount});
+  return algos;
+}
+
+cublasStatus_t MatmulPlan::launch(const Algo& algo, const void* a, const void* b, const void* c, void* d,
+                                  void* workspace, CUstream stream) const {
+  float alpha = desc_.alpha, beta = desc_.has_c ? desc_.beta : 0.f;
+  // Without C, beta is 0 and cuBLASLt never reads C; it still wants a pointer and a layout, so it gets D's.
+  const void* c_or_d = desc_.has_c ? c : d;
+  cublasLtMatrixLayout_t c_layout = descriptors_.c ? descriptors_.c : descriptors_.d;
+  return cublaslt().cublasLtMatmul(handle_, descriptors_.matmul, &alpha, b, descriptors_.a, a, descriptors_.b, &beta,
+                                   c_or_d, c_layout, d, descriptors_.d, &algo.algo, workspace, workspace_bytes_,
+                                   stream);
+}
+
+void MatmulPlan::tune(const void* a, const void* b, const void* c, void* d, void* workspace, CUstream stream) const {
+  EventPair events;
+  // GPU milliseconds per launch of `algo` over `repeats` launches after one untimed launch (which also loads
+  // the algorithm's kernel on first use); negative when cuBLASLt refuses the algorithm for these pointers.
+  auto time = [&](const Algo& algo, int repeats) -> double {
+    if (launch(algo, a, b, c, d, workspace, stream) != CUBLAS_STATUS_SUCCESS) return -1;
+    FC_CU_CHECK(cuEventRecord(events.start, stream));
+    for (int r = 0; r < repeats; ++r)
+      if (launch(algo, a, b, c, d, workspace, stream) != CUBLAS_STATUS_SUCCESS) return -1;
+    FC_CU_CHECK(cuEventRecord(events.stop, stream));
+    FC_CU_CHECK(cuEventSynchronize(events.stop));
+    float ms = 0;
+    FC_CU_CHECK(cuEventElapsedTime(&ms, events.start, events.stop));
+    return double(ms) / repeats;
+  };
+  const double favourite_ms = time(candidates_.front(), 1);
+  if (favourite_ms < 0) {
+    tuning_ = "not tuned: cuBLASLt refused its own favourite";
+    return;
+  }
+  if (favourite_ms < kTuningMinMs) {
+    tuning_ = fmt::format("not tuned: {:.1f} us is too short to time without the launches", favourite_ms * 1e3);
+    return;
+  }
+  const int n = int(candidates_.size());
+  const int repeats = std::clamp(int(kTuningBudgetMs / (n * std::max(favourite_ms, 1e-3))) - 1, 1, kTuningMaxRepeats);
+  std::vector<double> ms(n, -1);
+  for (int i = 0; i < n; ++i) ms[i] = time(candidates_[i], repeats);
+  int best = 0;
+  for (int i = 1; i < n; ++i)
+    if (ms[i] > 0 && ms[i] < ms[best] * (1 - kTuningMinGain)) best = i;
+  aligned_ = candidates_[best];
+  tuning_ = best == 0 ? fmt::format("tuned: the heuristic's favourite of {} candidates, {:.1f} us", n, ms[0] * 1e3)
+                      : fmt::format("tuned: candidate {} of {}, {:.1f} us vs the heuristic's favourite at {:.1f} us",
+                                    best + 1, n, ms[best] * 1e3, ms[0] * 1e3);
+  std::lock_guard lock(tuned_mutex);
+  tuned_algos()[tuning_key(desc_, device_, workspace_bytes_)] = aligned_.algo;
 }
 
 void MatmulPlan::run(const void* a, const void* b, const void* c, void* d, const void* bias, void* workspace,
@@ -330,18 +444,23 @@ void MatmulPlan::run(const void* a, const void* b, const void* c, void* d, const
     const Algo* algo = &aligned_;
     if (alignment < kPlannedAlignment) {
       std::optional<Algo>& slot = less_aligned_[std::countr_zero(alignment)];
-      if (!slot) slot = choose_algo(alignment);
+      if (!slot) slot = choose_algos(alignment, 1).front();
       algo = &*slot;
     }
     if (has_bias)
       FC_SET_ATTRIBUTE(cublasLtMatmulDescSetAttribute, descriptors_.matmul, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
-    float alpha = desc_.alpha, beta = desc_.has_c ? desc_.beta : 0.f;
-    // Without C, beta is 0 and cuBLASLt never reads C; it still wants a pointer and a layout, so it gets D's.
-    const void* c_or_d = desc_.has_c ? c : d;
-    cublasLtMatrixLayout_t c_layout = descriptors_.c ? descriptors_.c : descriptors_.d;
-    check_cublas(cublaslt().cublasLtMatmul(handle_, descriptors_.matmul, &alpha, b, descriptors_.a, a,
-                                           descriptors_.b, &beta, c_or_d, c_layout, d, descriptors_.d, &algo->algo,
-                                           workspace, workspace_bytes_, stream),
+    // With C, the timed launches would add to D again and again (C may be D), so such products are not tuned.
+    if (!tuned_ && alignment == kPlannedAlignment && !desc_.has_c && config().matmul_tuning && !capturing(stream)) {
+      tuned_ = true;
+      try {
+        tune(a, b, c, d, workspace, stream);
+      } catch (const std::exception& e) {  // an event call failed: keep the heuristic's favourite
+        aligned_ = candidates_.front();
+        tuning_ = std::string("not tuned: ") + e.what();
+      }
+      FC_LOG(compile, debug, "cuBLASLt {}: {}", desc_.to_string(), tuning_);
+    }
+    check_cublas(launch(*algo, a, b, c, d, workspace, stream),
                  "cublasLtMatmul(handle, matmul, &alpha, b, b_layout, a, a_layout, &beta, c, c_layout, d, d_layout, "
                  "&algo, workspace, workspace_bytes, stream)");
   } catch (const CublasError& e) {
@@ -349,9 +468,20 @@ void MatmulPlan::run(const void* a, const void* b, const void* c, void* d, const
   }
 }
 
+size_t MatmulPlan::workspace_used() const {
+  std::lock_guard lock(mutex_);
+  return aligned_.workspace;
+}
+
+std::string MatmulPlan::tuning() const {
+  std::lock_guard lock(mutex_);
+  return tuning_;
+}
+
 std::string MatmulPlan::to_string() const {
-  return fmt::format("{}\n  cublasLt: {} algo_workspace={} waves={:.2f}", desc_.to_string(), lt_.to_string(),
-                     aligned_.workspace, aligned_.waves);
+  std::lock_guard lock(mutex_);
+  return fmt::format("{}\n  cublasLt: {} algo_workspace={} waves={:.2f} ({})", desc_.to_string(), lt_.to_string(),
+                     aligned_.workspace, aligned_.waves, tuning_);
 }
 
 }  // namespace fastcomp::runtime::cuda

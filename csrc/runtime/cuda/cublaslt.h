@@ -12,6 +12,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "runtime/cuda/cublaslt_library.h"
 #include "runtime/cuda/cuda_api.h"
@@ -106,6 +107,16 @@ std::string check_matmul_descriptors(const MatmulDesc& desc, size_t workspace_by
 // pointers: when any is less aligned (a view at an offset), it uses an algorithm chosen for that alignment
 // instead, asking the heuristic once per alignment (128 down to 2 bytes) and keeping the answer. Strides are
 // known at plan time and the heuristic accounts for them itself.
+//
+// Tuning: the heuristic ranks algorithms by a model, and for the medium fp32 shapes of small transformers its
+// favourite can be much slower than another of its top candidates. So the plan keeps the heuristic's top
+// candidates for 256-byte alignment, and the first run() with such pointers that is not being captured into a
+// CUDA graph times each of them on the caller's stream with the call's own pointers (D is written several times;
+// A, B and the bias are only read) and keeps the fastest; products of a few µs are left to the heuristic,
+// since their timings would measure the launches. That run waits for the GPU once; tuning costs about
+// 10 ms of GPU time at most per product, and its pick is kept for the process (keyed by desc, device and
+// workspace size), so another plan of the same product does not tune again. config().matmul_tuning = false
+// keeps the heuristic's favourite (then the choice never depends on timing noise).
 class MatmulPlan {
  public:
   // Plans `desc` on CUDA device `device` (an ordinal, as torch numbers them) for a workspace of at most
@@ -129,7 +140,10 @@ class MatmulPlan {
   int device() const { return device_; }
   size_t workspace_bytes() const { return workspace_bytes_; }
   // How much of the workspace the algorithm for aligned pointers uses (0 for most shapes without split-K).
-  size_t workspace_used() const { return aligned_.workspace; }
+  size_t workspace_used() const;
+  // What tuning chose ("tuned: candidate 3 of 8, 41.2 us vs the heuristic's favourite at 55.9 us"), or why it
+  // has not ("not tuned yet", "one candidate").
+  std::string tuning() const;
   // desc.to_string(), the lowering, and the chosen algorithm's workspace and waves count: for dumps and logs.
   std::string to_string() const;
 
@@ -155,9 +169,14 @@ class MatmulPlan {
   };
   friend std::string check_matmul_descriptors(const MatmulDesc&, size_t);
 
-  // The heuristic's best algorithm for pointers aligned to `alignment` bytes (a power of two up to 256).
-  // Called with mutex_ held or from the constructor.
-  Algo choose_algo(uint32_t alignment) const;
+  // The heuristic's best `count` algorithms for pointers aligned to `alignment` bytes (a power of two up to 256),
+  // its favourite first; at least one. Called with mutex_ held or from the constructor.
+  std::vector<Algo> choose_algos(uint32_t alignment, int count) const;
+  // cublasLtMatmul with `algo`; the bias pointer is already set. Called with mutex_ held.
+  cublasStatus_t launch(const Algo& algo, const void* a, const void* b, const void* c, void* d, void* workspace,
+                        CUstream stream) const;
+  // Times candidates_ (see the class comment) and sets aligned_ to the fastest. Called with mutex_ held.
+  void tune(const void* a, const void* b, const void* c, void* d, void* workspace, CUstream stream) const;
 
   MatmulDesc desc_;
   LtMatmul lt_;
@@ -166,7 +185,10 @@ class MatmulPlan {
   cublasLtHandle_t handle_ = nullptr;
   // Mutable: choose_algo() and run() change the preference's alignment and the bias pointer, under mutex_.
   mutable Descriptors descriptors_;
-  Algo aligned_;  // for 256-byte alignment
+  std::vector<Algo> candidates_;  // the heuristic's top picks for 256-byte alignment, its favourite first
+  mutable Algo aligned_;          // what run() uses for 256-byte alignment: tuning's pick, else candidates_[0]
+  mutable bool tuned_ = false;    // tuning is over (or there is nothing to tune)
+  mutable std::string tuning_ = "not tuned yet";
   // run() sets the bias pointer in the shared matmul descriptor before each launch, and fills the fallback
   // algorithms on first need, both under this lock.
   mutable std::mutex mutex_;

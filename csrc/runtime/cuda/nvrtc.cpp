@@ -170,6 +170,11 @@ std::vector<std::string> nvrtc_options(std::string_view source, CudaArch arch, O
   // otherwise parse (~10 ms a program on a 2-core Xeon; scripts/nvrtc_compile_time.py) and changes no machine
   // code (tests/codegen/test_emit_cuda.py). It came with NVRTC 12.4.
   if (api.version.major > 12 || (api.version.major == 12 && api.version.minor >= 4)) options.push_back("--minimal");
+  // --no-cache: NVRTC 12.9 and later keep a cache of their own next to the driver's JIT cache, and opening it
+  // costs the first compile of every process 180-250 ms (H200 host, NVRTC 13.0, a cache directory that exists;
+  // scripts/compile_breakdown.py). fastcomp's kernel cache already keeps every cubin it compiles, so NVRTC's
+  // would only duplicate it at that price.
+  if (api.version.major > 12 || (api.version.major == 12 && api.version.minor >= 9)) options.push_back("--no-cache");
   // --split-compile=N: NVVM and ptxas optimise the program's kernels on up to N threads. Every NVRTC fastcomp
   // loads takes it (tried on 12.0 to 13.0; documented from 12.2). N does not change the code, but splitting can:
   // NVVM then optimises each part of a program of several kernels on its own, and kernels with __shared__ slots

@@ -3,7 +3,7 @@
 // When every operand keeps groups of `vec` consecutive elements together (contiguous over the space, fully
 // broadcast, or contiguous/broadcast along an innermost dimension that `vec` divides), each thread handles
 // 16 bytes of the widest dtype per group: one vector load per operand, `vec` scalar evaluations, one vector
-// store (and kGroupsPerThread groups per step, loads first). The group's offsets don't depend on pointer
+// store (and one or two groups per step, loads first). The group's offsets don't depend on pointer
 // alignment, so the same loop is instantiated twice, with vector or scalar memory accesses, and the kernel picks
 // one from its pointers (a uniform branch).
 // Leftover elements (when `vec` does not divide the element count) go through the scalar loop.
@@ -19,10 +19,14 @@ namespace fastcomp::codegen::detail {
 namespace {
 
 constexpr int kBlock = 256;
-// Measured on an H200 (W2, bias add, casts, exp): 2 groups per step and 8 waves gave 85-99% of the copy rate,
-// against 75-97% for 1 group on one persistent wave; 4 groups cost registers and gained nothing.
-constexpr int kGroupsPerThread = 2;  // vector groups whose loads a thread issues together
-constexpr int kWaves = 8;            // grid size in resident waves
+// Each thread loads kElementsPerStep elements per step: kElementsPerStep / vec groups (1 or 2), loads first.
+// Measured on an H200 with 8 waves: f32 (vec 4) runs best with 2 groups (W2: 35.8 µs against 37.5 with one),
+// f16/bf16 (vec 8) with 1 (W4's gelu+residual 14.2 against 16.0 µs, W9's silu*up 9.6 against 10.4), and every
+// group is another inlined copy of the expression, which NVVM and ptxas pay for: one group instead of two took
+// W4's and W9's programs from 179 and 225 to 152 and 142 ms on the H200's host.
+constexpr int kElementsPerStep = 8;
+constexpr int kMaxGroupsPerThread = 2;
+constexpr int kWaves = 8;  // grid size in resident waves
 
 // How an operand is read or written in the vector loop.
 enum class Lane : uint8_t {
@@ -35,6 +39,7 @@ struct Plan {
   std::vector<bool> live;       // expressions some store needs
   std::vector<bool> used;       // operands the kernel touches (inputs read by a live Load, stored outputs)
   int vec = 1;                  // elements per vector step; 1 = scalar loop only
+  int groups = 1;               // vector groups a thread takes per step
   std::vector<Lane> lanes;      // per operand, when vec > 1
   Size n = 0;                   // elements
   SizeParams* params = nullptr; // the kernel's size parameters (dynamic shapes)
@@ -66,6 +71,7 @@ void choose_vector(const Kernel& k, Plan& p) {
   }
   // Groups pay off only through vector accesses; with none (everything broadcast) stay scalar.
   if (std::find(p.lanes.begin(), p.lanes.end(), Lane::Vector) != p.lanes.end()) p.vec = vec;
+  p.groups = std::clamp(kElementsPerStep / p.vec, 1, kMaxGroupsPerThread);
 }
 
 // Statements computing every live expression of one element, given the text of each input's element.
@@ -83,11 +89,11 @@ std::string element_statements(const Kernel& k, const Plan& p, LoadText load, co
 }
 
 // The loop over groups of p.vec elements, as a template on whether the pointers allow vector accesses. Each
-// thread takes kGroupsPerThread groups one grid apart per step and issues all their loads before computing, so
+// thread takes p.groups groups one grid apart per step and issues all their loads before computing, so
 // several 16-byte loads per thread are in flight.
 std::string vector_function(const Kernel& k, const Plan& p, const std::string& idx_decl) {
   const size_t n_in = k.inputs.size();
-  const std::string v = std::to_string(p.vec), groups = std::to_string(kGroupsPerThread);
+  const std::string v = std::to_string(p.vec), groups = std::to_string(p.groups);
   const std::string n_groups = p.params->text(floordiv(p.n, p.vec));
   // The loop over this step's groups, with the first element's index and coordinates where `operands` need them.
   auto each_group = [&](const std::vector<bool>& operands, bool needs_index) {
@@ -184,16 +190,16 @@ KernelSource emit_pointwise(const Kernel& k, const DeviceLimits& limits) {
   const int block =
       dynamic ? kBlock : static_cast<int>(std::min<int64_t>(kBlock, std::max<int64_t>(32, ceil_div(items, 32) * 32)));
   const int64_t resident = int64_t{limits.sm_count} * std::max(1, limits.max_threads_per_sm / block);
-  const int64_t blocks_needed = ceil_div(items, int64_t{block} * kGroupsPerThread);
+  const int64_t blocks_needed = ceil_div(items, int64_t{block} * p.groups);
   const int64_t grid = dynamic ? resident * kWaves : std::max<int64_t>(1, std::min(blocks_needed, resident * kWaves));
   KernelSource src = source_for(k, block, grid);
   if (dynamic) {
     src.grid_items = floordiv(p.n + (p.vec - 1), p.vec).sym();
-    src.items_per_block = int64_t{block} * kGroupsPerThread;
+    src.items_per_block = int64_t{block} * p.groups;
   }
 
   // Loop variables overshoot n by one step of the grid at most. Symbolic sizes have no bound: 64-bit.
-  int64_t max_index = p.n.hint() + 2 * grid * block * p.vec * kGroupsPerThread;
+  int64_t max_index = p.n.hint() + 2 * grid * block * p.vec * p.groups;
   for (size_t o = 0; o < strides.size(); ++o)
     max_index = std::max(max_index, max_offset(k.shape, strides[o], operand(k, o).storage_offset));
   bool wide = !fits_int32(max_index) || !all_static(k.shape);
@@ -204,7 +210,7 @@ KernelSource emit_pointwise(const Kernel& k, const DeviceLimits& limits) {
   std::string& code = src.code;
   code = fmt::format("// {}: pointwise over [{}] (iteration space [{}]), {}, {} indices\n", k.name,
                      join(p.space.shape), join(k.shape),
-                     p.vec > 1 ? fmt::format("groups of {} elements, {} per thread and step", p.vec, kGroupsPerThread)
+                     p.vec > 1 ? fmt::format("groups of {} elements, {} per thread and step", p.vec, p.groups)
                                : std::string("one element per thread and step"),
                      wide ? "64-bit" : "32-bit");
   if (p.vec > 1) code += vector_function(k, p, idx_decl);

@@ -1,7 +1,9 @@
 // emit_cuda and emit_program: dispatch by kernel kind, and the prelude every program starts with.
 #include <fmt/format.h>
 
+#include <cctype>
 #include <climits>
+#include <map>
 
 #include "codegen/emit_internal.h"
 #include "codegen/expr_emitter.h"
@@ -255,6 +257,35 @@ std::string emit_program(const std::vector<KernelSource>& kernels, const runtime
   out += detail::kHelpers;
   for (const KernelSource& k : kernels) out += "\n" + k.code;
   return out;
+}
+
+namespace {
+// `code` with every use of identifier `name` (alone or as the prefix of a helper, `name_rows`) replaced by `as`.
+std::string renamed(const std::string& code, const std::string& name, const std::string& as) {
+  auto ident = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  std::string out;
+  size_t at = 0;
+  for (size_t hit; (hit = code.find(name, at)) != std::string::npos; at = hit + name.size()) {
+    const size_t end = hit + name.size();
+    const bool starts = hit == 0 || !ident(code[hit - 1]);
+    const bool ends = end == code.size() || !std::isalnum(static_cast<unsigned char>(code[end]));
+    out.append(code, at, hit - at).append(starts && ends ? as : name);
+  }
+  return out.append(code, at);
+}
+}  // namespace
+
+int share_identical_kernels(std::vector<KernelSource>& kernels) {
+  std::map<std::string, std::string> first;  // code under a placeholder name -> the kernel that has it
+  int shared = 0;
+  for (KernelSource& k : kernels) {
+    auto [it, added] = first.emplace(renamed(k.code, k.name, "fc_kernel"), k.name);
+    if (added) continue;
+    k.code = "// " + k.name + ": the same code as " + it->second + "\n";
+    k.name = it->second;
+    ++shared;
+  }
+  return shared;
 }
 
 }  // namespace fastcomp::codegen

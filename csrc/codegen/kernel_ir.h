@@ -119,4 +119,10 @@ KernelSource emit_cuda(const Kernel& kernel, const DeviceLimits& limits);
 /** One NVRTC program for all kernels of a graph, compiled for `arch`: the common prelude once, then every kernel. */
 std::string emit_program(const std::vector<KernelSource>& kernels, const runtime::cuda::CudaArch& arch);
 
+/** Kernels whose code is the same but for their name (the layers of a model, each its own fused kernel of the
+ *  same shapes) are compiled once: each later one keeps its launch shape but takes the first one's name (the
+ *  function to launch) and a one-line comment as its code. NVRTC's time grows with the code it compiles, so a
+ *  4-layer model compiles about as fast as one layer. Returns how many kernels now share another's code. */
+int share_identical_kernels(std::vector<KernelSource>& kernels);
+
 }  // namespace fastcomp::codegen

@@ -489,6 +489,7 @@ codegen::DeviceLimits device_limits(int device) {
 CudaSource emit_plan(const plan::Program& program, const codegen::DeviceLimits& limits) {
   CudaSource out;
   for (const codegen::Kernel& k : program.kernels) out.kernels.push_back(codegen::emit_cuda(k, limits));
+  codegen::share_identical_kernels(out.kernels);
   if (!out.kernels.empty()) out.program = codegen::emit_program(out.kernels, limits.arch);
   return out;
 }

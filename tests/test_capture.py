@@ -260,3 +260,41 @@ def test_compiled_module_behaves_like_the_module():
     compiled(torch.randn(2, 4))
     handle.remove()
     assert seen == [torch.Size([2, 4])]
+
+
+def graph_targets(record):
+    return [line for line in record["graph"].splitlines() if "_canonical_mask" in line or "_none_or_dtype" in line]
+
+
+def test_attention_argument_helpers_are_computed_while_tracing():
+    """nn.MultiheadAttention checks its masks with torch helpers; with no masks their arguments are constants,
+    so the graph keeps no call to them (it would repeat them on every run)."""
+    torch.manual_seed(0)
+    attn = torch.nn.MultiheadAttention(8, 2, batch_first=True).eval()
+    compiled = fastcomp.compile(lambda x: attn(x, x, x, need_weights=False)[0])
+    with CompileCounter() as cc, torch.no_grad():
+        x = torch.randn(2, 5, 8)
+        assert_same(compiled(x), attn(x, x, x, need_weights=False)[0], rtol=1e-5, atol=1e-6)
+    assert (cc.graph_count, cc.break_count) == (1, 0)
+    assert graph_targets(cc.records[0]) == []
+
+
+@pytest.mark.parametrize("mask_dtype", [torch.bool, torch.float32])
+def test_attention_with_tensor_masks_keeps_the_helpers(mask_dtype):
+    """A tensor mask is no constant: the helpers stay calls of the graph, and run on every call's masks."""
+    torch.manual_seed(1)
+    attn = torch.nn.MultiheadAttention(8, 2, batch_first=True).eval()
+
+    def fn(x, padding):
+        return attn(x, x, x, key_padding_mask=padding, need_weights=False)[0]
+
+    compiled = fastcomp.compile(fn)
+    with CompileCounter() as cc, torch.no_grad():
+        for _ in range(2):
+            x = torch.randn(2, 5, 8)
+            padding = torch.rand(2, 5) > 0.7
+            padding[:, 0] = False  # every query sees at least one key
+            padding = padding if mask_dtype == torch.bool else padding.float() * -1e4
+            assert_same(compiled(x, padding), fn(x, padding), rtol=1e-5, atol=1e-6)
+    assert (cc.graph_count, cc.break_count) == (1, 0)
+    assert graph_targets(cc.records[0]) != []

@@ -57,6 +57,38 @@ bool module_is(PyObject* fn, const char* name) {
   return m == name || (m.rfind(name, 0) == 0 && m.size() > strlen(name) && m[strlen(name)] == '.');
 }
 
+// torch's argument helpers that read only their arguments: with every argument a constant their result is a
+// constant, so the trace computes it once instead of recording a call that every run would repeat
+// (nn.MultiheadAttention.forward makes three such calls, each an extern step of the graph otherwise).
+bool is_argument_helper(const std::string& name) {
+  static const char* const kNames[] = {"torch.nn.functional._canonical_mask", "torch.nn.functional._none_or_dtype"};
+  for (const char* n : kNames)
+    if (name == n) return true;
+  return false;
+}
+
+// The helper's result when every argument is a constant and the result is a plain constant (None, bool, int,
+// float, str, torch.dtype); null otherwise (then the call is recorded as usual).
+ValueRef fold_argument_helper(PyObject* fn, const std::vector<ValueRef>& args, const Kwargs& kwargs) {
+  for (const ValueRef& a : args)
+    if (!a->is(VKind::Const)) return nullptr;
+  for (const auto& [name, a] : kwargs)
+    if (!a->is(VKind::Const)) return nullptr;
+  PyRef tuple = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
+  for (size_t i = 0; i < args.size(); ++i) PyTuple_SET_ITEM(tuple.get(), i, Py_NewRef(args[i]->obj.get()));
+  PyRef dict = PyRef::steal(PyDict_New());
+  for (const auto& [name, a] : kwargs) PyDict_SetItemString(dict.get(), name.c_str(), a->obj.get());
+  PyRef out = PyRef::steal(PyObject_Call(fn, tuple.get(), dict.get()));
+  if (!out) {  // it rejects these arguments: recording the call makes every run raise the same error
+    PyErr_Clear();
+    return nullptr;
+  }
+  PyObject* v = out.get();
+  const bool plain = v == Py_None || PyBool_Check(v) || PyLong_CheckExact(v) || PyFloat_CheckExact(v) ||
+                     PyUnicode_CheckExact(v) || Py_TYPE(v) == reinterpret_cast<PyTypeObject*>(torch_refs().dtype_type.get());
+  return plain ? make_const(std::move(out)) : nullptr;
+}
+
 }  // namespace
 
 ValueRef Tracer::inline_function(PyObject* func_or_code, const Value* fn_value, std::vector<ValueRef> args,
@@ -266,7 +298,12 @@ ValueRef Tracer::call(const ValueRef& fn, std::vector<ValueRef> args, Kwargs kwa
   }
   if (module_is(f, "numpy")) throw Unsupported(BreakCode::NumpyCall, "call to " + qualified_name(f));
   if (PyFunction_Check(f)) {
-    if (is_torch_callable(f)) return call_torch(f, qualified_name(f), args, kwargs);
+    if (is_torch_callable(f)) {
+      const std::string name = qualified_name(f);
+      if (is_argument_helper(name))
+        if (ValueRef folded = fold_argument_helper(f, args, kwargs)) return folded;
+      return call_torch(f, name, args, kwargs);
+    }
     return inline_function(f, nullptr, std::move(args), std::move(kwargs));
   }
   if (PyMethod_Check(f)) {

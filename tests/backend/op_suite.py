@@ -137,6 +137,9 @@ case("cat_mixed_dtypes", lambda x: torch.cat((x, x.float() * 2, (x > 0).int()), 
 case("cat_empty_pieces", lambda x, y: torch.cat((x, x[:, :0], y, x.reshape(-1)[:0]), -1) * 2, two,
      shapes=((3, 1025), (64, 4096)))
 case("cat_single_piece", lambda x: torch.cat([x * 2]) + 1)
+case("cat_bool_and_int_pieces",
+     lambda x, y: torch.cat((x > 0, y < 0), 0).to(x.dtype) + torch.cat(((x * 4).int(), (y * 4).long()), 0), two,
+     shapes=ROWS)
 case("stack_last", lambda x, y: torch.stack((x, -y), dim=-1) * 2, two, shapes=ROWS)
 case("stack_dim0", lambda x, y: torch.stack([x, y, x + y]) - 1, two, shapes=CUBES)
 # A cat that must exist as a tensor is written by the kernel that computes it: as the graph's output, before an
@@ -145,6 +148,7 @@ case("cat_output", lambda x, y: torch.cat((x, -y), 0), two, shapes=ROWS)
 case("cat_before_extern", lambda x, y: torch.cat((x, -y), -1).sum(0) * 2, two, shapes=((3, 1025),), plan=(2, 0, 1))
 case("cat_before_softmax", lambda x, y: torch.softmax(torch.cat((x, -y), -1), -1), two, shapes=ROWS,
      plan=(2, 0, 0))
+case("cat_of_softmax", lambda x: torch.cat((torch.softmax(x, -1), x), -1) * 2, shapes=ROWS, plan=(2, 0, 0))
 case("cat_of_cat", lambda x, y: torch.cat((torch.cat((x, y), -1), x), -1) * 2, two, shapes=ROWS, plan=(2, 0, 0))
 
 # ---- reductions ---------------------------------------------------------------------------------------------------

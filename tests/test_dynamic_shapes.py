@@ -153,6 +153,19 @@ def test_ints_computed_from_sizes_stay_symbolic():
     assert "operator.mul(%2, s0*s1)" in graph and "return (%3, 3*s0 + 1)" in graph
 
 
+def test_cat_size_is_the_sum_of_its_pieces_sizes():
+    def f(x, y):
+        return torch.cat((x, y, x), 1) * 2
+
+    compiled = fastcomp.compile(f, dynamic=True)
+    with CompileCounter() as cc:
+        for n, m in ((8, 5), (13, 6), (2, 2), (7, 30)):
+            x, y = torch.randn(3, n), torch.randn(3, m)
+            torch.testing.assert_close(compiled(x, y), f(x, y))
+    assert cc.frame_count == 1, cc.recompile_reasons
+    assert "torch.cat((%0, %1, %0), 1)  # f32[s0, 2*s1 + s3]" in cc.records[0]["graph"], cc.records[0]["graph"]
+
+
 def test_comparison_on_a_size_is_guarded_as_a_relation():
     def f(x):
         if x.shape[0] > 4:

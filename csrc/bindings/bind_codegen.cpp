@@ -3,13 +3,16 @@
 //
 // A kernel spec is a dict:
 //   {"name": str, "kind": "pointwise" | "row_reduce", "shape": [int],
-//    "inputs" / "outputs": [{"dtype": "f32", "strides": [int], "offset": int (optional)}],
-//    "exprs": [{"op": "add", "dtype": "f32", "args": [int], "operand": int, "value": float}],  (names as in
-//             expr_op_name / dtype_name; "args", "operand" and "value" only where the op has them)
+//    "inputs" / "outputs": [{"dtype": "f32", "strides": [int], "offset": int (optional),
+//                            "valid": [dim, begin, end] (optional)}],
+//    "exprs": [{"op": "add", "dtype": "f32", "args": [int], "operand": int, "value": float,
+//               "range": [dim, begin, end]}],  (names as in expr_op_name / dtype_name; "args", "operand", "value"
+//               and "range" only where the op has them)
 //    "stores": [[expr, output]]}
 #include <pybind11/stl.h>
 
 #include <stdexcept>
+#include <tuple>
 
 #include "bindings/bind.h"
 #include "codegen/kernel_ir.h"
@@ -31,6 +34,11 @@ cg::ExprOp parse_op(const std::string& name) {
   throw py::value_error("unknown op '" + name + "'");
 }
 
+cg::DimRange parse_range(py::handle h) {
+  auto [dim, begin, end] = h.cast<std::tuple<int, int64_t, int64_t>>();
+  return cg::DimRange{dim, begin, end};
+}
+
 std::vector<cg::Operand> parse_operands(const py::list& items) {
   std::vector<cg::Operand> out;
   for (py::handle h : items) {
@@ -39,6 +47,7 @@ std::vector<cg::Operand> parse_operands(const py::list& items) {
     o.dtype = parse_dtype(d["dtype"].cast<std::string>());
     o.strides = cg::to_sizes(d["strides"].cast<std::vector<int64_t>>());
     if (d.contains("offset")) o.storage_offset = d["offset"].cast<int64_t>();
+    if (d.contains("valid")) o.valid = parse_range(d["valid"]);
     out.push_back(std::move(o));
   }
   return out;
@@ -61,6 +70,7 @@ cg::Kernel parse_kernel(const py::dict& spec) {
     if (d.contains("args")) e.args = d["args"].cast<std::vector<int>>();
     if (d.contains("operand")) e.operand = d["operand"].cast<int>();
     if (d.contains("value")) e.constant = d["value"].cast<double>();
+    if (d.contains("range")) e.range = parse_range(d["range"]);
     k.exprs.push_back(std::move(e));
   }
   for (py::handle h : spec["stores"].cast<py::list>()) {

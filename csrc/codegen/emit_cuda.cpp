@@ -203,7 +203,10 @@ std::string pointer_at(const Kernel& k, size_t o, SizeParams& params) {
   const bool input = o < k.inputs.size();
   const Operand& op = operand(k, o);
   std::string name = fmt::format("{}{}", input ? "in" : "out", input ? o : o - k.inputs.size());
-  return op.storage_offset != 0 ? name + " + " + params.text(op.storage_offset) : name;
+  // An input with a range may have an offset before its tensor; its first readable element is where it starts.
+  const Size first =
+      op.valid.dim >= 0 ? op.storage_offset + op.valid.begin * op.strides[op.valid.dim] : op.storage_offset;
+  return first != 0 ? name + " + " + params.text(first) : name;
 }
 
 KernelSource source_for(const Kernel& k, int block, int64_t grid) {

@@ -28,7 +28,8 @@ std::string join(const Sizes& sizes);
 std::string kernel_params(const Kernel& k);
 std::string kernel_args(const Kernel& k);
 
-// The address of operand o's first element (inputs then outputs): "in0", "out1 + 8", "out1 + p2".
+// The address of operand o's first element (inputs then outputs), or of its first readable one where it has a
+// range: "in0", "out1 + 8", "out1 + p2".
 std::string pointer_at(const Kernel& k, size_t o, SizeParams& params);
 
 // Name, needs_fp16/bf16 and launch shape filled in; the caller adds the code.

@@ -7,6 +7,11 @@
 // alignment, so the same loop is instantiated twice, with vector or scalar memory accesses, and the kernel picks
 // one from its pointers (a uniform branch).
 // Leftover elements (when `vec` does not divide the element count) go through the scalar loop.
+//
+// Ranges (inputs readable in part of the space, InRange; see kernel_ir.h) keep their dimension apart in the
+// collapsed space and are tested on its coordinate. The vector loop tests them once per group, so it is used only
+// where every group lies wholly inside or outside each range: groups never cross a row of the innermost dimension,
+// and a range on that dimension starts and ends at multiples of `vec`. Otherwise the scalar loop does everything.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -38,12 +43,28 @@ struct Plan {
   Collapsed space;              // operands: inputs then outputs
   std::vector<bool> live;       // expressions some store needs
   std::vector<bool> used;       // operands the kernel touches (inputs read by a live Load, stored outputs)
+  std::vector<DimRange> ranges; // of used inputs and live InRange expressions, where they restrict anything
+  std::vector<bool> range_dims; // per dimension of space.shape: one a range is on
   int vec = 1;                  // elements per vector step; 1 = scalar loop only
   int groups = 1;               // vector groups a thread takes per step
   std::vector<Lane> lanes;      // per operand, when vec > 1
   Size n = 0;                   // elements
   SizeParams* params = nullptr; // the kernel's size parameters (dynamic shapes)
 };
+
+// Whether every group of `vec` elements lies wholly inside or outside each range, for every size.
+bool groups_respect_ranges(const Kernel& k, const Plan& p, int vec) {
+  const Sizes& shape = p.space.shape;
+  if (p.ranges.empty()) return true;
+  if (shape.size() > 1 && !known_multiple(shape.back(), vec)) return false;  // a group would cross rows
+  for (const DimRange& r : p.ranges) {
+    if (p.space.dim_of[r.dim] != static_cast<int>(shape.size()) - 1) continue;  // constant over a group
+    // The space's start and end are group boundaries already (a 1-D tail goes to the scalar loop).
+    if ((r.begin != 0 && !known_multiple(r.begin, vec)) || (r.end != k.shape[r.dim] && !known_multiple(r.end, vec)))
+      return false;
+  }
+  return true;
+}
 
 // The widest group size every used operand allows, with the lane each operand takes; vec = 1 when none does.
 void choose_vector(const Kernel& k, Plan& p) {
@@ -52,7 +73,7 @@ void choose_vector(const Kernel& k, Plan& p) {
     if (p.used[o]) widest = std::max(widest, dtype_size(operand(k, o).dtype));
   const int vec = 16 / widest;
   const Sizes& shape = p.space.shape;
-  if (vec == 1 || (p.n.is_static() && p.n.hint() < vec)) return;
+  if (vec == 1 || (p.n.is_static() && p.n.hint() < vec) || !groups_respect_ranges(k, p, vec)) return;
   p.lanes.assign(p.used.size(), Lane::Shared);
   for (size_t o = 0; o < p.used.size(); ++o) {
     if (!p.used[o]) continue;
@@ -68,10 +89,21 @@ void choose_vector(const Kernel& k, Plan& p) {
         p.lanes[o] = s.back() == 1 ? Lane::Vector : Lane::Shared;
       }
     }
+    // The alignment test reads the pointer at the first valid element: a group's start must be vector-aligned
+    // from there.
+    const DimRange& valid = operand(k, o).valid;
+    if (p.lanes[o] == Lane::Vector && valid.dim >= 0 &&
+        !known_multiple(valid.begin * operand(k, o).strides[valid.dim], vec))
+      return;
   }
   // Groups pay off only through vector accesses; with none (everything broadcast) stay scalar.
   if (std::find(p.lanes.begin(), p.lanes.end(), Lane::Vector) != p.lanes.end()) p.vec = vec;
   p.groups = std::clamp(kElementsPerStep / p.vec, 1, kMaxGroupsPerThread);
+}
+
+// The condition under which input o may be read, on the coordinates named c<d>; "" for everywhere.
+std::string guard(const Kernel& k, const Plan& p, size_t o) {
+  return range_condition(p.space, k.inputs[o].valid, k.shape, "c", *p.params);
 }
 
 // Statements computing every live expression of one element, given the text of each input's element.
@@ -82,8 +114,14 @@ std::string element_statements(const Kernel& k, const Plan& p, LoadText load, co
   for (size_t i = 0; i < k.exprs.size(); ++i) {
     if (!p.live[i]) continue;
     const Expr& e = k.exprs[i];
-    out += indent + expr_statement(k, static_cast<int>(i), e.op == ExprOp::Load ? load(e.operand) : "",
-                                   row_index) + "\n";
+    std::string leaf, when;
+    if (e.op == ExprOp::Load) {
+      leaf = load(e.operand);
+      when = guard(k, p, e.operand);
+    }
+    if (e.op == ExprOp::RowIndex) leaf = row_index;
+    if (e.op == ExprOp::InRange) leaf = range_condition(p.space, e.range, k.shape, "c", *p.params);
+    out += indent + expr_statement(k, static_cast<int>(i), leaf, when) + "\n";
   }
   return out;
 }
@@ -96,19 +134,27 @@ std::string vector_function(const Kernel& k, const Plan& p, const std::string& i
   const std::string v = std::to_string(p.vec), groups = std::to_string(p.groups);
   const std::string n_groups = p.params->text(floordiv(p.n, p.vec));
   // The loop over this step's groups, with the first element's index and coordinates where `operands` need them.
-  auto each_group = [&](const std::vector<bool>& operands, bool needs_index) {
+  auto each_group = [&](const std::vector<bool>& operands, const std::vector<bool>& dims, bool needs_index) {
     for (size_t o = 0; o < operands.size(); ++o)
       needs_index |= operands[o] && classify(p.space, o) != Access::Broadcast;
+    for (bool d : dims) needs_index |= d;
     return fmt::format("#pragma unroll\n    for (int w = 0; w < {}; ++w) {{\n"
                        "      const idx_t v = v0 + w * step;\n      if (v < {}) {{\n", groups, n_groups) +
            (needs_index ? fmt::format("        const idx_t i = v * {};\n", v) : "") +
-           coordinate_decls(p.space, operands, "i", "c", "        ", *p.params);
+           coordinate_decls(p.space, operands, "i", "c", "        ", *p.params, dims);
   };
   std::vector<bool> inputs = p.used, outputs = p.used;
   std::fill(inputs.begin() + n_in, inputs.end(), false);
   std::fill(outputs.begin(), outputs.begin() + n_in, false);
   bool row_index = false;
   for (size_t i = 0; i < k.exprs.size(); ++i) row_index |= p.live[i] && k.exprs[i].op == ExprOp::RowIndex;
+  // Coordinates the loads' guards test; the computing loop needs every range's (guarded values, InRange).
+  std::vector<bool> guard_dims(p.space.shape.size(), false);
+  for (size_t o = 0; o < n_in; ++o) {
+    const int d = k.inputs[o].valid.dim;
+    if (p.used[o] && d >= 0 && p.space.dim_of[d] >= 0 && p.range_dims[p.space.dim_of[d]])
+      guard_dims[p.space.dim_of[d]] = true;
+  }
   std::string body = fmt::format(
       "template <bool kAligned>\n"
       "__device__ __forceinline__ void {}_groups({}) {{\n"
@@ -123,15 +169,19 @@ std::string vector_function(const Kernel& k, const Plan& p, const std::string& i
   for (size_t o = 0; o < n_in; ++o) {
     if (!p.used[o]) continue;
     const char* t = dtype_c_type(k.inputs[o].dtype);
+    // Outside its range an input is not read; its value there is 0 (expr_statement), so the registers stay unset.
+    const std::string when = guard(k, p, o);
+    const std::string at = when.empty() ? "        " : "        if " + when + " ";
     if (p.lanes[o] == Lane::Vector) {
       body += fmt::format("    {} a{}[{}][{}];\n", t, o, groups, v);
-      loads += fmt::format("        fc_load<{}, kAligned>(in{} + {}, a{}[w]);\n", v, o, offset(o), o);
+      loads += fmt::format("{}fc_load<{}, kAligned>(in{} + {}, a{}[w]);\n", at, v, o, offset(o), o);
     } else {
       body += fmt::format("    {} a{}[{}];\n", t, o, groups);
-      loads += fmt::format("        a{}[w] = in{}[{}];\n", o, o, offset(o));
+      loads += fmt::format("{}a{}[w] = in{}[{}];\n", at, o, o, offset(o));
     }
   }
-  body += each_group(inputs, false) + loads + "      }\n    }\n" + each_group(outputs, row_index);
+  body += each_group(inputs, guard_dims, false) + loads + "      }\n    }\n" +
+          each_group(outputs, p.range_dims, row_index);
   for (const Store& s : k.stores)
     body += fmt::format("        {} r{}[{}];\n", dtype_c_type(k.outputs[s.output].dtype), s.output, v);
   body += fmt::format("#pragma unroll\n        for (int u = 0; u < {}; ++u) {{\n", v);
@@ -150,7 +200,7 @@ std::string scalar_loop(const Kernel& k, const Plan& p, const Size& first) {
   std::string out = fmt::format(
       "  for (idx_t i = {}blockIdx.x * blockDim.x + threadIdx.x; i < {}; i += gridDim.x * blockDim.x) {{\n",
       first != 0 ? p.params->text(first) + " + " : "", p.params->text(p.n));
-  out += coordinate_decls(p.space, p.used, "i", "c", "    ", *p.params);
+  out += coordinate_decls(p.space, p.used, "i", "c", "    ", *p.params, p.range_dims);
   const size_t n_in = k.inputs.size();
   auto load = [&](int o) {
     return fmt::format("in{}[{}]", o, offset_text(p.space, o, "i", "c", k.inputs[o].storage_offset, *p.params));
@@ -173,13 +223,24 @@ KernelSource emit_pointwise(const Kernel& k, const DeviceLimits& limits) {
   std::vector<Strides> strides;
   for (const Operand& o : k.inputs) strides.push_back(o.strides);
   for (const Operand& o : k.outputs) strides.push_back(o.strides);
-  p.space = collapse(k.shape, strides);
   p.n = numel(k.shape);
   p.live = live_exprs(k);
   p.used.assign(strides.size(), false);
-  for (size_t i = 0; i < k.exprs.size(); ++i)
-    if (p.live[i] && k.exprs[i].op == ExprOp::Load) p.used[k.exprs[i].operand] = true;
+  for (size_t i = 0; i < k.exprs.size(); ++i) {
+    if (!p.live[i]) continue;
+    const Expr& e = k.exprs[i];
+    if (e.op == ExprOp::Load) p.used[e.operand] = true;
+    if (e.op == ExprOp::InRange && restricts(e.range, k.shape)) p.ranges.push_back(e.range);
+  }
+  for (size_t o = 0; o < k.inputs.size(); ++o)
+    if (p.used[o] && restricts(k.inputs[o].valid, k.shape)) p.ranges.push_back(k.inputs[o].valid);
   for (const Store& s : k.stores) p.used[k.inputs.size() + s.output] = true;
+  std::vector<bool> kept(k.shape.size(), false);
+  for (const DimRange& r : p.ranges) kept[r.dim] = true;
+  p.space = collapse(k.shape, strides, kept);
+  p.range_dims.assign(p.space.shape.size(), false);
+  for (const DimRange& r : p.ranges)
+    if (p.space.dim_of[r.dim] >= 0) p.range_dims[p.space.dim_of[r.dim]] = true;
   choose_vector(k, p);
 
   // A grid-stride loop over a few waves of resident blocks (fewer when the work is small): enough blocks that
@@ -200,8 +261,12 @@ KernelSource emit_pointwise(const Kernel& k, const DeviceLimits& limits) {
 
   // Loop variables overshoot n by one step of the grid at most. Symbolic sizes have no bound: 64-bit.
   int64_t max_index = p.n.hint() + 2 * grid * block * p.vec * p.groups;
-  for (size_t o = 0; o < strides.size(); ++o)
-    max_index = std::max(max_index, max_offset(k.shape, strides[o], operand(k, o).storage_offset));
+  for (size_t o = 0; o < strides.size(); ++o) {
+    // An offset before the tensor (a range's operand) makes index sums negative on the way.
+    const Size& offset = operand(k, o).storage_offset;
+    max_index = std::max({max_index, max_offset(k.shape, strides[o], offset), max_offset(k.shape, strides[o], 0),
+                          -offset.hint()});
+  }
   bool wide = !fits_int32(max_index) || !all_static(k.shape);
   for (size_t o = 0; o < strides.size(); ++o)
     wide = wide || !all_static(strides[o]) || !operand(k, o).storage_offset.is_static();

@@ -240,8 +240,11 @@ std::string pass_text(const Kernel& k, const RowPlan& p, const std::vector<int>&
     return p.residence[o] == Residence::Streamed ? fmt::format("y{}[u]", o) : fmt::format("x{}[s][u]", o);
   };
   for (int i : exprs) {
-    const std::string loaded = k.exprs[i].op == ExprOp::Load ? load(k.exprs[i].operand) : "";
-    body += in + "  " + expr_statement(k, i, loaded, "(int64_t)(j + u)") + "\n";
+    const ExprOp op = k.exprs[i].op;
+    const std::string leaf = op == ExprOp::Load       ? load(k.exprs[i].operand)
+                             : op == ExprOp::RowIndex ? "(int64_t)(j + u)"
+                                                      : "";
+    body += in + "  " + expr_statement(k, i, leaf) + "\n";
   }
   body += per_element + in + "}\n";
   const size_t n_in = k.inputs.size();
@@ -292,7 +295,7 @@ std::string rows_function(const Kernel& k, const RowPlan& p, const std::string& 
       const Expr& e = k.exprs[i];
       if (!p.live[i] || !p.uniform[i] || p.level[i] != level || is_reduce(e.op)) continue;
       const std::string loaded = e.op == ExprOp::Load ? fmt::format("in{}[b{}]", e.operand, e.operand) : "";
-      out += "    " + expr_statement(k, static_cast<int>(i), loaded, "") + "\n";
+      out += "    " + expr_statement(k, static_cast<int>(i), loaded) + "\n";
     }
     return out;
   };

@@ -40,7 +40,8 @@ int arity(ExprOp op) {
   switch (op) {
     case ExprOp::Load:
     case ExprOp::Constant:
-    case ExprOp::RowIndex: return 0;
+    case ExprOp::RowIndex:
+    case ExprOp::InRange: return 0;
     case ExprOp::Where: return 3;
     case ExprOp::Add:
     case ExprOp::Sub:
@@ -221,18 +222,20 @@ std::string index_literal(int64_t v) {
 
 std::string value_name(int i) { return "e" + std::to_string(i); }
 
-std::string expr_statement(const Kernel& k, int i, const std::string& load, const std::string& row_index) {
+std::string expr_statement(const Kernel& k, int i, const std::string& leaf, const std::string& guard) {
   const Expr& e = k.exprs[i];
   auto arg = [&](int n) { return value_name(e.args[n]); };
   std::string value;
   switch (e.op) {
     case ExprOp::Load: {
       const DType stored = k.inputs[e.operand].dtype;
-      value = convert(stored, e.dtype, from_memory(stored, load));
+      value = convert(stored, e.dtype, from_memory(stored, leaf));
+      if (!guard.empty()) value = guard + " ? " + value + " : " + literal(e.dtype, 0);
       break;
     }
     case ExprOp::Constant: value = literal(e.dtype, e.constant); break;
-    case ExprOp::RowIndex: value = convert(DType::I64, e.dtype, row_index); break;
+    case ExprOp::RowIndex: value = convert(DType::I64, e.dtype, leaf); break;
+    case ExprOp::InRange: value = leaf.empty() ? "true" : leaf; break;
     case ExprOp::Cast: value = convert(k.exprs[e.args[0]].dtype, e.dtype, arg(0)); break;
     case ExprOp::Where: value = round_to(e.dtype, arg(0) + " ? " + arg(1) + " : " + arg(2)); break;
     default:
@@ -264,15 +267,29 @@ void validate(const Kernel& k) {
     if (!known_ge(n, 0)) invalid(k, "negative size");
   if (k.kind == Kernel::Kind::RowReduce && (k.shape.empty() || k.shape.back() == 0))
     invalid(k, "a row-reduce kernel needs a non-empty last dimension");
+  const bool pointwise = k.kind == Kernel::Kind::Pointwise;
+  auto check_range = [&](const DimRange& r, const std::string& what) {
+    if (r.dim < 0) return;
+    if (!pointwise) invalid(k, what + " has a range: row-reduce kernels take none");
+    if (r.dim >= static_cast<int>(k.shape.size())) invalid(k, what + "'s range is on a missing dimension");
+    if (!known_ge(r.begin, 0) || !known_ge(r.end, r.begin) || !known_ge(k.shape[r.dim], r.end))
+      invalid(k, what + "'s range is not inside its dimension");
+  };
   auto check_operand = [&](const Operand& o, const char* what) {
     if (o.strides.size() != k.shape.size()) invalid(k, fmt::format("{} has {} strides for {} dimensions", what,
                                                                    o.strides.size(), k.shape.size()));
     for (const Size& s : o.strides)
       if (!known_ge(s, 0)) invalid(k, fmt::format("{} has a negative stride", what));
-    if (!known_ge(o.storage_offset, 0)) invalid(k, fmt::format("{} has a negative storage offset", what));
+    check_range(o.valid, what);
+    // With a range, the offset counts from coordinate 0, which may lie outside the range.
+    const Size first = o.valid.dim >= 0 ? o.storage_offset + o.valid.begin * o.strides[o.valid.dim] : o.storage_offset;
+    if (!known_ge(first, 0)) invalid(k, fmt::format("{} has a negative storage offset", what));
   };
   for (const Operand& o : k.inputs) check_operand(o, "an input");
-  for (const Operand& o : k.outputs) check_operand(o, "an output");
+  for (const Operand& o : k.outputs) {
+    check_operand(o, "an output");
+    if (o.valid.dim >= 0) invalid(k, "an output has a validity range");
+  }
   for (size_t i = 0; i < k.exprs.size(); ++i) {
     const Expr& e = k.exprs[i];
     const std::string at = fmt::format("e{} ({})", i, expr_op_name(e.op));
@@ -282,6 +299,11 @@ void validate(const Kernel& k) {
       if (a < 0 || a >= static_cast<int>(i)) invalid(k, fmt::format("{} uses a later or missing expression", at));
     if (e.op == ExprOp::Load && (e.operand < 0 || e.operand >= static_cast<int>(k.inputs.size())))
       invalid(k, fmt::format("{} reads a missing input", at));
+    if (e.op == ExprOp::InRange) {
+      if (e.range.dim < 0) invalid(k, fmt::format("{} needs a dimension", at));
+      if (e.dtype != DType::Bool) invalid(k, fmt::format("{} yields bool", at));
+      check_range(e.range, at);
+    }
     if (needs_floating(e.op) && !is_floating(e.dtype)) invalid(k, fmt::format("{} needs a floating dtype", at));
     if (is_comparison(e.op) && e.dtype != DType::Bool) invalid(k, fmt::format("{} yields bool", at));
     if ((e.op == ExprOp::And || e.op == ExprOp::Or || e.op == ExprOp::Not) && is_floating(e.dtype))

@@ -28,9 +28,10 @@ std::string index_literal(int64_t v);
 // The name of expression `i`'s value in emitted code.
 std::string value_name(int i);
 
-// `const <type> e<i> = <value>;` for every op but Reduce*. `load` is the memory element a Load reads and
-// `row_index` the i64 text of RowIndex; each is used only by that op.
-std::string expr_statement(const Kernel& k, int i, const std::string& load, const std::string& row_index);
+// `const <type> e<i> = <value>;` for every op but Reduce*. `leaf` is what a leaf reads where it is evaluated: the
+// memory element of a Load, the i64 text of RowIndex, the condition of InRange ("" for true). A Load of an
+// input with a validity range reads its element only where `guard` (that range's condition) holds, else 0.
+std::string expr_statement(const Kernel& k, int i, const std::string& leaf, const std::string& guard = "");
 
 bool is_reduce(ExprOp op);
 

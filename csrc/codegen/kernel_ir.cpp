@@ -7,9 +7,15 @@
 namespace fastcomp::codegen {
 namespace {
 
+// "d1=[0,512)"
+std::string range_text(const DimRange& r) {
+  return fmt::format("d{}=[{},{})", r.dim, r.begin.to_string(), r.end.to_string());
+}
+
 std::string operand_text(const char* prefix, size_t i, const Operand& o) {
   std::string out = fmt::format("  {}{} {} strides=[{}]", prefix, i, dtype_name(o.dtype), join_sizes(o.strides));
   if (o.storage_offset != 0) out += fmt::format(" offset={}", o.storage_offset.to_string());
+  if (o.valid.dim >= 0) out += " valid " + range_text(o.valid);
   return out + "\n";
 }
 
@@ -68,6 +74,7 @@ const char* expr_op_name(ExprOp op) {
     case ExprOp::Load: return "load";
     case ExprOp::Constant: return "constant";
     case ExprOp::RowIndex: return "row_index";
+    case ExprOp::InRange: return "in_range";
     case ExprOp::Neg: return "neg";
     case ExprOp::Abs: return "abs";
     case ExprOp::Exp: return "exp";
@@ -109,9 +116,9 @@ const char* expr_op_name(ExprOp op) {
 }
 
 // kernel <name> <kind> shape=[...]
-//   in<i> <dtype> strides=[...] [offset=<n>]
+//   in<i> <dtype> strides=[...] [offset=<n>] [valid d<dim>=[<begin>,<end>)]
 //   out<i> ...
-//   e<i> = <op> <dtype> [in<operand> | <constant> | e<arg> ...]
+//   e<i> = <op> <dtype> [in<operand> | <constant> | d<dim>=[<begin>,<end>) | e<arg> ...]
 //   store e<expr> -> out<output>
 std::string Kernel::to_string() const {
   std::string out = fmt::format("kernel {} {} shape=[{}]\n", name,
@@ -123,6 +130,7 @@ std::string Kernel::to_string() const {
     out += fmt::format("  e{} = {} {}", i, expr_op_name(e.op), dtype_name(e.dtype));
     if (e.op == ExprOp::Load) out += fmt::format(" in{}", e.operand);
     if (e.op == ExprOp::Constant) out += fmt::format(" {}", e.constant);  // shortest text that round-trips
+    if (e.op == ExprOp::InRange) out += " " + range_text(e.range);
     for (int a : e.args) out += fmt::format(" e{}", a);
     out += "\n";
   }

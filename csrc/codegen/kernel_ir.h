@@ -31,6 +31,7 @@ enum class ExprOp : uint8_t {
   Load,      // element of input `operand` at the current index (converted like a Cast if dtypes differ)
   Constant,  // `constant` (exactly representable in `dtype`)
   RowIndex,  // index of the element along the row (RowReduce) or the flat element index (Pointwise), as i64
+  InRange,   // bool: the element's coordinate along `range.dim` lies in `range` (Pointwise only)
   // unary
   // Exp..Silu need a floating dtype; Relu keeps NaN; Not is logical on bool and bitwise (~) on integers.
   Neg, Abs, Exp, Log, Sqrt, Rsqrt, Sigmoid, Tanh, Relu, Erf, Sin, Cos, GeluErf, GeluTanh, Silu, Not, Cast,
@@ -45,22 +46,36 @@ enum class ExprOp : uint8_t {
 };
 const char* expr_op_name(ExprOp op);
 
+// Coordinates [begin, end) along dimension `dim` of a kernel's iteration space; dim -1 stands for the whole
+// space. Symbolic bounds work like any other size.
+struct DimRange {
+  int dim = -1;
+  Size begin = 0, end = 0;
+};
+
 struct Expr {
   ExprOp op = ExprOp::Constant;
   DType dtype = DType::F32;   // type of the value (for Cast: the target type)
   std::vector<int> args;      // indices of earlier Exprs
   int operand = -1;           // Load: index into Kernel::inputs
   double constant = 0;        // Constant
+  DimRange range;             // InRange
 };
 
 // A tensor the kernel reads or writes, addressed as base + storage_offset + sum(index[d] * strides[d]) over the
 // kernel's `shape` (a stride of 0 broadcasts). For RowReduce kernels an output of a per-row value has stride
 // 0 in the last dimension. An output may alias an input only element for element (in-place ops).
 // Under dynamic shapes sizes, strides and offsets may be expressions over the graph's symbols (codegen/size.h).
+//
+// An input may be readable in only part of the space (`valid`; Pointwise kernels only): a piece of a
+// concatenation, addressed over the whole result so that its storage offset may lie before the tensor (even be
+// negative). The kernel reads it only at coordinates inside the range, and a Load yields 0 elsewhere; only the
+// elements the range covers need to exist.
 struct Operand {
   DType dtype = DType::F32;
   Sizes strides;              // in elements, >= 0, one per dimension of Kernel::shape
-  Size storage_offset = 0;    // in elements
+  Size storage_offset = 0;    // in elements; >= 0 at the first valid coordinate
+  DimRange valid;             // inputs: where it may be read (dim -1: everywhere)
 };
 
 struct Store {

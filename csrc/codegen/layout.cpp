@@ -14,7 +14,8 @@ Sizes contiguous_strides(const Sizes& shape) {
   return out;
 }
 
-bool dim_used(const Collapsed& c, const std::vector<bool>& operands, size_t d) {
+bool dim_used(const Collapsed& c, const std::vector<bool>& operands, const std::vector<bool>& also, size_t d) {
+  if (d < also.size() && also[d]) return true;
   for (size_t o = 0; o < c.strides.size(); ++o)
     if (operands[o] && classify(c, o) == Access::Strided && c.strides[o][d] != 0) return true;
   return false;
@@ -30,18 +31,22 @@ std::string SizeParams::text(const Size& s) {
   return "p" + std::to_string(exprs_.size() - 1);
 }
 
-Collapsed collapse(const Sizes& shape, const std::vector<Strides>& strides) {
+Collapsed collapse(const Sizes& shape, const std::vector<Strides>& strides, const std::vector<bool>& kept) {
   Collapsed out;
   out.strides.resize(strides.size());
+  out.dim_of.assign(shape.size(), -1);
   const Size n = numel(shape);
   if (n.is_static() && n.hint() == 0) {  // nothing to address: one empty dimension keeps loops well-formed
     out.shape = {0};
     for (Strides& s : out.strides) s = {0};
     return out;
   }
+  bool last_kept = false;
   for (size_t d = 0; d < shape.size(); ++d) {
     if (shape[d] == 1) continue;
-    bool merge = !out.shape.empty();
+    const bool keep = d < kept.size() && kept[d];
+    bool merge = !out.shape.empty() && !keep && !last_kept;
+    last_kept = keep;
     for (size_t o = 0; merge && o < strides.size(); ++o)
       merge = out.strides[o].back() == strides[o][d] * shape[d];
     if (merge) {
@@ -51,8 +56,24 @@ Collapsed collapse(const Sizes& shape, const std::vector<Strides>& strides) {
       out.shape.push_back(shape[d]);
       for (size_t o = 0; o < strides.size(); ++o) out.strides[o].push_back(strides[o][d]);
     }
+    out.dim_of[d] = static_cast<int>(out.shape.size()) - 1;
   }
   return out;
+}
+
+bool restricts(const DimRange& r, const Sizes& shape) {
+  return r.dim >= 0 && !(r.begin == 0 && r.end == shape[r.dim]);
+}
+
+std::string range_condition(const Collapsed& c, const DimRange& r, const Sizes& shape, const std::string& prefix,
+                            SizeParams& params) {
+  if (!restricts(r, shape)) return "";
+  const int d = c.dim_of[r.dim];
+  const std::string coord = d >= 0 ? prefix + std::to_string(d) : "0";  // a dropped dimension has size 1
+  std::string out;
+  if (r.begin != 0) out = coord + " >= " + params.text(r.begin);
+  if (r.end != shape[r.dim]) out += (out.empty() ? "" : " && ") + coord + " < " + params.text(r.end);
+  return "(" + out + ")";
 }
 
 Access classify(const Collapsed& c, size_t operand) {
@@ -73,11 +94,12 @@ int64_t max_offset(const Sizes& shape, const Strides& strides, const Size& stora
 }
 
 std::string coordinate_decls(const Collapsed& c, const std::vector<bool>& operands, const std::string& index,
-                             const std::string& prefix, const std::string& indent, SizeParams& params) {
+                             const std::string& prefix, const std::string& indent, SizeParams& params,
+                             const std::vector<bool>& also) {
   const Sizes span = contiguous_strides(c.shape);
   std::string out;
   for (size_t d = 0; d < c.shape.size(); ++d) {
-    if (!dim_used(c, operands, d)) continue;
+    if (!dim_used(c, operands, also, d)) continue;
     std::string value = index;
     if (span[d] != 1) value += " / " + params.text(span[d]);
     if (d != 0) value = (span[d] != 1 ? "(" + value + ")" : value) + " % " + params.text(c.shape[d]);
@@ -101,7 +123,10 @@ std::string offset_text(const Collapsed& c, size_t operand, const std::string& i
       }
   }
   if (out.empty()) return params.text(storage_offset);
-  return storage_offset != 0 ? out + " + " + params.text(storage_offset) : out;
+  if (storage_offset == 0) return out;
+  // A piece of a concatenation may start before its tensor: "c0 * 1024 + c1 - 512".
+  if (storage_offset.is_static() && storage_offset.hint() < 0) return out + " - " + params.text(-storage_offset.hint());
+  return out + " + " + params.text(storage_offset);
 }
 
 }  // namespace fastcomp::codegen::detail

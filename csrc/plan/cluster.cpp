@@ -3,17 +3,29 @@
 #include <stdexcept>
 
 namespace fastcomp::plan {
+namespace {
 
-int Cluster::load(int buffer, DType dtype, const codegen::Sizes& strides, const codegen::Size& offset) {
+bool same_range(const codegen::DimRange& a, const codegen::DimRange& b) {
+  return a.dim == b.dim && (a.dim < 0 || (a.begin == b.begin && a.end == b.end));
+}
+
+std::string range_key(const codegen::DimRange& r) {
+  return r.dim < 0 ? std::string() : std::to_string(r.dim) + ":" + r.begin.to_string() + ":" + r.end.to_string();
+}
+
+}  // namespace
+
+int Cluster::load(int buffer, DType dtype, const codegen::Sizes& strides, const codegen::Size& offset,
+                  const codegen::DimRange& valid) {
   if (sealed_) throw std::logic_error("Cluster::load: the cluster is sealed");
   int operand = -1;
   for (size_t i = 0; i < loads_.size(); ++i)
     if (loads_[i].buffer == buffer && loads_[i].operand.strides == strides &&
-        loads_[i].operand.storage_offset == offset)
+        loads_[i].operand.storage_offset == offset && same_range(loads_[i].operand.valid, valid))
       operand = static_cast<int>(i);
   if (operand < 0) {
     operand = static_cast<int>(loads_.size());
-    loads_.push_back({buffer, codegen::Operand{dtype, strides, offset}});
+    loads_.push_back({buffer, codegen::Operand{dtype, strides, offset, valid}});
   }
   codegen::Expr e;
   e.op = ExprOp::Load;
@@ -30,6 +42,22 @@ int Cluster::constant(DType dtype, double value) {
   return intern(std::move(e));
 }
 
+int Cluster::in_range(const codegen::DimRange& range) {
+  codegen::Expr e;
+  e.op = ExprOp::InRange;
+  e.dtype = DType::Bool;
+  e.range = range;
+  return intern(std::move(e));
+}
+
+bool Cluster::has_ranges() const {
+  for (const Load& l : loads_)
+    if (l.operand.valid.dim >= 0) return true;
+  for (const codegen::Expr& e : exprs_)
+    if (e.op == ExprOp::InRange) return true;
+  return false;
+}
+
 int Cluster::op(ExprOp op, DType dtype, std::vector<int> args) {
   codegen::Expr e;
   e.op = op;
@@ -39,7 +67,8 @@ int Cluster::op(ExprOp op, DType dtype, std::vector<int> args) {
 }
 
 int Cluster::intern(codegen::Expr e) {
-  auto key = std::make_tuple(static_cast<int>(e.op), static_cast<int>(e.dtype), e.args, e.operand, e.constant);
+  auto key = std::make_tuple(static_cast<int>(e.op), static_cast<int>(e.dtype), e.args, e.operand, e.constant,
+                             range_key(e.range));
   if (auto it = cse_.find(key); it != cse_.end()) return it->second;
   exprs_.push_back(std::move(e));
   return cse_[key] = static_cast<int>(exprs_.size() - 1);
@@ -64,10 +93,11 @@ std::vector<int> Cluster::absorb(const Cluster& other) {
     switch (e.op) {
       case ExprOp::Load: {
         const Load& l = other.loads_[e.operand];
-        remap[i] = load(l.buffer, e.dtype, l.operand.strides, l.operand.storage_offset);
+        remap[i] = load(l.buffer, e.dtype, l.operand.strides, l.operand.storage_offset, l.operand.valid);
         break;
       }
       case ExprOp::Constant: remap[i] = constant(e.dtype, e.constant); break;
+      case ExprOp::InRange: remap[i] = in_range(e.range); break;
       default: {
         std::vector<int> args;
         for (int a : e.args) args.push_back(remap[a]);

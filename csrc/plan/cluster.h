@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -26,13 +27,21 @@ class Cluster {
   bool sealed() const { return sealed_; }
   void seal() { sealed_ = true; }
 
-  // The expression loading `buffer` with `strides` over the space (0 broadcasts), deduplicated.
-  int load(int buffer, DType dtype, const codegen::Sizes& strides, const codegen::Size& offset);
+  // The expression loading `buffer` with `strides` over the space (0 broadcasts), deduplicated; with a `valid`
+  // range it is read only there (kernel_ir.h's Operand), and 0 elsewhere.
+  int load(int buffer, DType dtype, const codegen::Sizes& strides, const codegen::Size& offset,
+           const codegen::DimRange& valid = {});
   int constant(DType dtype, double value);
+  int in_range(const codegen::DimRange& range);  // bool: the element lies in `range`
   int op(ExprOp op, DType dtype, std::vector<int> args);
   int cast(int expr, DType dtype);  // `expr` itself when it already has that dtype
   DType dtype_of(int expr) const { return exprs_[expr].dtype; }
   const codegen::Expr& expr(int id) const { return exprs_[id]; }
+  // What Load expression `id` reads: its buffer and how it is addressed.
+  int load_buffer(int id) const { return loads_[exprs_[id].operand].buffer; }
+  const codegen::Operand& load_operand(int id) const { return loads_[exprs_[id].operand].operand; }
+  // Some load has a validity range or some expression is an InRange: row-reduce kernels take neither.
+  bool has_ranges() const;
 
   // Writes `expr` to `buffer` with `strides` over the space; returns whether it was new (a value stored once).
   bool store(int expr, int buffer, DType dtype, const codegen::Sizes& strides, const codegen::Size& offset);
@@ -62,7 +71,8 @@ class Cluster {
   std::vector<Load> loads_;
   std::vector<codegen::Expr> exprs_;
   std::vector<Store> stores_;
-  std::map<std::tuple<int, int, std::vector<int>, int, double>, int> cse_;  // (op, dtype, args, operand, constant)
+  // (op, dtype, args, operand, constant, range's text)
+  std::map<std::tuple<int, int, std::vector<int>, int, double, std::string>, int> cse_;
 };
 
 }  // namespace fastcomp::plan

@@ -294,7 +294,9 @@ void Lowerer::pointwise(const graph::Node& n, const std::vector<Operand>& operan
         fits = lazy_fits(v, operands[i].node, out, &fits_row);
       }
       if (fits && target >= 0) {
-        if (clusters_[target]->space() != clusters_[v.cluster]->space() || fits_row != row) fits = false;
+        if (clusters_[target]->space() != clusters_[v.cluster]->space() || fits_row != row ||
+            !can_merge(target, v.cluster))
+          fits = false;
         else merge(target, v.cluster);
       }
       if (!fits) {
@@ -353,7 +355,8 @@ bool Lowerer::row_reduce(const graph::Node& n, graph::NodeId x, const std::vecto
   int target = -1;
   if (vx.cluster >= 0) {
     const int c = cluster_of(vx.cluster);
-    if (!clusters_[c]->sealed() && !vx.row && clusters_[c]->space() == space) target = c;
+    if (!clusters_[c]->sealed() && !vx.row && clusters_[c]->space() == space && !clusters_[c]->has_ranges())
+      target = c;
   }
   for (const Operand& o : extra)
     if (o.kind == Operand::Kind::Node && graph_.nodes[o.node].meta.sizes.size() > space.size()) return false;
@@ -380,10 +383,39 @@ bool Lowerer::row_reduce(const graph::Node& n, graph::NodeId x, const std::vecto
   return true;
 }
 
+const Cluster* Lowerer::lazy_cluster(graph::NodeId id) {
+  Value& v = values_[id];
+  if (v.cluster < 0 || v.row) return nullptr;
+  v.cluster = cluster_of(v.cluster);
+  const Cluster* c = clusters_[v.cluster].get();
+  return c->sealed() ? nullptr : c;
+}
+
+void Lowerer::value_in_space(const graph::Node& n, const Sizes& space, const std::function<int(Cluster&)>& build) {
+  int target = -1;
+  for (size_t c = clusters_.size(); c-- > 0 && target < 0;)
+    if (merged_into_[c] < 0 && !clusters_[c]->sealed() && !clusters_[c]->row_reduce() &&
+        clusters_[c]->space() == space)
+      target = static_cast<int>(c);
+  if (target < 0) target = new_cluster(space);
+  Cluster& c = *clusters_[target];
+  Value& result = values_[n.id];
+  result.tensor = true;
+  result.cluster = target;
+  result.row = false;
+  result.expr = c.cast(build(c), node_dtype(n.id));
+}
+
+bool Lowerer::can_merge(int a, int b) const {
+  const Cluster& x = *clusters_[a];
+  const Cluster& y = *clusters_[b];
+  return !(x.row_reduce() && y.has_ranges()) && !(y.row_reduce() && x.has_ranges());
+}
+
 bool Lowerer::lower_call(const graph::Node& n) {
   const std::string op = op_name(n.target_name);
-  return lower_view_op(*this, n, op) || lower_pointwise_op(*this, n, op) || lower_reduction_op(*this, n, op) ||
-         lower_matmul_op(*this, n, op) || lower_attention_op(*this, n, op);
+  return lower_view_op(*this, n, op) || lower_cat_op(*this, n, op) || lower_pointwise_op(*this, n, op) ||
+         lower_reduction_op(*this, n, op) || lower_matmul_op(*this, n, op) || lower_attention_op(*this, n, op);
 }
 
 void Lowerer::lower_node(const graph::Node& n) {

@@ -1,5 +1,5 @@
 // The lowering state shared by lower.cpp (the driver: values, materialisation, extern steps) and the op
-// families (lower_pointwise.cpp, lower_reduce.cpp, lower_matmul.cpp, lower_views.cpp).
+// families (lower_pointwise.cpp, lower_reduce.cpp, lower_matmul.cpp, lower_views.cpp, lower_cat.cpp).
 #pragma once
 #include <functional>
 #include <memory>
@@ -90,6 +90,12 @@ class Lowerer {
   using RowFn = std::function<std::pair<int, bool>(Cluster&, int, const std::vector<int>&)>;
   bool row_reduce(const graph::Node& n, graph::NodeId x, const std::vector<Operand>& extra, const RowFn& fn);
 
+  // The open cluster whose expression (value(id).expr) node `id`'s per-element value is, or null.
+  const Cluster* lazy_cluster(graph::NodeId id);
+  // Node `n`'s value is build(cluster), an expression over `space` that may use ranges (lower_cat.cpp): in an
+  // open pointwise cluster over that space (one kernel then reads what both need), else in a new one.
+  void value_in_space(const graph::Node& n, const Sizes& space, const std::function<int(Cluster&)>& build);
+
   // The value of node `id` in a buffer of its own (materialising it if needed); for a consumer outside its
   // cluster, so the producing cluster is sealed.
   int buffer_for(graph::NodeId id);
@@ -128,6 +134,7 @@ class Lowerer {
   Sizes strides_in_space(const Sizes& sizes, const Sizes& strides, const Sizes& out_shape, bool row,
                          const Sizes& space) const;
   bool lazy_fits(const Value& v, graph::NodeId id, const Sizes& out_shape, bool* row) const;
+  bool can_merge(int a, int b) const;  // clusters a and b may become one kernel (ranges need a pointwise one)
 
   const graph::Graph& graph_;
   LowerOptions options_;
@@ -146,6 +153,7 @@ bool lower_pointwise_op(Lowerer& L, const graph::Node& n, const std::string& op)
 bool lower_reduction_op(Lowerer& L, const graph::Node& n, const std::string& op);
 bool lower_matmul_op(Lowerer& L, const graph::Node& n, const std::string& op);
 bool lower_view_op(Lowerer& L, const graph::Node& n, const std::string& op);
+bool lower_cat_op(Lowerer& L, const graph::Node& n, const std::string& op);
 bool lower_attention_op(Lowerer& L, const graph::Node& n, const std::string& op);
 
 // Softmax (log_softmax when `log`) of row-reduce expression `x` along its row, computed in `acc`; per element.

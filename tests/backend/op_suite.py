@@ -100,7 +100,56 @@ case("view_reshape", lambda x: (x.view(-1) * 2).reshape(x.shape[0], -1) + 1, sha
 case("permute", lambda x: x.permute(2, 0, 1) * 2, shapes=((2, 3, 5), (8, 64, 33)))
 case("split_halves", lambda x: x.chunk(2, dim=-1)[0] * x.chunk(2, dim=-1)[1], shapes=((3, 1024), (64, 4096)))
 case("contiguous_copy", lambda x: x.t().contiguous(), shapes=((3, 1025), (64, 4096)))
-case("cat_is_extern", lambda x: torch.cat((-x, x), dim=-1) * 2, shapes=((3, 1025),), plan=(2, 0, 1))
+
+# ---- cat and stack: index arithmetic in the consumer's kernel (no kernel of their own, no torch call) ------------
+
+
+def rope(x):
+    half = x.shape[-1] // 2
+    return x * x.cos() + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * x.sin()
+
+
+def longer_along(dim, extra):
+    """Two tensors that differ in size along `dim` only."""
+    def make(shape, dtype, device):
+        other = list(shape)
+        other[dim] += extra
+        return randn(shape, dtype, device), randn(other, dtype, device)
+
+    return make
+
+
+CUBES = ((2, 3, 5), (4, 33, 64))
+# W9's rotary line: one kernel reads x (three ways), cos and sin; -x2 is never written. 1026 / 2 = 513 puts the
+# halves' boundary inside a vector group, so that shape runs the scalar loop.
+case("cat_rope", rope, shapes=((3, 8), (5, 1026), (64, 4096)))
+case("cat_lazy_piece", lambda x: torch.cat((-x, x), dim=-1) * 2, shapes=((3, 1025), (64, 4096)))
+case("cat_three_odd_pieces", lambda x, y: torch.cat((x, y[:, :1], x.exp()), dim=1) + 1, two, shapes=ROWS)
+case("cat_dim0", lambda x, y: torch.cat((x, y, x * 2), 0) - 1, two, shapes=ROWS)
+case("cat_middle_negative_dim", lambda x, y: torch.cat((x, y), dim=-2) * 2, longer_along(1, 3), shapes=CUBES)
+case("cat_outer_of_3d", lambda x, y: torch.cat([y, x], 0).sigmoid(), longer_along(0, 1), shapes=CUBES)
+case("cat_transposed_pieces", lambda x, y: torch.cat((x.t(), y.t() * 2), 0) + 1, two, shapes=((3, 1025), (64, 4096)))
+case("cat_strided_and_broadcast_pieces",
+     lambda x, v: torch.cat((x[:, ::2], v.expand(x.shape[0], -1), x[:, 1::2]), -1) * 2, rows_and_vector,
+     shapes=ROWS)
+case("cat_mixed_dtypes", lambda x: torch.cat((x, x.float() * 2, (x > 0).int()), -1) + 1, shapes=ROWS)
+# torch skips empty pieces, and a 1-D one of size 0 whatever the rank
+case("cat_empty_pieces", lambda x, y: torch.cat((x, x[:, :0], y, x.reshape(-1)[:0]), -1) * 2, two,
+     shapes=((3, 1025), (64, 4096)))
+case("cat_single_piece", lambda x: torch.cat([x * 2]) + 1)
+case("cat_bool_and_int_pieces",
+     lambda x, y: torch.cat((x > 0, y < 0), 0).to(x.dtype) + torch.cat(((x * 4).int(), (y * 4).long()), 0), two,
+     shapes=ROWS)
+case("stack_last", lambda x, y: torch.stack((x, -y), dim=-1) * 2, two, shapes=ROWS)
+case("stack_dim0", lambda x, y: torch.stack([x, y, x + y]) - 1, two, shapes=CUBES)
+# A cat that must exist as a tensor is written by the kernel that computes it: as the graph's output, before an
+# extern op, before a row reduction (which takes no ranges), and inside another cat (which does not copy ranges).
+case("cat_output", lambda x, y: torch.cat((x, -y), 0), two, shapes=ROWS)
+case("cat_before_extern", lambda x, y: torch.cat((x, -y), -1).sum(0) * 2, two, shapes=((3, 1025),), plan=(2, 0, 1))
+case("cat_before_softmax", lambda x, y: torch.softmax(torch.cat((x, -y), -1), -1), two, shapes=ROWS,
+     plan=(2, 0, 0))
+case("cat_of_softmax", lambda x: torch.cat((torch.softmax(x, -1), x), -1) * 2, shapes=ROWS, plan=(2, 0, 0))
+case("cat_of_cat", lambda x, y: torch.cat((torch.cat((x, y), -1), x), -1) * 2, two, shapes=ROWS, plan=(2, 0, 0))
 
 # ---- reductions ---------------------------------------------------------------------------------------------------
 case("sum_last", lambda x: x.sum(-1), shapes=ROWS)

@@ -153,6 +153,23 @@ def test_declined_ops_under_dynamic_shapes_say_why(rehearse):
     assert "# a mean over a symbolic row length" in records[0]["plan"]
 
 
+def test_cat_along_a_symbolic_dimension_picks_its_pieces_by_size_parameters(rehearse):
+    def f(x, y):
+        return torch.cat((x, y * 2), -1) + 1
+
+    records = rehearse_compile(f, [(torch.randn(3, n), torch.randn(3, m)) for n, m in ((8, 5), (13, 6), (6, 6))],
+                               dynamic=True)
+    assert len(records) == 1, [r["recompile_reasons"] for r in records]
+    rec = records[0]
+    assert backend_counts(rec["backend"]) == (1, 0, 0) and "through torch" not in rec["backend"]
+    # the result's size along the cat is the pieces' sum; the second piece starts where the first ends
+    assert "kernel k0 pointwise shape=[s0,s1 + s3]" in rec["plan"], rec["plan"]
+    assert "in1 f32 strides=[s3,1] offset=-s1 valid d1=[s1,s1 + s3)" in rec["plan"]
+    assert "in_range bool d1=[0,s1)" in rec["plan"]
+    src = rec["cuda_source"]
+    assert re.search(r"\(c1 < p\d\) \? in0\[", src) and re.search(r"\(c1 >= p\d\) \? in1\[", src), src
+
+
 def test_explain_shows_a_dynamic_graph_on_the_cuda_backend(rehearse):
     report = str(fastcomp.explain(fastcomp.compile(MLP(d=32, hidden=64).eval(), dynamic=True))(torch.randn(4, 32)))
     assert "runs on rehearsal: 1 kernels, 2 cuBLAS calls, 0 extern ops, dynamic shapes (s0)" in report
@@ -229,6 +246,22 @@ def test_attention_block_over_many_sequence_lengths_on_cuda(dynamic):
     assert len(records) == (2 if dynamic is None else 1), [r["recompile_reasons"] for r in records]
     assert_dynamic_on_cuda(records[-1], symbols="s0" if dynamic is None else "s0, s1")
     assert "kernel k1 row_reduce shape=[" in records[-1]["plan"] and ",s" in records[-1]["plan"]
+
+
+@pytest.mark.gpu
+def test_cat_along_a_symbolic_dimension_over_many_sizes_on_cuda():
+    def f(x, y):
+        return torch.cat((x.sigmoid(), y * 2, x), -1) + 1
+
+    compiled = fastcomp.compile(f, dynamic=True)
+    with CompileCounter() as cc, torch.no_grad():
+        for n in [8] + SIZES:
+            x, y = torch.randn(3, n, device="cuda"), torch.randn(3, n + 5, device="cuda")
+            torch.testing.assert_close(compiled(x, y), f(x, y), msg=f"size {n}")
+    assert len(cc.records) == 1, [r["recompile_reasons"] for r in cc.records]
+    backend = cc.records[0]["backend"]
+    assert backend.startswith("cuda:") and "dynamic shapes (" in backend and "through torch" not in backend, backend
+    assert backend_counts(backend) == (1, 0, 0)
 
 
 class SdpaBlock(nn.Module):

@@ -53,7 +53,8 @@ def test_op_plan(case):
 
 # Seed workloads: (kernels, cuBLAS calls, extern ops). W7's attention is 4 cuBLAS calls and 2 kernels (heads
 # apart, softmax); nn.MultiheadAttention's mask/dtype helpers are computed while tracing (constant arguments),
-# so no extern op is left. W9's cat is an extern op between its rope kernels.
+# so no extern op is left. W9's rotary line, cat included, is one kernel (test_w9_rope_line_is_one_kernel), then
+# the two projections and the SwiGLU kernel.
 WORKLOAD_PLANS = {
     "W1": (1, 0, 0),
     "W2": (1, 0, 0),
@@ -63,6 +64,7 @@ WORKLOAD_PLANS = {
     "W6": (1, 5, 0),
     "W7": (5, 6, 0),
     "W8": (1, 0, 0),
+    "W9": (2, 2, 0),
 }
 
 
@@ -88,3 +90,17 @@ def test_plan_text_names_buffers_and_steps():
     plan = record["plan"]
     assert "matmul f32 m=8 n=16 k=16" in plan and "epilogue=bias" in plan, plan
     assert re.search(r"kernel k0\(b\d+, b\d+, b\d+\)", plan), plan
+
+
+def test_w9_rope_line_is_one_kernel():
+    from benchmarks.workloads import rope_swiglu
+
+    x, cos, sin = (torch.randn(8, 64) for _ in range(3))
+    w = torch.randn(64, 96)
+    record = compile_and_check(rope_swiglu, (x, cos, sin, w, w))
+    kernel = record["plan"].split("kernel k0 pointwise shape=[8,64]\n")[1].split("\n\n")[0]
+    # x (whole, then each half over the other half's place), cos and sin; -x2 and the cat are never written
+    assert kernel.count("  in") == 5 and kernel.count("  out") == 1, kernel
+    assert "offset=32 valid d1=[0,32)" in kernel and "offset=-32 valid d1=[32,64)" in kernel, kernel
+    assert "in_range bool d1=[0,32)" in kernel and "neg f32" in kernel, kernel
+    assert "torch.cat" not in record["plan"]

@@ -16,6 +16,16 @@ TORCH_DTYPES = {"bool": torch.bool, "u8": torch.uint8, "i8": torch.int8, "i16": 
                 "f64": torch.float64}
 
 
+def readable(shape, operand):
+    """(shape, offset) of the part of the space an operand covers: all of it, or its validity range's part."""
+    shape, offset = list(shape), operand.get("offset", 0)
+    if "valid" in operand:
+        dim, begin, end = operand["valid"]
+        shape[dim] = end - begin
+        offset += begin * operand["strides"][dim]
+    return shape, offset
+
+
 def storage_elements(shape, strides, offset):
     if any(n == 0 for n in shape):
         return offset + 1
@@ -39,9 +49,12 @@ def random_storage(dtype, n, generator, low=None):
 def random_inputs(spec, seed=0, nonnegative=()):
     """One storage tensor per input; inputs listed in `nonnegative` get values > 0."""
     g = torch.Generator(device="cuda").manual_seed(seed)
-    return [random_storage(i["dtype"], storage_elements(spec["shape"], i["strides"], i["offset"]), g,
-                           0 if n in nonnegative else None)
-            for n, i in enumerate(spec["inputs"])]
+    storages = []
+    for n, i in enumerate(spec["inputs"]):
+        part, offset = readable(spec["shape"], i)
+        storages.append(random_storage(i["dtype"], storage_elements(part, i["strides"], offset), g,
+                                       0 if n in nonnegative else None))
+    return storages
 
 
 def launch(spec, inputs):
@@ -98,7 +111,14 @@ def reference(spec, inputs):
         op = e["op"]
         if op == "load":
             i = spec["inputs"][e["operand"]]
-            v = torch.as_strided(inputs[e["operand"]], shape, i["strides"], i["offset"]).to(t)
+            part, offset = readable(shape, i)
+            v = torch.zeros(shape, dtype=t, device="cuda")  # 0 outside a validity range, as the kernel reads it
+            inside = v.narrow(i["valid"][0], i["valid"][1], part[i["valid"][0]]) if "valid" in i else v
+            inside.copy_(torch.as_strided(inputs[e["operand"]], part, i["strides"], offset).to(t))
+        elif op == "in_range":
+            dim, begin, end = e["range"]
+            coord = torch.arange(shape[dim], device="cuda").reshape([-1] + [1] * (len(shape) - dim - 1))
+            v = ((coord >= begin) & (coord < end)).expand(shape)
         elif op == "constant":
             v = torch.tensor(e["value"], dtype=t, device="cuda")
         elif op == "row_index":

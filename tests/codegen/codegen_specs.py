@@ -16,9 +16,12 @@ class Spec:
     def __init__(self, name, shape, kind="pointwise"):
         self.d = dict(name=name, kind=kind, shape=list(shape), inputs=[], outputs=[], exprs=[], stores=[])
 
-    def input(self, dtype, strides=None, offset=0):
-        self.d["inputs"].append(dict(dtype=dtype, strides=contiguous(self.d["shape"]) if strides is None else strides,
-                                     offset=offset))
+    def input(self, dtype, strides=None, offset=0, valid=None):
+        """`valid`: (dim, begin, end), the part of the space where the input may be read."""
+        d = dict(dtype=dtype, strides=contiguous(self.d["shape"]) if strides is None else strides, offset=offset)
+        if valid is not None:
+            d["valid"] = list(valid)
+        self.d["inputs"].append(d)
         return len(self.d["inputs"]) - 1
 
     def output(self, dtype, strides=None, offset=0):
@@ -38,6 +41,9 @@ class Spec:
 
     def row_index(self):
         return self._expr(op="row_index", dtype="i64")
+
+    def in_range(self, dim, begin, end):
+        return self._expr(op="in_range", dtype="bool", range=[dim, begin, end])
 
     def op(self, name, dtype, *args):
         return self._expr(op=name, dtype=dtype, args=list(args))
@@ -121,6 +127,35 @@ def w2_tiny_ops(n=1 << 24, name="w2_tiny_ops"):
     x = s.op("sigmoid", "f32", s.op("add", "f32", s.op("mul", "f32", x, s.const(2)), s.const(1)))
     x = s.op("tanh", "f32", s.op("mul", "f32", x, x))
     s.pointwise_output(s.op("div", "f32", x, s.op("add", "f32", s.op("abs", "f32", x), s.const(1))))
+    return s.spec
+
+
+def w9_rope(rows=2048, d=1024, dtype="bf16", name="w9_rope"):
+    """x * cos + cat((-x2, x1), -1) * sin with x1, x2 the halves of x's last dimension: each half of x read over
+    the whole space with a validity range, the cat a where on the coordinate (the lowering's form)."""
+    s = Spec(name, [rows, d])
+    h = d // 2
+    x, cos, sin = (s.op("cast", "f32", s.load(s.input(dtype))) for _ in range(3))
+    x2 = s.op("cast", "f32", s.load(s.input(dtype, offset=h, valid=(1, 0, h))))      # x[..., h:] at [0, h)
+    x1 = s.op("cast", "f32", s.load(s.input(dtype, offset=-h, valid=(1, h, d))))     # x[..., :h] at [h, d)
+    rotated = s.op("where", "f32", s.in_range(1, 0, h), s.op("neg", "f32", x2), x1)
+    y = s.op("add", "f32", s.op("mul", "f32", x, cos), s.op("mul", "f32", rotated, sin))
+    s.pointwise_output(s.op("cast", dtype, y))
+    return s.spec
+
+
+def cat_rows(sizes=(3, 5), cols=7, dtype="f32", name="cat_rows"):
+    """torch.cat of contiguous [n_i, cols] tensors along dim 0, plus 1: an outer-dimension cat."""
+    total = sum(sizes)
+    s = Spec(name, [total, cols])
+    begin, pieces = 0, []
+    for n in sizes:
+        pieces.append((s.load(s.input(dtype, offset=-begin * cols, valid=(0, begin, begin + n))), begin, begin + n))
+        begin += n
+    value = pieces[-1][0]
+    for load, b, e in reversed(pieces[:-1]):
+        value = s.op("where", dtype, s.in_range(0, 0, e), load, value)
+    s.pointwise_output(s.op("add", dtype, value, s.const(1, dtype)))
     return s.spec
 
 

@@ -345,6 +345,93 @@ def test_row_reduce_reads_strided_rows_with_scalar_loads():
     assert "fc_aligned" not in code
 
 
+# ---------------------------------------------------------------------------------------------------------
+# Ranges: inputs readable in part of the space and InRange (how lowering writes torch.cat)
+
+
+def test_kernel_text_shows_ranges():
+    s = S.Spec("k", [4, 6])
+    x = s.load(s.input("f32", offset=-3, valid=(1, 3, 6)))
+    s.pointwise_output(s.op("where", "f32", s.in_range(1, 0, 3), s.const(0), x))
+    text = T.kernel_text(s.spec)
+    assert "  in0 f32 strides=[6,1] offset=-3 valid d1=[3,6)\n" in text
+    assert "  e1 = in_range bool d1=[0,3)\n" in text
+
+
+def test_cat_pieces_read_in_their_range_with_whole_groups():
+    code, *_ = emit(S.w9_rope(rows=32, d=1024))
+    assert "groups of 8 elements" in code and "pointwise over [32, 1024]" in code
+    # each half of x is loaded only by the groups inside its range, from where it starts
+    assert "if (c1 < 512) fc_load<8, kAligned>(in3 + i + 512, a3[w]);" in code
+    assert "if (c1 >= 512) fc_load<8, kAligned>(in4 + i - 512, a4[w]);" in code
+    assert "const float e6 = (c1 < 512) ? fc_bf16_to_float(a3[w][u]) : 0.0f;" in code
+    assert "const bool e10 = (c1 < 512);" in code
+    # the alignment test looks at each piece's first readable element, not at its (negative) offset
+    assert "fc_aligned(in3 + 512, 16)" in code and "fc_aligned(in4, 16)" in code
+
+
+def test_a_range_dimension_is_not_merged_with_its_neighbours():
+    def spec(valid):
+        s = S.Spec("kept", [4, 8, 16])
+        s.pointwise_output(s.op("neg", "f32", s.load(s.input("f32", valid=valid))))
+        return s.spec
+
+    assert "pointwise over [512]" in emit(spec(None))[0]
+    code, *_ = emit(spec((1, 0, 4)))
+    assert "pointwise over [4, 8, 16]" in code and "const idx_t c1 = (i / 16) % 8;" in code
+    assert "if (c1 < 4) fc_load<4, kAligned>(in0 + i, a0[w]);" in code
+    assert "pointwise over [4, 128]" in emit(spec((0, 0, 2)))[0]  # the outermost has one neighbour
+    assert "pointwise over [512]" in emit(spec((1, 0, 8)))[0]     # a range over a whole dimension is none
+
+
+@pytest.mark.parametrize("shape, valid", [
+    ((3, 10), (1, 0, 5)),     # a row is not a whole number of groups
+    ((4, 12), (1, 0, 6)),     # a boundary inside a group
+    ((8, 7), (0, 0, 3)),      # an outer range, rows of 7
+])
+def test_ranges_that_split_groups_take_the_scalar_path(shape, valid):
+    s = S.Spec("guarded", shape)
+    s.pointwise_output(s.op("neg", "f32", s.load(s.input("f32", valid=valid))))
+    code, *_ = emit(s.spec)
+    assert "one element per thread and step" in code and "_groups" not in code
+    assert " ? in0[" in code
+
+
+def test_scalar_path_guards_every_piece_of_an_outer_cat():
+    code, *_ = emit(S.cat_rows((3, 5), 7))
+    assert "const idx_t c0 = i / 7;" in code
+    assert "const float e0 = (c0 < 3) ? in0[i] : 0.0f;" in code
+    assert "const float e1 = (c0 >= 3) ? in1[i - 21] : 0.0f;" in code
+    assert "const bool e2 = (c0 < 3);" in code
+
+
+def test_a_one_dimensional_cat_vectorizes_with_a_scalar_tail():
+    s = S.Spec("cat_1d", [1030])
+    a = s.load(s.input("f32", valid=(0, 0, 512)))
+    b = s.load(s.input("f32", offset=-512, valid=(0, 512, 1030)))
+    s.pointwise_output(s.op("where", "f32", s.in_range(0, 0, 512), a, b))
+    code, *_ = emit(s.spec)
+    assert "groups of 4 elements" in code and "if (c0 >= 512) fc_load<4, kAligned>(in1 + i - 512, a1[w]);" in code
+    assert "for (idx_t i = 1028 + blockIdx.x" in code
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d["inputs"][0].update(valid=[2, 0, 1]), "missing dimension"),
+    (lambda d: d["inputs"][0].update(valid=[1, 4, 9]), "not inside its dimension"),
+    (lambda d: d["inputs"][0].update(valid=[1, 5, 4]), "not inside its dimension"),
+    (lambda d: d["inputs"][0].update(valid=[1, 2, 4], offset=-3), "negative storage offset"),
+    (lambda d: d["outputs"][0].update(valid=[1, 0, 4]), "validity range"),
+    (lambda d: d["exprs"].append(dict(op="in_range", dtype="i64", range=[1, 0, 4])), "yields bool"),
+    (lambda d: d["exprs"].append(dict(op="in_range", dtype="bool", range=[-1, 0, 4])), "needs a dimension"),
+    (lambda d: d.update(kind="row_reduce") or d["inputs"][0].update(valid=[1, 0, 4]), "row-reduce"),
+])
+def test_malformed_ranges_are_rejected(mutate, message):
+    spec = S.binary("add", "f32", shape=(4, 8))
+    mutate(spec)
+    with pytest.raises(ValueError, match=message):
+        T.emit_kernel(spec)
+
+
 @pytest.mark.parametrize("mutate, message", [
     (lambda d: d["exprs"].append(dict(op="add", dtype="f32", args=[0, 9])), "later or missing"),
     (lambda d: d["exprs"].append(dict(op="exp", dtype="i32", args=[0])), "floating"),
@@ -431,6 +518,14 @@ def test_compiles_seed_workloads(nvrtc):
     assert ".local" not in ptx  # register arrays stayed in registers
 
 
+def test_compiles_cat_pieces(nvrtc):
+    specs = [S.w9_rope(rows=32, d=1024), S.w9_rope(rows=3, d=10, dtype="f32", name="rope_odd"),
+             S.w9_rope(rows=4, d=64, dtype="f16", name="rope_f16"), S.cat_rows(),
+             S.cat_rows((8, 16, 8), 64, "f16", "cat_rows_f16"), S.cat_rows((1, 2, 3), 5, "i64", "cat_rows_i64")]
+    ptx = compile_ptx(nvrtc, specs)
+    assert ".local" not in ptx  # the registers of unread groups stayed registers
+
+
 def test_compiles_64_bit_indexing(nvrtc):
     compile_ptx(nvrtc, [S.unary("neg", "f32", shape=(3, 1 << 30), name="big_neg"),
                         S.bias_add(shape=(1 << 20, 4096), name="big_bias"),
@@ -478,6 +573,8 @@ GPU_POINTWISE = (
     + [S.bias_add(), S.bias_add(shape=(7, 3, 1025), dtype="f16", name="bias_add_odd"), S.w2_tiny_ops(),
        S.binary("add", "f32", shape=(), name="add_0d"), S.binary("add", "f32", shape=(1,), name="add_1"),
        S.binary("add", "bf16", shape=(64, 48), b_strides=[1, 64], name="add_transposed")]
+    + [S.w9_rope(rows=32, d=1024), S.w9_rope(rows=3, d=10, dtype="f32", name="rope_odd"),
+       S.cat_rows(), S.cat_rows((8, 16, 8), 64, "f16", "cat_rows_f16"), S.cat_rows((1, 2, 3), 5, "i64", "cat_rows_i64")]
 )
 
 

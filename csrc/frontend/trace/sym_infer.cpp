@@ -118,8 +118,20 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
       for (const Sym& e : s.strides) candidates.push_back(e);
       numels.emplace_back(numel, 0);
     }
-    if (v->is(VKind::Tuple) || v->is(VKind::List))
+    if (v->is(VKind::Tuple) || v->is(VKind::List)) {
       for (const auto& item : v->items) collect(item);
+      // A list of dynamic tensors of one rank (torch.cat's): each dimension's sum over them, tried after the
+      // items' own sizes.
+      bool same_rank = !v->items.empty();
+      for (const auto& item : v->items)
+        same_rank = same_rank && item->is(VKind::Tensor) && !item->shape.empty() &&
+                    item->shape.sizes.size() == v->items[0]->shape.sizes.size();
+      for (size_t d = 0; same_rank && d < v->items[0]->shape.sizes.size(); ++d) {
+        Sym sum = graph::sym_const(0);
+        for (const auto& item : v->items) sum = graph::sym_add(sum, shapes_.resolve(item->shape).sizes[d]);
+        candidates.push_back(sum);
+      }
+    }
   };
   for (const auto& a : call.args) collect(a);
   for (const auto& kw : call.kwargs) collect(kw.second);

@@ -11,6 +11,7 @@
 #include "runtime/background_compile.h"
 #include "runtime/cuda_executable.h"
 #include "runtime/cuda_graph_executable.h"
+#include "runtime/memory_plan.h"
 #include "support/config.h"
 #include "support/file_io.h"
 #include "support/log.h"
@@ -80,6 +81,13 @@ void add_tf32_guard(frontend::GuardSet& guards) {
     guards.guards.push_back(std::move(g));
 }
 
+// The fusion plan as plan.txt and explain() show it: its buffers and steps, then which buffers share the
+// executable's scratch arena.
+std::string plan_text(const plan::Program& program, const graph::Graph& graph) {
+  const std::string scratch = runtime::plan_memory(program, graph).to_string(program);
+  return program.to_string(graph) + (scratch.empty() ? "" : "\n" + scratch + "\n");
+}
+
 BuiltExecutable torch_runner(graph::Graph graph, const std::string& why) {
   BuiltExecutable out;
   out.executable = runtime::make_torch_runner(std::move(graph));
@@ -94,7 +102,7 @@ BuiltExecutable torch_runner(graph::Graph graph, const std::string& why) {
 BuiltExecutable rehearse(graph::Graph graph) {
   BuiltExecutable out;
   plan::Program program = plan::lower(graph, {0, /*require_cuda=*/false});
-  out.plan_text = program.to_string(graph);
+  out.plan_text = plan_text(program, graph);
   const codegen::DeviceLimits h100;
   runtime::CudaSource source = runtime::emit_plan(program, h100);
   out.cuda_source = source.program;
@@ -163,17 +171,17 @@ BuiltExecutable build_cuda_executable(graph::Graph graph, frontend::GuardSet& gu
   } catch (const plan::NotLowerable& e) {
     return torch_runner(std::move(graph), e.what());
   }
-  std::string plan_text = program.to_string(graph);
+  std::string text = plan_text(program, graph);
   runtime::CudaSource source;
   try {
     source = runtime::emit_plan(program, runtime::device_limits(device));
   } catch (const std::exception& e) {
     FC_LOG(compile, warning, "fastcomp: the CUDA backend could not emit code for this graph ({}); it runs through "
-           "torch instead. Plan:\n{}", e.what(), plan_text);
+           "torch instead. Plan:\n{}", e.what(), text);
     return torch_runner(std::move(graph), "code generation failed");
   }
-  const std::filesystem::path dumped = dump(graph.to_string(), plan_text, source.program);
-  FC_LOG(output_code, info, "Output code (plan):\n{}\n{}", plan_text, source.program);
+  const std::filesystem::path dumped = dump(graph.to_string(), text, source.program);
+  FC_LOG(output_code, info, "Output code (plan):\n{}\n{}", text, source.program);
   for (const plan::MatmulStep& m : program.matmul_steps)
     if (m.dtype == codegen::DType::F32) {
       add_tf32_guard(guards);
@@ -181,7 +189,7 @@ BuiltExecutable build_cuda_executable(graph::Graph graph, frontend::GuardSet& gu
     }
   BuiltExecutable out;
   out.summary = "cuda: " + program.counts_text();
-  out.plan_text = std::move(plan_text);
+  out.plan_text = std::move(text);
   out.cuda_source = source.program;
   const graph::Graph graph_for_replay = cuda_graphs ? graph : graph::Graph{};
   const plan::Program program_for_replay = cuda_graphs ? program : plan::Program{};

@@ -13,5 +13,6 @@ void bind_cuda(py::module_& m);      // CUDA libraries, NVRTC, kernel cache, mod
 void bind_cublaslt(py::module_& m);  // cuBLASLt matmul plans (for tests)
 void bind_trace(py::module_& m);     // tracer helpers for tests (metadata without meta calls)
 void bind_codegen(py::module_& m);   // _C._testing.emit_kernel / emit_program from kernel specs
+void bind_scratch_arena(py::module_& m);  // _C._testing.scratch_arena: slots and offsets of scratch buffers
 
 }  // namespace fastcomp::bindings

@@ -12,5 +12,6 @@ PYBIND11_MODULE(_C, m) {
   b::bind_cublaslt(testing);
   b::bind_trace(testing);
   b::bind_codegen(testing);
+  b::bind_scratch_arena(testing);
   b::bind_api(m);
 }

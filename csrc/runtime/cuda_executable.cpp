@@ -3,6 +3,10 @@
 // launches and cuBLASLt calls straight from C++, extern steps as calls into torch - and returns the output
 // tensors. Buffers are released after their last use; the allocator orders reuse on the stream.
 //
+// Buffers that never become torch objects (intermediates only our kernels and cuBLASLt calls touch) live in one
+// scratch allocation per call, at offsets the memory plan (memory_plan.h) chose: one call into torch instead of
+// one per buffer, which is most of a call's host time for a graph of many small steps.
+//
 // Dynamic shapes: the plan's symbolic sizes are interned in a SizeSlots table at build time; per call the
 // symbols are read from the inputs' sizes, every slot is evaluated once, and launch grids, kernel size
 // parameters, allocations and cuBLASLt shapes take their values from it. cuBLASLt plans are kept per concrete
@@ -12,7 +16,6 @@
 #include <fmt/format.h>
 
 #include <chrono>
-#include <functional>
 
 #include "frontend/trace/torch_refs.h"
 #include "runtime/arg_values.h"
@@ -21,7 +24,9 @@
 #include "runtime/cuda/driver.h"
 #include "runtime/cuda/module.h"
 #include "runtime/cuda/nvrtc.h"
+#include "runtime/memory_plan.h"
 #include "runtime/size_slots.h"
+#include "runtime/torch_shim.h"
 #include "support/log.h"
 #include "support/pystr.h"
 
@@ -168,17 +173,21 @@ class CudaExecutable final : public Executable {
       PyDict_SetItemString(kwargs.get(), "device", device_.get());
       workspace_ = PyRef::steal(PyObject_Call(empty.get(), args.get(), kwargs.get()));
       if (!workspace_) throw std::runtime_error("fastcomp: cannot allocate the cuBLASLt workspace: " + take_error_message());
-      workspace_ptr_ = data_ptr(workspace_.get());
+      workspace_ptr_ = tensor_data_ptr(workspace_.get());
     }
+    empty_ = PyRef::steal(PyObject_GetAttrString(T.torch.get(), "empty"));
+    u8_ = torch_dtype(codegen::DType::U8);
+    if (!empty_ || !u8_) throw std::runtime_error("fastcomp: torch.empty or torch.uint8 is missing");
     PyRef c = PyRef::steal(PyObject_GetAttrString(T.torch.get(), "_C"));
     current_stream_ = PyRef::steal(PyObject_GetAttrString(c.get(), "_cuda_getCurrentRawStream"));
     if (!current_stream_) throw std::runtime_error("fastcomp: torch._C._cuda_getCurrentRawStream is missing");
     device_index_ = PyRef::steal(PyLong_FromLong(device));
     plan_lifetimes();
-    FC_LOG(compile, debug, "cuda executable: loaded {} kernels and planned {} cuBLASLt calls in {:.1f} ms{}",
+    plan_arena();
+    FC_LOG(compile, debug, "cuda executable: loaded {} kernels and planned {} cuBLASLt calls in {:.1f} ms{}; {}",
            launches_.size(), matmuls_.size(),
            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count(),
-           slots_.empty() ? "" : " (dynamic shapes)");
+           slots_.empty() ? "" : " (dynamic shapes)", arena_text());
   }
 
   PyObject* run(PyObject* const* inputs, size_t ninputs) override {
@@ -186,21 +195,24 @@ class CudaExecutable final : public Executable {
     std::vector<PyObject*> objects(graph_.nodes.size(), nullptr);  // owned
     std::vector<PyObject*> tensors(nb, nullptr);                   // owned: each root buffer's tensor
     std::vector<char*> ptr(nb, nullptr);
+    PyObject* arena = nullptr;  // owned: this call's scratch buffers
     struct Cleanup {
       std::vector<PyObject*>& a;
       std::vector<PyObject*>& b;
+      PyObject*& arena;
       ~Cleanup() {
         for (PyObject* o : a) Py_XDECREF(o);
         for (PyObject* o : b) Py_XDECREF(o);
+        Py_XDECREF(arena);
       }
-    } cleanup{objects, tensors};
+    } cleanup{objects, tensors, arena};
 
     for (size_t b = 0; b < nb; ++b) {
       const Buffer& buf = program_.buffers[b];
       if (buf.kind != Buffer::Kind::Input) continue;
       PyObject* t = inputs[buf.input];
       tensors[b] = Py_NewRef(t);
-      if (!(ptr[b] = data_ptr(t)) && PyErr_Occurred()) return nullptr;
+      if (!(ptr[b] = tensor_data_ptr(t)) && PyErr_Occurred()) return nullptr;
     }
     for (size_t i = 0; i < ninputs; ++i) objects[graph_.inputs[i]] = Py_NewRef(inputs[i]);
     // Dynamic shapes: this call's symbols, and every size the plan needs, evaluated once.
@@ -220,6 +232,7 @@ class CudaExecutable final : public Executable {
       cuda::ContextGuard guard(program_.device);
       for (size_t si = 0; si < program_.steps.size(); ++si) {
         const Step& s = program_.steps[si];
+        if (int(si) == memory_.arena_first && !allocate_arena(&arena, ptr, values)) return nullptr;
         for (int b : allocs_before_[si])
           if (!allocate(b, tensors, ptr, objects, values)) return nullptr;
         switch (s.kind) {
@@ -253,6 +266,7 @@ class CudaExecutable final : public Executable {
         }
         for (int b : frees_after_[si]) Py_CLEAR(tensors[b]);
         for (int n : node_frees_after_[si]) Py_CLEAR(objects[n]);
+        if (int(si) == memory_.arena_last) Py_CLEAR(arena);
       }
     } catch (const std::exception& e) {
       PyErr_SetString(PyExc_RuntimeError, fmt::format("fastcomp: CUDA executable failed: {}", e.what()).c_str());
@@ -314,12 +328,6 @@ class CudaExecutable final : public Executable {
     return *mm.plans.front().second;
   }
 
-  static char* data_ptr(PyObject* t) {
-    static PyObject* name = PyUnicode_InternFromString("data_ptr");
-    PyRef p = PyRef::steal(PyObject_CallMethodNoArgs(t, name));
-    return p ? static_cast<char*>(PyLong_AsVoidPtr(p.get())) : nullptr;
-  }
-
   char* address(int b, const std::vector<char*>& ptr, const std::vector<int64_t>& values) const {
     const Buffer& buf = program_.buffers[b];
     return ptr[buf.root] + SizeSlots::get(offsets_[b], values) * codegen::dtype_size(buf.dtype);
@@ -339,7 +347,7 @@ class CudaExecutable final : public Executable {
     PyObject* t = empty_strided(allocs_[b], values);
     if (!t) return false;
     tensors[b] = t;
-    if (!(ptr[b] = data_ptr(t)) && PyErr_Occurred()) return false;
+    if (!(ptr[b] = tensor_data_ptr(t)) && PyErr_Occurred()) return false;
     const int node = program_.buffers[b].node;
     if (node >= 0 && program_.node_object[node] && !objects[node]) objects[node] = Py_NewRef(t);
     return true;
@@ -361,15 +369,15 @@ class CudaExecutable final : public Executable {
     const int b = program_.node_buffer[id];
     if (b >= 0 && program_.buffers[b].kind == Buffer::Kind::Extern) {
       Py_XSETREF(tensors[b], Py_NewRef(out));
-      if (!(ptr[b] = data_ptr(out)) && PyErr_Occurred()) return false;
-      if (check_layout_[b] && !has_layout(out, allocs_[b], values)) {
+      if (!(ptr[b] = tensor_data_ptr(out)) && PyErr_Occurred()) return false;
+      if (memory_.check_layout[b] && !has_layout(out, allocs_[b], values)) {
         // torch's meta function predicted other strides than the real op produced: kernels read a copy in
         // the planned layout (the user's object stays the op's own result).
         PyObject* planned = empty_strided(allocs_[b], values);
         if (!planned) return false;
         PyRef copied = PyRef::steal(PyObject_CallMethod(planned, "copy_", "O", out));
         Py_XSETREF(tensors[b], planned);
-        if (!copied || (!(ptr[b] = data_ptr(planned)) && PyErr_Occurred())) return false;
+        if (!copied || (!(ptr[b] = tensor_data_ptr(planned)) && PyErr_Occurred())) return false;
       }
     }
     return true;
@@ -389,75 +397,82 @@ class CudaExecutable final : public Executable {
     return true;
   }
 
-  // When each Alloc buffer is allocated (before its first writer) and when buffers and node objects die (after
-  // their last reader); outputs live to the end.
+  // When each Alloc buffer outside the arena is allocated (before its first writer) and when buffers and node
+  // objects die (after their last reader); outputs live to the end.
   void plan_lifetimes() {
+    memory_ = plan_memory(program_, graph_);
     const size_t nsteps = program_.steps.size();
-    const size_t nb = program_.buffers.size();
     allocs_before_.assign(nsteps, {});
     frees_after_.assign(nsteps, {});
     node_frees_after_.assign(nsteps, {});
-    check_layout_.assign(nb, false);
-    std::vector<int> first_write(nb, -1), last_use(nb, -1), node_last_use(graph_.nodes.size(), -1);
-    auto use = [&](int b, int step) {
-      const int r = program_.buffers[b].root;
-      last_use[r] = std::max(last_use[r], step);
-      if (program_.buffers[r].kind == Buffer::Kind::Extern) check_layout_[r] = true;
-    };
-    auto write = [&](int b, int step) {
-      const int r = program_.buffers[b].root;
-      if (first_write[r] < 0) first_write[r] = step;
-      last_use[r] = std::max(last_use[r], step);
-    };
-    std::function<void(const graph::Arg&, int)> node_use = [&](const graph::Arg& a, int step) {
-      if (a.kind == graph::Arg::Kind::Node) node_last_use[a.node] = std::max(node_last_use[a.node], step);
-      for (const auto& item : a.items) node_use(item, step);
-    };
-    for (size_t si = 0; si < nsteps; ++si) {
-      const Step& s = program_.steps[si];
-      const int step = static_cast<int>(si);
-      if (s.kind == Step::Kind::Kernel) {
-        const plan::KernelStep& k = program_.kernel_steps[s.index];
-        const size_t ninputs = program_.kernels[k.kernel].inputs.size();
-        for (size_t i = 0; i < k.args.size(); ++i) i < ninputs ? use(k.args[i], step) : write(k.args[i], step);
-      } else if (s.kind == Step::Kind::Matmul) {
-        const plan::MatmulStep& m = program_.matmul_steps[s.index];
-        use(m.a, step);
-        use(m.b, step);
-        if (m.bias >= 0) use(m.bias, step);
-        write(m.d, step);
-      } else {
-        const graph::Node& n = graph_.nodes[program_.extern_steps[s.index].node];
-        for (const auto& a : n.args) node_use(a, step);
-        for (const auto& a : n.kwargs) node_use(a, step);
-        // A node's object keeps its storage alive, but the buffer of an Alloc node also feeds the object.
-        std::function<void(const graph::Arg&)> buffers_of = [&](const graph::Arg& a) {
-          if (a.kind == graph::Arg::Kind::Node && program_.node_buffer[a.node] >= 0)
-            use(program_.node_buffer[a.node], step);
-          for (const auto& item : a.items) buffers_of(item);
-        };
-        for (const auto& a : n.args) buffers_of(a);
-        for (const auto& a : n.kwargs) buffers_of(a);
-        const int b = program_.node_buffer[n.id];
-        if (b >= 0 && program_.buffers[b].kind == Buffer::Kind::Extern) write(b, step);
-      }
-    }
-    const int end = static_cast<int>(nsteps);
-    node_use(graph_.output, end);
-    std::function<void(const graph::Arg&)> output_buffers = [&](const graph::Arg& a) {
-      if (a.kind == graph::Arg::Kind::Node && program_.node_buffer[a.node] >= 0) use(program_.node_buffer[a.node], end);
-      for (const auto& item : a.items) output_buffers(item);
-    };
-    output_buffers(graph_.output);
-    for (size_t b = 0; b < nb; ++b) {
+    std::vector<bool> scratch(program_.buffers.size(), false);
+    for (int b : memory_.scratch) scratch[b] = true;
+    for (size_t b = 0; b < program_.buffers.size(); ++b) {
       const Buffer& buf = program_.buffers[b];
-      if (buf.kind == Buffer::Kind::Alloc && first_write[b] >= 0) allocs_before_[first_write[b]].push_back(int(b));
-      if (buf.kind != Buffer::Kind::View && last_use[b] >= 0 && last_use[b] < end)
-        frees_after_[last_use[b]].push_back(int(b));
+      if (scratch[b]) continue;
+      const int first = memory_.first_write[b], last = memory_.last_use[b];
+      if (buf.kind == Buffer::Kind::Alloc && first >= 0) allocs_before_[first].push_back(int(b));
+      if (buf.kind != Buffer::Kind::View && last >= 0 && last < memory_.end) frees_after_[last].push_back(int(b));
     }
-    for (size_t n = 0; n < node_last_use.size(); ++n)
-      if (node_last_use[n] >= 0 && node_last_use[n] < end && graph_.nodes[n].kind != graph::NodeKind::Input)
-        node_frees_after_[node_last_use[n]].push_back(int(n));
+    for (size_t n = 0; n < memory_.node_last_use.size(); ++n) {
+      const int last = memory_.node_last_use[n];
+      if (last >= 0 && last < memory_.end && graph_.nodes[n].kind != graph::NodeKind::Input)
+        node_frees_after_[last].push_back(int(n));
+    }
+  }
+
+  // The arena's layout, computed once when no scratch buffer's size depends on the shapes.
+  void plan_arena() {
+    if (memory_.scratch.empty() || !memory_.arena_static) return;
+    std::vector<int64_t> bytes;
+    for (int b : memory_.scratch) bytes.push_back(span_bytes_hint(program_.buffers[b]));
+    arena_bytes_ = memory_.arena.layout(bytes, &arena_offsets_);
+    arena_size_ = PyRef::steal(PyLong_FromLongLong(arena_bytes_));
+    if (!arena_size_) throw std::runtime_error("fastcomp: " + take_error_message());
+  }
+
+  std::string arena_text() const {
+    if (memory_.scratch.empty()) return "no scratch arena";
+    const std::string size = memory_.arena_static ? fmt::format("{} bytes", arena_bytes_) : "dynamic size";
+    return fmt::format("scratch arena {} ({} buffers in {} slots)", size, memory_.scratch.size(),
+                       memory_.arena.num_slots());
+  }
+
+  // Bytes from scratch buffer b's first element to one past its last, for this call's sizes.
+  int64_t span_bytes(int b, const std::vector<int64_t>& values) const {
+    const AllocArgs& a = allocs_[b];
+    int64_t last = 0;
+    for (size_t d = 0; d < a.size_refs.size(); ++d) {
+      const int64_t size = SizeSlots::get(a.size_refs[d], values);
+      if (size == 0) return 0;
+      last += (size - 1) * SizeSlots::get(a.stride_refs[d], values);
+    }
+    return (last + 1) * codegen::dtype_size(program_.buffers[b].dtype);
+  }
+
+  // torch.empty(nbytes, dtype=torch.uint8, device=...) for this call's scratch buffers (a new reference in
+  // *arena, none when they are all empty), and their pointers into it.
+  bool allocate_arena(PyObject** arena, std::vector<char*>& ptr, const std::vector<int64_t>& values) const {
+    std::vector<int64_t> dynamic_offsets;
+    const std::vector<int64_t>* offsets = &arena_offsets_;
+    int64_t nbytes = arena_bytes_;
+    PyRef size = arena_size_;
+    if (!memory_.arena_static) {
+      std::vector<int64_t> bytes;
+      for (int b : memory_.scratch) bytes.push_back(span_bytes(b, values));
+      nbytes = memory_.arena.layout(bytes, &dynamic_offsets);
+      offsets = &dynamic_offsets;
+      size = PyRef::steal(PyLong_FromLongLong(nbytes));
+      if (!size) return false;
+    }
+    char* base = nullptr;
+    if (nbytes > 0) {
+      PyObject* argv[] = {nullptr, size.get(), u8_.get(), device_.get()};
+      *arena = PyObject_Vectorcall(empty_.get(), argv + 1, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, alloc_kwnames_.get());
+      if (!*arena || (!(base = tensor_data_ptr(*arena)) && PyErr_Occurred())) return false;
+    }
+    for (size_t i = 0; i < memory_.scratch.size(); ++i) ptr[memory_.scratch[i]] = base ? base + (*offsets)[i] : nullptr;
+    return true;
   }
 
   graph::Graph graph_;
@@ -471,7 +486,11 @@ class CudaExecutable final : public Executable {
   PyRef device_, alloc_kwnames_, workspace_, current_stream_, device_index_;
   void* workspace_ptr_ = nullptr;
   std::vector<std::vector<int>> allocs_before_, frees_after_, node_frees_after_;
-  std::vector<bool> check_layout_;
+  MemoryPlan memory_;
+  PyRef empty_, u8_;                    // torch.empty, torch.uint8: the scratch arena's allocation
+  PyRef arena_size_;                    // static arena: its size as a Python int
+  int64_t arena_bytes_ = 0;             // ... and in bytes
+  std::vector<int64_t> arena_offsets_;  // ... and each scratch buffer's offset in it (memory_.scratch order)
 };
 
 }  // namespace

@@ -73,16 +73,6 @@ const TorchCuda& torch_cuda() {
   return refs;
 }
 
-// A tensor's data address: through torch's C shim when it can read it, else Tensor.data_ptr(). Null with an
-// error set on failure (an empty tensor may be null without one).
-char* data_ptr(PyObject* t) {
-  if (const TorchShim* shim = TorchShim::get())
-    if (void* p = shim->data_ptr(t)) return static_cast<char*>(p);
-  static PyObject* name = PyUnicode_InternFromString("data_ptr");
-  PyRef p = PyRef::steal(PyObject_CallMethodNoArgs(t, name));
-  return p ? static_cast<char*>(PyLong_AsVoidPtr(p.get())) : nullptr;
-}
-
 // Bytes from an input's first element to one past its last, for its sizes and strides (elements).
 size_t span_bytes(const graph::TensorMeta& meta) {
   PyRef itemsize = PyRef::steal(PyObject_GetAttrString(meta.dtype.get(), "itemsize"));
@@ -187,7 +177,7 @@ class CudaGraphExecutable final : public Executable {
       // more than the replay saves, is decided before asking torch who holds the old memory.
       SmallBuffer<char*, 8> addresses(ninputs);
       for (size_t i = 0; i < ninputs; ++i)
-        if (!(addresses[i] = data_ptr(inputs[i])) && PyErr_Occurred()) return nullptr;
+        if (!(addresses[i] = tensor_data_ptr(inputs[i])) && PyErr_Occurred()) return nullptr;
       size_t stale = instances_.size();  // an instance whose outputs are free but whose inputs cannot be placed
       for (size_t i = 0; i < instances_.size(); ++i) {
         Instance& inst = *instances_[i];
@@ -349,7 +339,7 @@ class CudaGraphExecutable final : public Executable {
       const graph::TensorMeta& meta = input_metas_[i];
       Home home;
       home.bytes = span_bytes(meta);
-      char* p = data_ptr(inputs[i]);
+      char* p = tensor_data_ptr(inputs[i]);
       if (!p && PyErr_Occurred()) return false;
       bool own = own_home_[i];
       for (const Home& other : inst.homes) own = own || overlaps(p, home.bytes, other.address, other.bytes);
@@ -368,7 +358,7 @@ class CudaGraphExecutable final : public Executable {
         PyRef args = PyRef::steal(PyTuple_Pack(2, sizes.get(), strides.get()));
         home.tensor = PyRef::steal(PyObject_Call(T.empty_strided.get(), args.get(), kwargs.get()));
         home.own = true;
-        if (!home.tensor || !(home.address = data_ptr(home.tensor.get()))) return false;
+        if (!home.tensor || !(home.address = tensor_data_ptr(home.tensor.get()))) return false;
         cuda::ContextGuard guard(options_.device);
         if (home.bytes) cuda::copy_async(home.address, p, home.bytes, stream);
       }

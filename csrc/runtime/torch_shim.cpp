@@ -197,6 +197,14 @@ void* TorchShim::data_ptr(PyObject* tensor) const {
   return get_data_ptr_(h, &data) == 0 ? data : nullptr;
 }
 
+char* tensor_data_ptr(PyObject* tensor) {
+  if (const TorchShim* shim = TorchShim::get())
+    if (void* p = shim->data_ptr(tensor)) return static_cast<char*>(p);
+  static PyObject* name = PyUnicode_InternFromString("data_ptr");
+  PyRef p = PyRef::steal(PyObject_CallMethodNoArgs(tensor, name));
+  return p ? static_cast<char*>(PyLong_AsVoidPtr(p.get())) : nullptr;
+}
+
 int32_t TorchShim::dtype_code(PyObject* dtype) const {
   for (const auto& [obj, code] : dtype_table())
     if (obj.get() == dtype) return code;

@@ -84,4 +84,8 @@ class TorchShim {
   int32_t strided_ = -1;          // torch.strided's number
 };
 
+// A tensor's data address: through the shim where it can read it (no call into torch's Python layer), else
+// Tensor.data_ptr(). Null with a Python error set on failure; an empty tensor's may be null without one.
+char* tensor_data_ptr(PyObject* tensor);
+
 }  // namespace fastcomp::runtime

@@ -98,15 +98,28 @@ void bind_codegen(py::module_& m) {
       py::arg("spec"), py::arg("sm_count") = 132,
       "CUDA C of one kernel spec (see bind_codegen.cpp): (code, grid, block, shared_bytes).");
   m.def(
+      "vector_operands",
+      [](const py::dict& spec, int sm_count) {
+        py::list out;
+        for (const auto& v : cg::emit_cuda(parse_kernel(spec), limits_of(sm_count)).vector_operands)
+          out.append(py::make_tuple(v.operand, v.first.to_string(), v.bytes));
+        return out;
+      },
+      py::arg("spec"), py::arg("sm_count") = 132,
+      "The kernel's vector operands, whose alignment the launcher checks: [(operand, first element, bytes)].");
+  m.def(
       "emit_program",
-      [](const py::list& specs, int sm_count, int sm) {
+      [](const py::list& specs, int sm_count, int sm, const std::string& alignment) {
+        if (alignment != "vector" && alignment != "any")
+          throw py::value_error("alignment is 'vector' or 'any', not '" + alignment + "'");
         std::vector<cg::KernelSource> sources;
         for (py::handle h : specs)
           sources.push_back(cg::emit_cuda(parse_kernel(py::reinterpret_borrow<py::dict>(h)), limits_of(sm_count)));
-        return cg::emit_program(sources, {sm / 10, sm % 10});
+        return cg::emit_program(sources, {sm / 10, sm % 10},
+                                alignment == "vector" ? cg::PointerAlignment::Vector : cg::PointerAlignment::Any);
       },
-      py::arg("specs"), py::arg("sm_count") = 132, py::arg("sm") = 90,
-      "One NVRTC program text for a list of kernel specs, for arch sm_<sm>.");
+      py::arg("specs"), py::arg("sm_count") = 132, py::arg("sm") = 90, py::arg("alignment") = "vector",
+      "One NVRTC program text for a list of kernel specs, for arch sm_<sm>, for vector-aligned pointers or any.");
   m.def(
       "kernel_text", [](const py::dict& spec) { return parse_kernel(spec).to_string(); }, py::arg("spec"),
       "Kernel::to_string of a kernel spec.");

@@ -110,9 +110,6 @@ __device__ __forceinline__ void fc_store(T* p, const T (&r)[N]) {
     for (int k = 0; k < N; ++k) p[k] = r[k];
   }
 }
-__device__ __forceinline__ bool fc_aligned(const void* p, int bytes) {
-  return (reinterpret_cast<unsigned long long>(p) & (bytes - 1)) == 0;
-}
 
 // torch.maximum/minimum and relu: a NaN argument gives NaN.
 template <typename T> __device__ __forceinline__ T fc_max(T a, T b) { return (a > b || a != a) ? a : b; }
@@ -199,14 +196,12 @@ std::string stored_value(const Kernel& k, const Store& s) {
 
 std::string join(const Sizes& sizes) { return join_sizes(sizes, ", "); }
 
-std::string pointer_at(const Kernel& k, size_t o, SizeParams& params) {
-  const bool input = o < k.inputs.size();
+void add_vector_operand(KernelSource& src, const Kernel& k, size_t o, int group) {
   const Operand& op = operand(k, o);
-  std::string name = fmt::format("{}{}", input ? "in" : "out", input ? o : o - k.inputs.size());
   // An input with a range may have an offset before its tensor; its first readable element is where it starts.
   const Size first =
       op.valid.dim >= 0 ? op.storage_offset + op.valid.begin * op.strides[op.valid.dim] : op.storage_offset;
-  return first != 0 ? name + " + " + params.text(first) : name;
+  src.vector_operands.push_back({static_cast<int>(o), first, group * dtype_size(op.dtype)});
 }
 
 KernelSource source_for(const Kernel& k, int block, int64_t grid) {
@@ -241,7 +236,8 @@ KernelSource emit_cuda(const Kernel& kernel, const DeviceLimits& limits) {
   return src;
 }
 
-std::string emit_program(const std::vector<KernelSource>& kernels, const runtime::cuda::CudaArch& arch) {
+std::string emit_program(const std::vector<KernelSource>& kernels, const runtime::cuda::CudaArch& arch,
+                         PointerAlignment alignment) {
   bool fp16 = false, bf16 = false;
   for (const KernelSource& k : kernels) {
     fp16 |= k.needs_fp16;
@@ -258,6 +254,13 @@ std::string emit_program(const std::vector<KernelSource>& kernels, const runtime
   if (bf16 && !own_types) out += detail::kBfloatFromHeader;
   if (bf16) out += detail::kBfloatRound;
   out += detail::kHelpers;
+  bool vector = false;
+  for (const KernelSource& k : kernels) vector |= !k.vector_operands.empty();
+  if (vector)
+    out += alignment == PointerAlignment::Vector
+             ? "// The launcher checked that every vector operand is aligned (KernelSource::vector_operands).\n"
+               "constexpr bool kVectorAccess = true;\n"
+             : "// Pointers of any alignment: every access is scalar.\nconstexpr bool kVectorAccess = false;\n";
   for (const KernelSource& k : kernels) out += "\n" + k.code;
   return out;
 }

@@ -28,9 +28,9 @@ std::string join(const Sizes& sizes);
 std::string kernel_params(const Kernel& k);
 std::string kernel_args(const Kernel& k);
 
-// The address of operand o's first element (inputs then outputs), or of its first readable one where it has a
-// range: "in0", "out1 + 8", "out1 + p2".
-std::string pointer_at(const Kernel& k, size_t o, SizeParams& params);
+// Records that operand o (inputs then outputs) is accessed `group` elements at a time in the aligned program,
+// from its first element, or its first readable one where it has a range.
+void add_vector_operand(KernelSource& src, const Kernel& k, size_t o, int group);
 
 // Name, needs_fp16/bf16 and launch shape filled in; the caller adds the code.
 KernelSource source_for(const Kernel& k, int block, int64_t grid);

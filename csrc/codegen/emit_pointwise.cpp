@@ -156,7 +156,7 @@ std::string vector_function(const Kernel& k, const Plan& p, const std::string& i
       guard_dims[p.space.dim_of[d]] = true;
   }
   std::string body = fmt::format(
-      "template <bool kAligned>\n"
+      "template <bool kVector>\n"
       "__device__ __forceinline__ void {}_groups({}) {{\n"
       "  {}\n"
       "  const idx_t step = gridDim.x * blockDim.x;\n"
@@ -174,7 +174,7 @@ std::string vector_function(const Kernel& k, const Plan& p, const std::string& i
     const std::string at = when.empty() ? "        " : "        if " + when + " ";
     if (p.lanes[o] == Lane::Vector) {
       body += fmt::format("    {} a{}[{}][{}];\n", t, o, groups, v);
-      loads += fmt::format("{}fc_load<{}, kAligned>(in{} + {}, a{}[w]);\n", at, v, o, offset(o), o);
+      loads += fmt::format("{}fc_load<{}, kVector>(in{} + {}, a{}[w]);\n", at, v, o, offset(o), o);
     } else {
       body += fmt::format("    {} a{}[{}];\n", t, o, groups);
       loads += fmt::format("{}a{}[w] = in{}[{}];\n", at, o, o, offset(o));
@@ -190,7 +190,7 @@ std::string vector_function(const Kernel& k, const Plan& p, const std::string& i
   for (const Store& s : k.stores) body += fmt::format("          r{}[u] = {};\n", s.output, stored_value(k, s));
   body += "        }\n";
   for (const Store& s : k.stores)
-    body += fmt::format("        fc_store<{}, kAligned>(out{} + {}, r{});\n", v, s.output, offset(n_in + s.output),
+    body += fmt::format("        fc_store<{}, kVector>(out{} + {}, r{});\n", v, s.output, offset(n_in + s.output),
                         s.output);
   return body + "      }\n    }\n  }\n}\n\n";
 }
@@ -282,14 +282,9 @@ KernelSource emit_pointwise(const Kernel& k, const DeviceLimits& limits) {
   code += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}({}) {{\n  {}\n", block, k.name,
                       kernel_params(k), idx_decl);
   if (p.vec > 1) {
-    std::string aligned;
-    for (size_t o = 0; o < p.used.size(); ++o) {
-      if (!p.used[o] || p.lanes[o] != Lane::Vector) continue;
-      aligned += fmt::format("{}fc_aligned({}, {})", aligned.empty() ? "" : " && ", pointer_at(k, o, params),
-                             p.vec * dtype_size(operand(k, o).dtype));
-    }
-    code += fmt::format("  if ({})\n    {}_groups<true>({});\n  else\n    {}_groups<false>({});\n", aligned,
-                        k.name, kernel_args(k), k.name, kernel_args(k));
+    for (size_t o = 0; o < p.used.size(); ++o)
+      if (p.used[o] && p.lanes[o] == Lane::Vector) add_vector_operand(src, k, o, p.vec);
+    code += fmt::format("  {}_groups<kVectorAccess>({});\n", k.name, kernel_args(k));
   }
   const Size first_scalar = p.vec > 1 ? floordiv(p.n, p.vec) * p.vec : Size(0);
   if (first_scalar != p.n) code += scalar_loop(k, p, first_scalar);

@@ -205,7 +205,7 @@ std::string chunk_loop(const RowPlan& p, const std::string& body, const std::str
 std::string load_chunk(const Kernel& k, const RowPlan& p, size_t o, const std::string& base, const std::string& dst,
                        const std::string& indent) {
   const std::string at = base == "0" ? "" : base + " + ";  // a hoisted input of storage offset 0
-  if (p.vector_ok[o]) return fmt::format("{}fc_load<{}, kAligned>(in{} + {}j, {});\n", indent, p.vec, o, at, dst);
+  if (p.vector_ok[o]) return fmt::format("{}fc_load<{}, kVector>(in{} + {}j, {});\n", indent, p.vec, o, at, dst);
   const Size& rs = p.row_stride[o];
   return fmt::format("{}for (int u = 0; u < {}; ++u) {}[u] = in{}[{}(j + u){}];\n", indent, p.vec, dst, o, at,
                      rs == 1 ? "" : " * " + p.params->text(rs));
@@ -249,7 +249,7 @@ std::string pass_text(const Kernel& k, const RowPlan& p, const std::vector<int>&
   body += per_element + in + "}\n";
   const size_t n_in = k.inputs.size();
   for (int out : vector_outputs)
-    body += fmt::format("{}fc_store<{}, kAligned>(out{} + b{} + j, z{});\n", in, p.vec, out, n_in + out, out);
+    body += fmt::format("{}fc_store<{}, kVector>(out{} + b{} + j, z{});\n", in, p.vec, out, n_in + out, out);
   return chunk_loop(p, body, "    ", uses_j);
 }
 
@@ -257,7 +257,7 @@ std::string rows_function(const Kernel& k, const RowPlan& p, const std::string& 
   const size_t n_in = k.inputs.size(), n_ops = n_in + k.outputs.size();
   const int warps = p.threads / 32;
   const auto& passes = p.pass_exprs;
-  std::string f = fmt::format("template <bool kAligned>\n__device__ __forceinline__ void {}_rows({}) {{\n  {}\n",
+  std::string f = fmt::format("template <bool kVector>\n__device__ __forceinline__ void {}_rows({}) {{\n  {}\n",
                               k.name, kernel_params(k), idx_decl);
   for (size_t i = 0; i < k.exprs.size(); ++i)
     if (p.live[i] && is_reduce(k.exprs[i].op) && warps > 1)
@@ -424,18 +424,12 @@ KernelSource emit_row_reduce(const Kernel& k, const DeviceLimits& limits) {
   code += rows_function(k, p, idx_decl);
   code += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}({}) {{\n", p.block, k.name,
                       kernel_params(k));
-  std::string aligned;
   for (size_t o = 0; o < strides.size(); ++o) {
     const bool per_element = o < k.inputs.size() ? p.residence[o] != Residence::Unused : p.row_stride[o] != 0;
-    if (!p.touched[o] || !per_element || !p.vector_ok[o] || p.vec == 1) continue;
-    aligned += fmt::format("{}fc_aligned({}, {})", aligned.empty() ? "" : " && ", pointer_at(k, o, params),
-                           p.vec * dtype_size(operand(k, o).dtype));
+    if (p.touched[o] && per_element && p.vector_ok[o] && p.vec > 1) add_vector_operand(src, k, o, p.vec);
   }
-  if (aligned.empty())
-    code += fmt::format("  {}_rows<false>({});\n", k.name, kernel_args(k));
-  else
-    code += fmt::format("  if ({})\n    {}_rows<true>({});\n  else\n    {}_rows<false>({});\n", aligned, k.name,
-                        kernel_args(k), k.name, kernel_args(k));
+  code += fmt::format("  {}_rows<{}>({});\n", k.name, src.vector_operands.empty() ? "false" : "kVectorAccess",
+                      kernel_args(k));
   code += "}\n";
   src.size_params = params.exprs();
   return src;

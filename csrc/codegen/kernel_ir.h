@@ -97,8 +97,10 @@ struct Kernel {
 
 // What emit_cuda produces for a kernel: source plus what the runtime needs to launch it. The kernel takes one
 // pointer per input then per output: each operand's storage base (`storage_offset` is applied inside), then one
-// int64_t per entry of `size_params`. It checks pointer alignment itself, so any base works; 16-byte aligned
-// ones take the vector path. Index arithmetic is 32-bit when every index, loop bound and element offset of the
+// int64_t per entry of `size_params`. Operands in `vector_operands` are read and written with vector accesses in a
+// program emitted for aligned pointers (PointerAlignment::Vector), which the executable launches only when each
+// of their first elements is aligned as listed; otherwise it launches the kernel of the same name from a program
+// emitted for any alignment, whose accesses are scalar. Index arithmetic is 32-bit when every index, loop bound and element offset of the
 // kernel fits in int32, else 64-bit (always, when the kernel has size parameters); `code`'s first line (a comment
 // describing the kernel's shape) says which.
 struct KernelSource {
@@ -116,6 +118,22 @@ struct KernelSource {
   // When set, the grid is computed per call: clamp(ceil(grid_items / items_per_block), 1, grid).
   graph::Sym grid_items;
   int64_t items_per_block = 1;
+  // Operands accessed `bytes` at a time in the aligned program: operand `operand` (inputs then outputs) at element
+  // `first` of its kernel argument (the first it may touch) must be `bytes`-aligned for that program to run.
+  struct VectorOperand {
+    int operand = -1;
+    Size first = 0;
+    int bytes = 16;
+  };
+  std::vector<VectorOperand> vector_operands;
+};
+
+// What a program may assume of its kernels' vector operands (KernelSource::vector_operands). A kernel is compiled
+// with one kind of access only: two instantiations of its element loop (vector and scalar) in one program would
+// cost NVRTC 30-50% more time, for a case the caching allocator makes rare (a view that starts mid-vector).
+enum class PointerAlignment : uint8_t {
+  Vector,  // every vector operand is aligned: 16-byte loads and stores
+  Any,     // no assumption: the same kernels with scalar accesses
 };
 
 // The GPU code is generated for: its arch (which decides the program's prelude) and the sizes launches are fitted
@@ -131,8 +149,10 @@ struct DeviceLimits {
  *  Throws std::invalid_argument when the kernel breaks the rules above (bad indices, types or strides). */
 KernelSource emit_cuda(const Kernel& kernel, const DeviceLimits& limits);
 
-/** One NVRTC program for all kernels of a graph, compiled for `arch`: the common prelude once, then every kernel. */
-std::string emit_program(const std::vector<KernelSource>& kernels, const runtime::cuda::CudaArch& arch);
+/** One NVRTC program for all kernels of a graph, compiled for `arch`: the common prelude once, then every kernel,
+ *  with vector or scalar accesses as `alignment` says. */
+std::string emit_program(const std::vector<KernelSource>& kernels, const runtime::cuda::CudaArch& arch,
+                         PointerAlignment alignment = PointerAlignment::Vector);
 
 /** Kernels whose code is the same but for their name (the layers of a model, each its own fused kernel of the
  *  same shapes) are compiled once: each later one keeps its launch shape but takes the first one's name (the

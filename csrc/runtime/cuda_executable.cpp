@@ -107,9 +107,17 @@ class CudaExecutable final : public Executable {
     if (!source.program.empty()) {
       module_ = std::make_unique<cuda::LoadedModule>(*binary, device);
       cuda::ContextGuard guard(device);
-      for (const codegen::KernelSource& k : source.kernels) {
+      for (size_t i = 0; i < source.kernels.size(); ++i) {
+        const codegen::KernelSource& k = source.kernels[i];
         Launch l;
+        l.name = k.name;
         l.function = module_->get_function(k.name);
+        for (const codegen::KernelSource::VectorOperand& v : k.vector_operands) {
+          const codegen::Kernel& kernel = program_.kernels[i];
+          const size_t n_in = kernel.inputs.size();
+          const codegen::Operand& op = v.operand < int(n_in) ? kernel.inputs[v.operand] : kernel.outputs[v.operand - n_in];
+          l.vector_operands.push_back({v.operand, slots_.add(v.first), codegen::dtype_size(op.dtype), v.bytes});
+        }
         l.grid = {static_cast<unsigned>(k.grid), 1, 1};
         l.block = {static_cast<unsigned>(k.block), 1, 1};
         l.shared = static_cast<unsigned>(k.shared_bytes);
@@ -244,13 +252,21 @@ class CudaExecutable final : public Executable {
             const Launch& l = launches_[k.kernel];
             // Size parameters are never constants: each points at its slot's value for this call.
             for (const SizeSlots::Ref& r : l.size_params) params.push_back(&values[r.slot]);
+            cuda::CUfunction function = l.function;
+            for (const VectorOperand& v : l.vector_operands) {
+              const auto first = reinterpret_cast<uintptr_t>(*static_cast<char**>(params[v.param])) +
+                                 SizeSlots::get(v.first, values) * v.element_bytes;
+              if (first % v.bytes == 0) continue;
+              function = any_alignment_function(k.kernel);
+              break;
+            }
             cuda::Dim3 grid = l.grid;
             if (l.grid_items.slot >= 0) {
               const int64_t items = values[l.grid_items.slot];
               const int64_t blocks = (items + l.items_per_block - 1) / l.items_per_block;
               grid.x = static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, l.grid.x));
             }
-            cuda::launch(l.function, grid, l.block, l.shared, stream, params.data());
+            cuda::launch(function, grid, l.block, l.shared, stream, params.data());
             break;
           }
           case Step::Kind::Matmul: {
@@ -280,8 +296,19 @@ class CudaExecutable final : public Executable {
   }
 
  private:
+  // An operand the kernel accesses `bytes` at a time (codegen::KernelSource::vector_operands): kernel parameter
+  // `param`'s pointer plus `first` elements must be aligned to `bytes`.
+  struct VectorOperand {
+    int param = 0;
+    SizeSlots::Ref first;
+    int element_bytes = 4;
+    int bytes = 16;
+  };
   struct Launch {
-    cuda::CUfunction function = nullptr;
+    std::string name;
+    cuda::CUfunction function = nullptr;  // from the program for aligned vector operands
+    std::vector<VectorOperand> vector_operands;
+    cuda::CUfunction any_alignment_function = nullptr;  // loaded on first need
     cuda::Dim3 grid, block;  // with grid_items: grid.x is the most blocks a call launches
     unsigned shared = 0;
     std::vector<SizeSlots::Ref> size_params;
@@ -310,6 +337,24 @@ class CudaExecutable final : public Executable {
       return d;
     }
   };
+
+  // Kernel `kernel` from the program for pointers of any alignment, compiled (through the kernel cache) and
+  // loaded the first time a launch needs it: a view that starts mid-vector, e.g. x[1:] of a float tensor.
+  // Holds the GIL while NVRTC runs (once per executable, ~50-200 ms) so no other call can enter half-loaded.
+  cuda::CUfunction any_alignment_function(int kernel) {
+    if (!any_alignment_module_) {
+      const auto start = std::chrono::steady_clock::now();
+      const CudaSource source = emit_plan(program_, device_limits(program_.device), codegen::PointerAlignment::Any);
+      any_alignment_module_ = std::make_unique<cuda::LoadedModule>(*compile_plan(program_, source), program_.device);
+      FC_LOG(perf_hints, info, "fastcomp: a kernel got a pointer that is not aligned for its vector accesses (a "
+             "view starting mid-vector?); compiled the graph's kernels with scalar accesses for such calls in "
+             "{:.0f} ms. Calls with aligned inputs keep the vector kernels.",
+             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    }
+    Launch& l = launches_[kernel];
+    if (!l.any_alignment_function) l.any_alignment_function = any_alignment_module_->get_function(l.name);
+    return l.any_alignment_function;
+  }
 
   const cuda::MatmulPlan& matmul_plan(int step, const std::vector<int64_t>& values) {
     Matmul& mm = matmuls_[step];
@@ -478,6 +523,7 @@ class CudaExecutable final : public Executable {
   graph::Graph graph_;
   plan::Program program_;
   std::unique_ptr<cuda::LoadedModule> module_;
+  std::unique_ptr<cuda::LoadedModule> any_alignment_module_;  // see any_alignment_function
   SizeSlots slots_;               // dynamic shapes: every symbolic size the plan needs
   std::vector<Launch> launches_;  // per program kernel
   std::vector<Matmul> matmuls_;   // per matmul step
@@ -505,11 +551,12 @@ codegen::DeviceLimits device_limits(int device) {
   return limits;
 }
 
-CudaSource emit_plan(const plan::Program& program, const codegen::DeviceLimits& limits) {
+CudaSource emit_plan(const plan::Program& program, const codegen::DeviceLimits& limits,
+                     codegen::PointerAlignment alignment) {
   CudaSource out;
   for (const codegen::Kernel& k : program.kernels) out.kernels.push_back(codegen::emit_cuda(k, limits));
   codegen::share_identical_kernels(out.kernels);
-  if (!out.kernels.empty()) out.program = codegen::emit_program(out.kernels, limits.arch);
+  if (!out.kernels.empty()) out.program = codegen::emit_program(out.kernels, limits.arch, alignment);
   return out;
 }
 

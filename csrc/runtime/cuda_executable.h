@@ -16,8 +16,11 @@ struct CudaSource {
   std::vector<codegen::KernelSource> kernels;  // one per plan::Program::kernels, same order
   std::string program;                         // emit_program(kernels); empty when the plan has no kernels
 };
-/** Emits the plan's kernels. Throws std::invalid_argument if a kernel breaks codegen's rules (a lowering bug). */
-CudaSource emit_plan(const plan::Program& program, const codegen::DeviceLimits& limits);
+/** Emits the plan's kernels: the program for aligned vector operands unless `alignment` says otherwise (the
+ *  executable compiles the other on the first launch that needs it). Throws std::invalid_argument if a kernel
+ *  breaks codegen's rules (a lowering bug). */
+CudaSource emit_plan(const plan::Program& program, const codegen::DeviceLimits& limits,
+                     codegen::PointerAlignment alignment = codegen::PointerAlignment::Vector);
 
 // Codegen limits of CUDA device `device`, from the driver. Throws CudaError / CudaLibraryError.
 codegen::DeviceLimits device_limits(int device);

@@ -105,3 +105,35 @@ def test_background_compile_answers_through_torch_then_switches_to_kernels():
         for _ in range(3):
             x = torch.randn(3, 77, device="cuda")
             torch.testing.assert_close(compiled(x), f(x), rtol=1e-5, atol=1e-6)
+
+
+def test_a_view_starting_mid_vector_runs_the_kernels_compiled_for_any_alignment(caplog):
+    """The program holds each kernel once, with 16-byte accesses; a call whose pointer is not aligned for them
+    (here a view one float into its storage) launches the same kernels from a second program with scalar
+    accesses, compiled on first need; aligned calls keep the vector kernels."""
+    import logging
+
+    def f(x):
+        return torch.softmax(x, -1) * 2.0 + torch.exp(x)  # a row kernel and a pointwise kernel
+
+    compiled = fastcomp.compile(f)
+    caplog.set_level(logging.DEBUG, logger="fastcomp")
+    fastcomp.set_logs(perf_hints=True)
+    try:
+        with torch.no_grad(), CompileCounter() as cc:
+            aligned = torch.randn(64, 96, device="cuda")
+            assert_same(compiled(aligned), f(aligned), rtol=1e-5, atol=1e-5)
+            hints = [r.getMessage() for r in caplog.records if r.name == "fastcomp.perf_hints"]
+            assert not any("not aligned" in h for h in hints)
+            for _ in range(2):
+                storage = torch.randn(64 * 96 + 1, device="cuda")
+                shifted = storage[1:].view(64, 96)  # same sizes and strides: the guards pass
+                assert shifted.data_ptr() % 16 == 4
+                assert_same(compiled(shifted), f(shifted), rtol=1e-5, atol=1e-5)
+                aligned = torch.randn(64, 96, device="cuda")
+                assert_same(compiled(aligned), f(aligned), rtol=1e-5, atol=1e-5)
+        assert cc.graph_count == 1
+        hints = [r.getMessage() for r in caplog.records if r.name == "fastcomp.perf_hints"]
+        assert sum("not aligned for its vector accesses" in h for h in hints) == 1, hints
+    finally:
+        fastcomp.set_logs()

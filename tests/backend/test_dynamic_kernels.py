@@ -93,7 +93,7 @@ def test_static_dims_stay_constants_and_symbolic_ones_become_parameters(rehearse
     assert "row < p0" in src
     # The row of 48 is static: 16-byte loads of 4 columns at constant steps, no parameter but the row count.
     assert "p1" not in src
-    assert "rows of 48" in src and "fc_load<4, kAligned>" in src
+    assert "rows of 48" in src and "fc_load<4, kVector>" in src
 
 
 def test_symbolic_row_length_softmax_streams_with_the_length_as_a_parameter(rehearse):

@@ -57,6 +57,16 @@ def random_inputs(spec, seed=0, nonnegative=()):
     return storages
 
 
+def alignment_for(spec, storages):
+    """The program the executable would launch for these storages: 'vector' when every vector operand's first
+    element is aligned for its accesses, else 'any' (CudaExecutable::run's check)."""
+    for operand, first, nbytes in T.vector_operands(spec):
+        t = storages[operand]
+        if (t.data_ptr() + int(first) * t.element_size()) % nbytes:
+            return "any"
+    return "vector"
+
+
 def launch(spec, inputs):
     """Runs the emitted kernel on `inputs` (storages); returns one storage per output."""
     import cupy  # installed on the GPU machines (KINDS.md); imported here so CPU runs never need it
@@ -64,10 +74,10 @@ def launch(spec, inputs):
     nvrtc, why = nvrtc_ctypes.find()
     assert nvrtc, why
     code, grid, block, shared = T.emit_kernel(spec)
-    ok, log, ptx = nvrtc.compile(T.emit_program([spec]))
-    assert ok, log
     outputs = [torch.zeros(storage_elements(spec["shape"], o["strides"], o["offset"]), device="cuda",
                            dtype=TORCH_DTYPES[o["dtype"]]) for o in spec["outputs"]]
+    ok, log, ptx = nvrtc.compile(T.emit_program([spec], alignment=alignment_for(spec, inputs + outputs)))
+    assert ok, log
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "kernel.ptx")
         with open(path, "w") as f:

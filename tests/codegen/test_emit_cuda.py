@@ -22,10 +22,12 @@ def nvrtc():
 
 
 def compile_ptx(nvrtc, specs):
-    """PTX of one program holding `specs`; fails with NVRTC's log on an error or any warning."""
-    ok, log, ptx = nvrtc.compile(T.emit_program(specs))
-    assert ok, f"NVRTC failed:\n{log}"
-    assert "warning" not in log, f"NVRTC warned:\n{log}"
+    """PTX of one program holding `specs` (for aligned pointers); fails with NVRTC's log on an error or any warning.
+    The program for pointers of any alignment must compile too."""
+    for alignment in ("any", "vector"):
+        ok, log, ptx = nvrtc.compile(T.emit_program(specs, alignment=alignment))
+        assert ok, f"NVRTC failed ({alignment} alignment):\n{log}"
+        assert "warning" not in log, f"NVRTC warned ({alignment} alignment):\n{log}"
     return ptx
 
 
@@ -85,18 +87,19 @@ def test_broadcast_bias_collapses_and_vectorizes():
     assert ("pointwise over [16384, 512] (iteration space [32, 512, 512]), groups of 4 elements, 2 per thread and "
             "step") in code
     assert "const idx_t c1 = i % 512;" in code               # the bias's offset: one modulo, no division chain
-    assert "fc_load<4, kAligned>(in0 + i, a0[w]);" in code    # the contiguous input uses the linear index
-    assert "fc_load<4, kAligned>(in1 + c1, a1[w]);" in code
-    assert "fc_store<4, kAligned>(out0 + i, r0);" in code
+    assert "fc_load<4, kVector>(in0 + i, a0[w]);" in code    # the contiguous input uses the linear index
+    assert "fc_load<4, kVector>(in1 + c1, a1[w]);" in code
+    assert "fc_store<4, kVector>(out0 + i, r0);" in code
     assert code.index("a1[w]);") < code.index("r0[u] =")      # both groups' loads come before any compute
-    assert "if (fc_aligned(in0, 16) && fc_aligned(in1, 16) && fc_aligned(out0, 16))" in code
-    assert "bias_add_groups<false>" in code                   # the same loop with scalar accesses when unaligned
+    # one instantiation of the loop; the launcher checks the three pointers and picks the program
+    assert "  bias_add_groups<kVectorAccess>(in0, in1, out0);" in code and "<false>" not in code
+    assert T.vector_operands(S.bias_add()) == [(0, "0", 16), (1, "0", 16), (2, "0", 16)]
     assert (grid, block, shared) == (8 * 1024 * 1024 // 4 // 512, 256, 0)
 
 
 def test_vector_width_is_16_bytes_of_the_widest_dtype():
     assert "groups of 8 elements" in emit(S.unary("exp", "f16", shape=(4096,)))[0]
-    assert "fc_load<8, kAligned>" in emit(S.unary("exp", "bf16", shape=(4096,)))[0]
+    assert "fc_load<8, kVector>" in emit(S.unary("exp", "bf16", shape=(4096,)))[0]
     assert "groups of 2 elements" in emit(S.unary("exp", "f64", shape=(4096,)))[0]
     assert "groups of 4 elements" in emit(S.cast("f16", "f32", shape=(4096,)))[0]  # f32 output decides
     assert "groups of 16 elements" in emit(S.cast("u8", "bool", shape=(4096,)))[0]
@@ -217,6 +220,21 @@ def test_program_declares_half_types_only_when_used():
     assert "#include" not in both and both.index("fc_round_f16") < both.index("layer_norm_rows")
 
 
+def test_one_program_has_one_kind_of_access_and_the_launcher_picks_the_program(nvrtc):
+    specs = [S.bias_add(), S.w8_rmsnorm()]
+    vector, scalar = T.emit_program(specs), T.emit_program(specs, alignment="any")
+    assert "constexpr bool kVectorAccess = true;" in vector and "constexpr bool kVectorAccess = false;" in scalar
+    assert vector.replace("true;", "false;") != scalar  # only the constant and its comment differ
+    assert vector.count("_groups<kVectorAccess>(") == 1 and vector.count("_rows<kVectorAccess>(") == 1
+    with pytest.raises(ValueError, match="alignment is 'vector' or 'any', not 'aligned'"):
+        T.emit_program(specs, alignment="aligned")
+    # the scalar program really has no vector access: its PTX loads one element at a time
+    ok, log, ptx = nvrtc.compile(scalar)
+    assert ok, log
+    assert "ld.global.v4" not in ptx and "ld.global.nc.v4" not in ptx
+    assert "ld.global.nc.v4" in compile_ptx(nvrtc, specs) or "ld.global.v4" in compile_ptx(nvrtc, specs)
+
+
 def half_specs():
     casts = [("f32", "f16"), ("f32", "bf16"), ("f16", "f32"), ("bf16", "f32"), ("f16", "bf16"), ("bf16", "f16"),
              ("f64", "bf16"), ("bf16", "f64"), ("i64", "f16"), ("bf16", "i32")]
@@ -330,7 +348,7 @@ def test_row_reduce_keeps_reused_inputs_and_row_invariant_weights_in_registers()
     code, *_ = emit(S.w8_rmsnorm())
     rows_at = code.index("for (idx_t row")
     assert "fc_bf16 x0[2][8];" in code[rows_at:]          # x: once per row, read by 2 passes
-    assert code.count("fc_load<8, kAligned>(in0") == 1
+    assert code.count("fc_load<8, kVector>(in0") == 1
     assert "fc_bf16 y1[8];" in code                       # the weight: in the one pass that reads it
     code, *_ = emit(S.layer_norm())                       # warp mode: each warp sees many rows
     rows_at = code.index("for (idx_t row")
@@ -342,7 +360,7 @@ def test_row_reduce_reads_strided_rows_with_scalar_loads():
     s.per_row_output(s.op("reduce_sum", "f32", s.load(s.input("f32", [1, 64]))))
     code, *_ = emit(s.spec)
     assert "x0[s][u] = in0[b0 + (j + u) * 64];" in code or "y0[u] = in0[b0 + (j + u) * 64];" in code
-    assert "fc_aligned" not in code
+    assert "col_sum_rows<false>" in code and T.vector_operands(s.spec) == []
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -362,12 +380,13 @@ def test_cat_pieces_read_in_their_range_with_whole_groups():
     code, *_ = emit(S.w9_rope(rows=32, d=1024))
     assert "groups of 8 elements" in code and "pointwise over [32, 1024]" in code
     # each half of x is loaded only by the groups inside its range, from where it starts
-    assert "if (c1 < 512) fc_load<8, kAligned>(in3 + i + 512, a3[w]);" in code
-    assert "if (c1 >= 512) fc_load<8, kAligned>(in4 + i - 512, a4[w]);" in code
+    assert "if (c1 < 512) fc_load<8, kVector>(in3 + i + 512, a3[w]);" in code
+    assert "if (c1 >= 512) fc_load<8, kVector>(in4 + i - 512, a4[w]);" in code
     assert "const float e6 = (c1 < 512) ? fc_bf16_to_float(a3[w][u]) : 0.0f;" in code
     assert "const bool e10 = (c1 < 512);" in code
     # the alignment test looks at each piece's first readable element, not at its (negative) offset
-    assert "fc_aligned(in3 + 512, 16)" in code and "fc_aligned(in4, 16)" in code
+    ops = dict((o, (first, nbytes)) for o, first, nbytes in T.vector_operands(S.w9_rope(rows=32, d=1024)))
+    assert ops[3] == ("512", 16) and ops[4] == ("0", 16)
 
 
 def test_a_range_dimension_is_not_merged_with_its_neighbours():
@@ -379,7 +398,7 @@ def test_a_range_dimension_is_not_merged_with_its_neighbours():
     assert "pointwise over [512]" in emit(spec(None))[0]
     code, *_ = emit(spec((1, 0, 4)))
     assert "pointwise over [4, 8, 16]" in code and "const idx_t c1 = (i / 16) % 8;" in code
-    assert "if (c1 < 4) fc_load<4, kAligned>(in0 + i, a0[w]);" in code
+    assert "if (c1 < 4) fc_load<4, kVector>(in0 + i, a0[w]);" in code
     assert "pointwise over [4, 128]" in emit(spec((0, 0, 2)))[0]  # the outermost has one neighbour
     assert "pointwise over [512]" in emit(spec((1, 0, 8)))[0]     # a range over a whole dimension is none
 
@@ -411,7 +430,7 @@ def test_a_one_dimensional_cat_vectorizes_with_a_scalar_tail():
     b = s.load(s.input("f32", offset=-512, valid=(0, 512, 1030)))
     s.pointwise_output(s.op("where", "f32", s.in_range(0, 0, 512), a, b))
     code, *_ = emit(s.spec)
-    assert "groups of 4 elements" in code and "if (c0 >= 512) fc_load<4, kAligned>(in1 + i - 512, a1[w]);" in code
+    assert "groups of 4 elements" in code and "if (c0 >= 512) fc_load<4, kVector>(in1 + i - 512, a1[w]);" in code
     assert "for (idx_t i = 1028 + blockIdx.x" in code
 
 

@@ -125,6 +125,21 @@ std::shared_ptr<const std::string> KernelCache::find(std::span<const std::string
   return lookup(encode_key(key_parts), &file);
 }
 
+void KernelCache::store(std::span<const std::string_view> key_parts, std::string value) {
+  const std::string key = encode_key(key_parts);
+  fs::path file;
+  {
+    std::lock_guard lock(mutex_);
+    if (!directory_.empty()) file = directory_ / "kernels" / (hex(fnv1a(key)) + ".bin");
+  }
+  if (!file.empty()) {
+    const std::string error = write_entry(file, key, value);
+    if (!error.empty()) FC_LOG(compile, debug, "kernel cache: {}; kept in memory only", error);
+  }
+  std::lock_guard lock(mutex_);
+  memory_.insert_or_assign(key, std::make_shared<const std::string>(std::move(value)));
+}
+
 std::shared_ptr<const std::string> KernelCache::get_or_compile(std::span<const std::string_view> key_parts,
                                                                const std::function<std::string()>& compile) {
   std::string key = encode_key(key_parts);

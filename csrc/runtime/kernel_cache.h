@@ -1,5 +1,5 @@
 // Compiled kernel binaries, cached in memory and on disk so that a second run of a program skips NVRTC
-// (~50 ms per program) and only loads the cubin (~0.1 ms).
+// (~50 ms per program) and only loads the cubin (~0.1 ms); also the picks of cuBLASLt tuning (cublaslt.h).
 //
 // An entry is found by its key: a list of parts (source, NVRTC version, options, ...) that together cover every
 // fact that can change the binary. On disk each entry is one file, <dir>/kernels/<16 hex digits>.bin, named by
@@ -43,6 +43,10 @@ class KernelCache {
 
   // The binary for `key_parts` from memory or disk, or null: never compiles (counts hits, not misses).
   std::shared_ptr<const std::string> find(std::span<const std::string_view> key_parts);
+
+  // Keeps `value` for `key_parts` in memory and on disk, replacing any entry: for results found by other means
+  // than a compile (cuBLASLt's tuned algorithm picks). Counts nothing; a failed write keeps it in memory only.
+  void store(std::span<const std::string_view> key_parts, std::string value);
 
   KernelCacheStats stats() const;
   std::filesystem::path directory() const;

@@ -740,6 +740,34 @@ def test_tuning_keeps_the_result_and_says_what_it_chose(torch_cuda):
 
 
 @pytest.mark.gpu
+def test_a_tuned_pick_is_kept_on_disk_for_the_next_process(tmp_path):
+    """The kernel cache keeps the pick: a new process plans the same product as tuned and does not time it again
+    (a warm start would otherwise pay ~10 ms of GPU time and the candidates' module loads per product)."""
+    code = """
+        import torch, fastcomp
+        from fastcomp._C import _testing as T
+        from tests.runtime.test_cublaslt import WORKSPACE_BYTES, cublaslt_matmul, desc_of, new_output, tuning_case
+        a, b, bias = tuning_case(torch, 23, n=536)
+        with fastcomp.config.patch(matmul_tuning=True):
+            plan = T.MatmulPlan(0, WORKSPACE_BYTES, **desc_of(a, b, new_output(torch, a, b, a.dtype), epilogue="bias"))
+            print(plan.tuning)
+            d = cublaslt_matmul(a, b, bias=bias, plan=plan)
+            torch.cuda.synchronize()
+            print(plan.tuning)
+            print(float((d - (a @ b + bias)).abs().max()))
+    """
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {"FASTCOMP_CACHE_DIR": str(tmp_path), "PYTHONPATH": os.pathsep.join([PACKAGE_ROOT, root])}
+    first = run_python(code, **env).splitlines()
+    assert first[0] == "not tuned yet" and first[1].startswith("tuned: "), first
+    second = run_python(code, **env).splitlines()
+    assert second[0] == second[1] == "tuned in an earlier process (kernel cache)", second
+    assert float(second[2]) < 1e-2
+    # another GPU model or cuBLASLt release has another key; a file from elsewhere is never read as a pick
+    assert len(list((tmp_path / "kernels").glob("*.bin"))) == 1
+
+
+@pytest.mark.gpu
 def test_tuning_can_be_turned_off(torch_cuda):
     import fastcomp
 

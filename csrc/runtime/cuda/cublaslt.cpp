@@ -9,8 +9,10 @@
 #include <map>
 #include <stdexcept>
 
+#include "runtime/cuda/arch.h"
 #include "runtime/cuda/driver.h"
 #include "runtime/cuda/module.h"
+#include "runtime/kernel_cache.h"
 #include "support/config.h"
 #include "support/log.h"
 
@@ -40,6 +42,26 @@ std::map<std::string, cublasLtMatmulAlgo_t>& tuned_algos() {
 }
 std::string tuning_key(const MatmulDesc& desc, int device, size_t workspace_bytes) {
   return fmt::format("{} device={} workspace={}", desc.to_string(), device, workspace_bytes);
+}
+
+// The kernel cache's key of a tuned pick on disk: what the pick depends on, the device's model rather than its
+// ordinal. An H100 and an H200 (both sm_90 with 132 SMs) share picks; either is among the other's candidates
+// or it is not used.
+std::array<std::string, 3> disk_key(const MatmulDesc& desc, int device, size_t workspace_bytes) {
+  const DeviceInfo& info = device_info(device);
+  return {"cuBLASLt algorithm pick", fmt::format("{} workspace={}", desc.to_string(), workspace_bytes),
+          fmt::format("sm_{}{} sms={} cublasLt={}", info.arch.major, info.arch.minor, info.sm_count,
+                      cublaslt_version())};
+}
+std::shared_ptr<const std::string> find_pick_on_disk(const MatmulDesc& desc, int device, size_t workspace_bytes) {
+  const std::array<std::string, 3> key = disk_key(desc, device, workspace_bytes);
+  const std::array<std::string_view, 3> parts{key[0], key[1], key[2]};
+  return kernel_cache().find(parts);
+}
+void store_pick_on_disk(const MatmulDesc& desc, int device, size_t workspace_bytes, const cublasLtMatmulAlgo_t& algo) {
+  const std::array<std::string, 3> key = disk_key(desc, device, workspace_bytes);
+  const std::array<std::string_view, 3> parts{key[0], key[1], key[2]};
+  kernel_cache().store(parts, std::string(reinterpret_cast<const char*>(&algo), sizeof algo));
 }
 
 // Two events for timing on a stream, destroyed with it.
@@ -330,11 +352,24 @@ MatmulPlan::MatmulPlan(const MatmulDesc& desc, int device, size_t workspace_byte
   candidates_ = choose_algos(kPlannedAlignment, kTuningCandidates);
   aligned_ = candidates_.front();
   if (candidates_.size() == 1) tuned_ = true, tuning_ = "one candidate";
-  std::lock_guard lock(tuned_mutex);
-  if (auto it = tuned_algos().find(tuning_key(desc_, device_, workspace_bytes_)); it != tuned_algos().end()) {
+  if (tuned_) return;
+  auto use = [&](const cublasLtMatmulAlgo_t& pick, const char* when) {
     for (const Algo& candidate : candidates_)
-      if (std::memcmp(&candidate.algo, &it->second, sizeof(it->second)) == 0) aligned_ = candidate;
-    tuned_ = true, tuning_ = "tuned earlier in this process";
+      if (std::memcmp(&candidate.algo, &pick, sizeof pick) == 0) {
+        aligned_ = candidate, tuned_ = true, tuning_ = when;
+        return true;
+      }
+    return false;
+  };
+  std::lock_guard lock(tuned_mutex);
+  const std::string key = tuning_key(desc_, device_, workspace_bytes_);
+  if (auto it = tuned_algos().find(key); it != tuned_algos().end()) {
+    use(it->second, "tuned earlier in this process");
+    tuned_ = true;  // the pick may not be a candidate now (another alignment): not timed again either way
+  } else if (auto bytes = find_pick_on_disk(desc_, device_, workspace_bytes_);
+             bytes && bytes->size() == sizeof(cublasLtMatmulAlgo_t)) {
+    const auto& pick = *reinterpret_cast<const cublasLtMatmulAlgo_t*>(bytes->data());
+    if (use(pick, "tuned in an earlier process (kernel cache)")) tuned_algos()[key] = pick;
   }
 } catch (const CublasError& e) {
   throw with_matmul(e, desc);
@@ -409,8 +444,11 @@ void MatmulPlan::tune(const void* a, const void* b, const void* c, void* d, void
   tuning_ = best == 0 ? fmt::format("tuned: the heuristic's favourite of {} candidates, {:.1f} us", n, ms[0] * 1e3)
                       : fmt::format("tuned: candidate {} of {}, {:.1f} us vs the heuristic's favourite at {:.1f} us",
                                     best + 1, n, ms[best] * 1e3, ms[0] * 1e3);
-  std::lock_guard lock(tuned_mutex);
-  tuned_algos()[tuning_key(desc_, device_, workspace_bytes_)] = aligned_.algo;
+  {
+    std::lock_guard lock(tuned_mutex);
+    tuned_algos()[tuning_key(desc_, device_, workspace_bytes_)] = aligned_.algo;
+  }
+  store_pick_on_disk(desc_, device_, workspace_bytes_, aligned_.algo);
 }
 
 void MatmulPlan::run(const void* a, const void* b, const void* c, void* d, const void* bias, void* workspace,

@@ -6,7 +6,12 @@ With --cpu (no GPU needed) each workload runs in a fresh process with the CUDA b
 lowered and emitted as for an H100/H200, full size, the workload's dtype) and the line splits what the GPU's
 cold start does: trace (fastcomp's compile record less the rehearsal's own NVRTC work), loading NVRTC, and
 compiling the graph's program to an sm_90 cubin, as the background thread does (timed as the second compile of
-the process, which skips NVRTC's first-use setup of a few ms)."""
+the process, which skips NVRTC's first-use setup of a few ms).
+
+With --warm (GPU) each workload runs in two fresh processes sharing one kernel-cache folder, as the benchmark's
+cold and warm starts do, and each prints its import time, its first call (compile() + trace + loading the cached
+kernels + planning cuBLASLt + the call, for the warm one) and the `compile` log's executable line.
+"""
 import json
 import logging
 import os
@@ -66,6 +71,42 @@ def gpu(wids):
         fastcomp.reset()
 
 
+def warm_one(wid):
+    """One start of `wid` in this process (the caller sets FASTCOMP_CACHE_DIR); prints what it cost."""
+    start = time.perf_counter()
+    import torch
+
+    import fastcomp
+    from benchmarks.workloads import WORKLOADS
+
+    imported = time.perf_counter() - start
+    lines = log_lines()
+    model, make_inputs = WORKLOADS[wid].make("cuda", 1.0)
+    args = make_inputs()
+    with torch.no_grad():
+        model(*args)  # torch's own first-use costs (cuBLAS handles, allocator) are not fastcomp's
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        fastcomp.compile(model)(*args)
+        torch.cuda.synchronize()
+        first = time.perf_counter() - start
+    load = [line for line in lines if line.startswith("cuda executable")]
+    print(f"  import {imported * 1e3:.0f} ms, first call {first * 1e3:.1f} ms; {load[0] if load else 'not loaded'}")
+    for line in lines:
+        if line.startswith(("cuBLASLt", "nvrtc")):
+            print("    " + line)
+
+
+def warm(wids):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]),
+               FASTCOMP_CACHE_DIR=tempfile.mkdtemp(), FASTCOMP_BACKGROUND_COMPILE="0")
+    for wid in wids:
+        for start in ("cold", "warm"):
+            run = subprocess.run([sys.executable, __file__, "--warm-one", wid], capture_output=True, text=True,
+                                 env=env)
+            print(f"{wid} {start}:" + (run.stdout.rstrip() if not run.returncode else f" failed\n{run.stderr}"))
+
+
 def cpu_one(wid):
     """One workload in this (fresh) process; prints a JSON line."""
     import torch
@@ -114,11 +155,11 @@ def cpu(wids):
 
 if __name__ == "__main__":
     sys.path.insert(0, ROOT)
-    if sys.argv[1:2] == ["--cpu-one"]:
-        cpu_one(sys.argv[2])
+    if sys.argv[1:2] in (["--cpu-one"], ["--warm-one"]):
+        (cpu_one if sys.argv[1] == "--cpu-one" else warm_one)(sys.argv[2])
     else:
         from benchmarks.workloads import WORKLOADS
 
-        on_cpu = sys.argv[1:2] == ["--cpu"]
-        wids = sys.argv[1 + on_cpu:] or sorted(WORKLOADS)
-        (cpu if on_cpu else gpu)(wids)
+        mode = sys.argv[1] if sys.argv[1:2] in (["--cpu"], ["--warm"]) else ""
+        wids = sys.argv[1 + bool(mode):] or sorted(WORKLOADS)
+        {"--cpu": cpu, "--warm": warm, "": gpu}[mode](wids)

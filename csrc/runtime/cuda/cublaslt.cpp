@@ -33,35 +33,51 @@ constexpr double kTuningMinGain = 0.03;
 // GEMMs this way picked algorithms 10-20% slower in the graph).
 constexpr double kTuningMinMs = 0.02;
 
-// Tuned picks of this process, by tuning_key(): a product planned again (a recompile, another layer of the same
-// shape) reuses the pick instead of timing again.
+// What tuning decided for a product: the algorithm and the sentence saying why ("tuned: candidate 3 of 8, ...",
+// "not tuned: 9.1 us is too short ..."). Kept for the process by tuning_key(), so a product planned again (a
+// recompile, another layer of the same shape) is not timed again, and in the kernel cache on disk by
+// disk_key(), so a new process is not either.
+struct TuningDecision {
+  cublasLtMatmulAlgo_t algo;
+  std::string why;
+};
 std::mutex tuned_mutex;
-std::map<std::string, cublasLtMatmulAlgo_t>& tuned_algos() {
-  static std::map<std::string, cublasLtMatmulAlgo_t> algos;
-  return algos;
+std::map<std::string, TuningDecision>& tuned_algos() {
+  static std::map<std::string, TuningDecision> decisions;
+  return decisions;
 }
 std::string tuning_key(const MatmulDesc& desc, int device, size_t workspace_bytes) {
   return fmt::format("{} device={} workspace={}", desc.to_string(), device, workspace_bytes);
 }
 
-// The kernel cache's key of a tuned pick on disk: what the pick depends on, the device's model rather than its
-// ordinal. An H100 and an H200 (both sm_90 with 132 SMs) share picks; either is among the other's candidates
-// or it is not used.
+// The kernel cache's key of a decision on disk: what it depends on, the device's model rather than its ordinal.
+// An H100 and an H200 (both sm_90 with 132 SMs) share decisions; a pick that is not among the heuristic's
+// candidates on this one is not used.
 std::array<std::string, 3> disk_key(const MatmulDesc& desc, int device, size_t workspace_bytes) {
   const DeviceInfo& info = device_info(device);
-  return {"cuBLASLt algorithm pick", fmt::format("{} workspace={}", desc.to_string(), workspace_bytes),
+  return {"cuBLASLt tuning decision", fmt::format("{} workspace={}", desc.to_string(), workspace_bytes),
           fmt::format("sm_{}{} sms={} cublasLt={}", info.arch.major, info.arch.minor, info.sm_count,
                       cublaslt_version())};
 }
-std::shared_ptr<const std::string> find_pick_on_disk(const MatmulDesc& desc, int device, size_t workspace_bytes) {
+// On disk: the algorithm's bytes, then the sentence.
+std::optional<TuningDecision> find_decision_on_disk(const MatmulDesc& desc, int device, size_t workspace_bytes) {
   const std::array<std::string, 3> key = disk_key(desc, device, workspace_bytes);
   const std::array<std::string_view, 3> parts{key[0], key[1], key[2]};
-  return kernel_cache().find(parts);
+  std::shared_ptr<const std::string> bytes = kernel_cache().find(parts);
+  if (!bytes || bytes->size() < sizeof(cublasLtMatmulAlgo_t)) return std::nullopt;
+  TuningDecision d;
+  std::memcpy(&d.algo, bytes->data(), sizeof d.algo);
+  d.why = bytes->substr(sizeof d.algo);
+  return d;
 }
-void store_pick_on_disk(const MatmulDesc& desc, int device, size_t workspace_bytes, const cublasLtMatmulAlgo_t& algo) {
+void store_decision(const MatmulDesc& desc, int device, size_t workspace_bytes, const TuningDecision& d) {
+  {
+    std::lock_guard lock(tuned_mutex);
+    tuned_algos()[tuning_key(desc, device, workspace_bytes)] = d;
+  }
   const std::array<std::string, 3> key = disk_key(desc, device, workspace_bytes);
   const std::array<std::string_view, 3> parts{key[0], key[1], key[2]};
-  kernel_cache().store(parts, std::string(reinterpret_cast<const char*>(&algo), sizeof algo));
+  kernel_cache().store(parts, std::string(reinterpret_cast<const char*>(&d.algo), sizeof d.algo) + d.why);
 }
 
 // Two events for timing on a stream, destroyed with it.
@@ -353,23 +369,22 @@ MatmulPlan::MatmulPlan(const MatmulDesc& desc, int device, size_t workspace_byte
   aligned_ = candidates_.front();
   if (candidates_.size() == 1) tuned_ = true, tuning_ = "one candidate";
   if (tuned_) return;
-  auto use = [&](const cublasLtMatmulAlgo_t& pick, const char* when) {
+  // A decision applies while its pick is among the heuristic's candidates (the same cuBLASLt on the same model
+  // of GPU gives the same ones); else the product is tuned again.
+  auto use = [&](const TuningDecision& d, const char* when) {
     for (const Algo& candidate : candidates_)
-      if (std::memcmp(&candidate.algo, &pick, sizeof pick) == 0) {
-        aligned_ = candidate, tuned_ = true, tuning_ = when;
+      if (std::memcmp(&candidate.algo, &d.algo, sizeof d.algo) == 0) {
+        aligned_ = candidate, tuned_ = true, tuning_ = fmt::format("{} ({})", d.why, when);
         return true;
       }
     return false;
   };
-  std::lock_guard lock(tuned_mutex);
+  std::unique_lock lock(tuned_mutex);
   const std::string key = tuning_key(desc_, device_, workspace_bytes_);
   if (auto it = tuned_algos().find(key); it != tuned_algos().end()) {
-    use(it->second, "tuned earlier in this process");
-    tuned_ = true;  // the pick may not be a candidate now (another alignment): not timed again either way
-  } else if (auto bytes = find_pick_on_disk(desc_, device_, workspace_bytes_);
-             bytes && bytes->size() == sizeof(cublasLtMatmulAlgo_t)) {
-    const auto& pick = *reinterpret_cast<const cublasLtMatmulAlgo_t*>(bytes->data());
-    if (use(pick, "tuned in an earlier process (kernel cache)")) tuned_algos()[key] = pick;
+    use(it->second, "earlier in this process");
+  } else if (std::optional<TuningDecision> d = find_decision_on_disk(desc_, device_, workspace_bytes_)) {
+    if (use(*d, "in an earlier process, from the kernel cache")) tuned_algos()[key] = *d;
   }
 } catch (const CublasError& e) {
   throw with_matmul(e, desc);
@@ -431,6 +446,7 @@ void MatmulPlan::tune(const void* a, const void* b, const void* c, void* d, void
   }
   if (favourite_ms < kTuningMinMs) {
     tuning_ = fmt::format("not tuned: {:.1f} us is too short to time without the launches", favourite_ms * 1e3);
+    store_decision(desc_, device_, workspace_bytes_, {aligned_.algo, tuning_});
     return;
   }
   const int n = int(candidates_.size());
@@ -444,11 +460,7 @@ void MatmulPlan::tune(const void* a, const void* b, const void* c, void* d, void
   tuning_ = best == 0 ? fmt::format("tuned: the heuristic's favourite of {} candidates, {:.1f} us", n, ms[0] * 1e3)
                       : fmt::format("tuned: candidate {} of {}, {:.1f} us vs the heuristic's favourite at {:.1f} us",
                                     best + 1, n, ms[best] * 1e3, ms[0] * 1e3);
-  {
-    std::lock_guard lock(tuned_mutex);
-    tuned_algos()[tuning_key(desc_, device_, workspace_bytes_)] = aligned_.algo;
-  }
-  store_pick_on_disk(desc_, device_, workspace_bytes_, aligned_.algo);
+  store_decision(desc_, device_, workspace_bytes_, {aligned_.algo, tuning_});
 }
 
 void MatmulPlan::run(const void* a, const void* b, const void* c, void* d, const void* bias, void* workspace,

@@ -114,10 +114,11 @@ std::string check_matmul_descriptors(const MatmulDesc& desc, size_t workspace_by
 // CUDA graph times each of them on the caller's stream with the call's own pointers (D is written several times;
 // A, B and the bias are only read) and keeps the fastest; products of a few µs are left to the heuristic,
 // since their timings would measure the launches. That run waits for the GPU once; tuning costs about
-// 10 ms of GPU time at most per product, and its pick is kept for the process (keyed by desc, device and
-// workspace size), so another plan of the same product does not tune again, and in the kernel cache on disk
-// (keyed by desc, the GPU's arch and SM count, cuBLASLt's version and the workspace size), so a new process
-// does not either; a pick is used only if it is still among the heuristic's candidates. config().matmul_tuning = false
+// 10 ms of GPU time at most per product. The decision (the pick, or "too short") is kept for the process (keyed
+// by desc, device and workspace size), so another plan of the same product does not time it again, and in the
+// kernel cache on disk (keyed by desc, the GPU's arch and SM count, cuBLASLt's version and the workspace size),
+// so a new process does not either; a pick is used only while it is among the heuristic's candidates.
+// config().matmul_tuning = false
 // keeps the heuristic's favourite (then the choice never depends on timing noise).
 class MatmulPlan {
  public:

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <stdexcept>
@@ -37,8 +38,13 @@ constexpr double kTuningMinMs = 0.02;
 // "not tuned: 9.1 us is too short ..."). Kept for the process by tuning_key(), so a product planned again (a
 // recompile, another layer of the same shape) is not timed again, and in the kernel cache on disk by
 // disk_key(), so a new process is not either.
+// The pick is kept as its rank among the heuristic's candidates, not as cuBLASLt's algorithm struct: the same
+// heuristic (same cuBLASLt, GPU model and desc) ranks the same candidates alike in every process, but the
+// structs of some algorithms differ in their bytes from one process to the next (seen on an H200 for W7's fp32
+// products), so a struct from disk would match nothing.
 struct TuningDecision {
-  cublasLtMatmulAlgo_t algo;
+  int rank = 0;        // index into the candidates
+  int candidates = 0;  // how many there were: a heuristic that now returns another number is asked again
   std::string why;
 };
 std::mutex tuned_mutex;
@@ -59,15 +65,16 @@ std::array<std::string, 3> disk_key(const MatmulDesc& desc, int device, size_t w
           fmt::format("sm_{}{} sms={} cublasLt={}", info.arch.major, info.arch.minor, info.sm_count,
                       cublaslt_version())};
 }
-// On disk: the algorithm's bytes, then the sentence.
+// On disk: "<rank> <candidates> <why>".
 std::optional<TuningDecision> find_decision_on_disk(const MatmulDesc& desc, int device, size_t workspace_bytes) {
   const std::array<std::string, 3> key = disk_key(desc, device, workspace_bytes);
   const std::array<std::string_view, 3> parts{key[0], key[1], key[2]};
-  std::shared_ptr<const std::string> bytes = kernel_cache().find(parts);
-  if (!bytes || bytes->size() < sizeof(cublasLtMatmulAlgo_t)) return std::nullopt;
+  std::shared_ptr<const std::string> text = kernel_cache().find(parts);
   TuningDecision d;
-  std::memcpy(&d.algo, bytes->data(), sizeof d.algo);
-  d.why = bytes->substr(sizeof d.algo);
+  int consumed = 0;
+  if (!text || std::sscanf(text->c_str(), "%d %d %n", &d.rank, &d.candidates, &consumed) != 2 || consumed == 0)
+    return std::nullopt;
+  d.why = text->substr(consumed);
   return d;
 }
 void store_decision(const MatmulDesc& desc, int device, size_t workspace_bytes, const TuningDecision& d) {
@@ -77,7 +84,7 @@ void store_decision(const MatmulDesc& desc, int device, size_t workspace_bytes, 
   }
   const std::array<std::string, 3> key = disk_key(desc, device, workspace_bytes);
   const std::array<std::string_view, 3> parts{key[0], key[1], key[2]};
-  kernel_cache().store(parts, std::string(reinterpret_cast<const char*>(&d.algo), sizeof d.algo) + d.why);
+  kernel_cache().store(parts, fmt::format("{} {} {}", d.rank, d.candidates, d.why));
 }
 
 // Two events for timing on a stream, destroyed with it.
@@ -372,12 +379,9 @@ MatmulPlan::MatmulPlan(const MatmulDesc& desc, int device, size_t workspace_byte
   // A decision applies while its pick is among the heuristic's candidates (the same cuBLASLt on the same model
   // of GPU gives the same ones); else the product is tuned again.
   auto use = [&](const TuningDecision& d, const char* when) {
-    for (const Algo& candidate : candidates_)
-      if (std::memcmp(&candidate.algo, &d.algo, sizeof d.algo) == 0) {
-        aligned_ = candidate, tuned_ = true, tuning_ = fmt::format("{} ({})", d.why, when);
-        return true;
-      }
-    return false;
+    if (d.candidates != int(candidates_.size()) || d.rank < 0 || d.rank >= d.candidates) return false;
+    aligned_ = candidates_[d.rank], tuned_ = true, tuning_ = fmt::format("{} ({})", d.why, when);
+    return true;
   };
   std::unique_lock lock(tuned_mutex);
   const std::string key = tuning_key(desc_, device_, workspace_bytes_);
@@ -446,7 +450,7 @@ void MatmulPlan::tune(const void* a, const void* b, const void* c, void* d, void
   }
   if (favourite_ms < kTuningMinMs) {
     tuning_ = fmt::format("not tuned: {:.1f} us is too short to time without the launches", favourite_ms * 1e3);
-    store_decision(desc_, device_, workspace_bytes_, {aligned_.algo, tuning_});
+    store_decision(desc_, device_, workspace_bytes_, {0, int(candidates_.size()), tuning_});
     return;
   }
   const int n = int(candidates_.size());
@@ -460,7 +464,7 @@ void MatmulPlan::tune(const void* a, const void* b, const void* c, void* d, void
   tuning_ = best == 0 ? fmt::format("tuned: the heuristic's favourite of {} candidates, {:.1f} us", n, ms[0] * 1e3)
                       : fmt::format("tuned: candidate {} of {}, {:.1f} us vs the heuristic's favourite at {:.1f} us",
                                     best + 1, n, ms[best] * 1e3, ms[0] * 1e3);
-  store_decision(desc_, device_, workspace_bytes_, {aligned_.algo, tuning_});
+  store_decision(desc_, device_, workspace_bytes_, {best, n, tuning_});
 }
 
 void MatmulPlan::run(const void* a, const void* b, const void* c, void* d, const void* bias, void* workspace,

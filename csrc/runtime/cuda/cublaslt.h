@@ -117,7 +117,7 @@ std::string check_matmul_descriptors(const MatmulDesc& desc, size_t workspace_by
 // 10 ms of GPU time at most per product. The decision (the pick, or "too short") is kept for the process (keyed
 // by desc, device and workspace size), so another plan of the same product does not time it again, and in the
 // kernel cache on disk (keyed by desc, the GPU's arch and SM count, cuBLASLt's version and the workspace size),
-// so a new process does not either; a pick is used only while it is among the heuristic's candidates.
+// so a new process does not either; a pick is kept as its rank among the heuristic's candidates.
 // config().matmul_tuning = false
 // keeps the heuristic's favourite (then the choice never depends on timing noise).
 class MatmulPlan {

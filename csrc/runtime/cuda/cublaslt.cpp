@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstring>
@@ -33,6 +34,9 @@ constexpr double kTuningMinGain = 0.03;
 // the host, so the timings would rank the launch overhead (measured on an H200: tuning W5's and W10's 5-15 µs
 // GEMMs this way picked algorithms 10-20% slower in the graph).
 constexpr double kTuningMinMs = 0.02;
+// ... and products whose GPU time per launch is under this many times the host's: the GPU was (nearly) waiting
+// for the launches.
+constexpr double kHostBoundRatio = 1.5;
 
 // What tuning decided for a product: the algorithm and the sentence saying why ("tuned: candidate 3 of 8, ...",
 // "not tuned: 9.1 us is too short ..."). Kept for the process by tuning_key(), so a product planned again (a
@@ -375,7 +379,14 @@ MatmulPlan::MatmulPlan(const MatmulDesc& desc, int device, size_t workspace_byte
   candidates_ = choose_algos(kPlannedAlignment, kTuningCandidates);
   aligned_ = candidates_.front();
   if (candidates_.size() == 1) tuned_ = true, tuning_ = "one candidate";
-  if (tuned_) return;
+  if (!tuned_) adopt_decision(/*look_on_disk=*/true);
+} catch (const CublasError& e) {
+  throw with_matmul(e, desc);
+}
+
+MatmulPlan::~MatmulPlan() = default;
+
+bool MatmulPlan::adopt_decision(bool look_on_disk) const {
   // A decision applies while its pick is among the heuristic's candidates (the same cuBLASLt on the same model
   // of GPU gives the same ones); else the product is tuned again.
   auto use = [&](const TuningDecision& d, const char* when) {
@@ -383,18 +394,15 @@ MatmulPlan::MatmulPlan(const MatmulDesc& desc, int device, size_t workspace_byte
     aligned_ = candidates_[d.rank], tuned_ = true, tuning_ = fmt::format("{} ({})", d.why, when);
     return true;
   };
-  std::unique_lock lock(tuned_mutex);
+  std::lock_guard lock(tuned_mutex);
   const std::string key = tuning_key(desc_, device_, workspace_bytes_);
-  if (auto it = tuned_algos().find(key); it != tuned_algos().end()) {
-    use(it->second, "earlier in this process");
-  } else if (std::optional<TuningDecision> d = find_decision_on_disk(desc_, device_, workspace_bytes_)) {
-    if (use(*d, "in an earlier process, from the kernel cache")) tuned_algos()[key] = *d;
-  }
-} catch (const CublasError& e) {
-  throw with_matmul(e, desc);
+  if (auto it = tuned_algos().find(key); it != tuned_algos().end()) return use(it->second, "earlier in this process");
+  if (!look_on_disk) return false;
+  std::optional<TuningDecision> d = find_decision_on_disk(desc_, device_, workspace_bytes_);
+  if (!d || !use(*d, "in an earlier process, from the kernel cache")) return false;
+  tuned_algos()[key] = *d;
+  return true;
 }
-
-MatmulPlan::~MatmulPlan() = default;
 
 std::vector<MatmulPlan::Algo> MatmulPlan::choose_algos(uint32_t alignment, int wanted) const {
   const CublasLtApi& api = cublaslt();
@@ -432,24 +440,39 @@ void MatmulPlan::tune(const void* a, const void* b, const void* c, void* d, void
   EventPair events;
   // GPU milliseconds per launch of `algo` over `repeats` launches after one untimed launch (which also loads
   // the algorithm's kernel on first use); negative when cuBLASLt refuses the algorithm for these pointers.
+  double host_ms = 0;  // of the last call of time(): host milliseconds per launch
   auto time = [&](const Algo& algo, int repeats) -> double {
     if (launch(algo, a, b, c, d, workspace, stream) != CUBLAS_STATUS_SUCCESS) return -1;
+    const auto host_start = std::chrono::steady_clock::now();
     FC_CU_CHECK(cuEventRecord(events.start, stream));
     for (int r = 0; r < repeats; ++r)
       if (launch(algo, a, b, c, d, workspace, stream) != CUBLAS_STATUS_SUCCESS) return -1;
     FC_CU_CHECK(cuEventRecord(events.stop, stream));
+    host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - host_start).count() / repeats;
     FC_CU_CHECK(cuEventSynchronize(events.stop));
     float ms = 0;
     FC_CU_CHECK(cuEventElapsedTime(&ms, events.start, events.stop));
     return double(ms) / repeats;
   };
-  const double favourite_ms = time(candidates_.front(), 1);
-  if (favourite_ms < 0) {
-    tuning_ = "not tuned: cuBLASLt refused its own favourite";
-    return;
+  // A product is too short to tune when the GPU kept pace with the host's launches (it waited for them, so the
+  // timings would rank the host's launch cost), or when it is under kTuningMinMs. The best of up to three rounds
+  // of three launches: a process's first launches run slow (seen on an H100: cuBLASLt's first calls of a
+  // 64x136x64 product took 15-20 us of host time each, later ones ~5 us). A product clearly longer is timed once.
+  double favourite_ms = -1, favourite_host_ms = 0;
+  auto too_short = [&] { return favourite_ms < kTuningMinMs || favourite_ms < kHostBoundRatio * favourite_host_ms; };
+  for (int round = 0; round < 3; ++round) {
+    const double ms = time(candidates_.front(), 3);
+    if (ms < 0) {
+      tuning_ = "not tuned: cuBLASLt refused its own favourite";
+      return;
+    }
+    if (round == 0 || ms < favourite_ms) favourite_ms = ms, favourite_host_ms = host_ms;
+    if (too_short() || favourite_ms > 3 * std::max(kTuningMinMs, kHostBoundRatio * favourite_host_ms)) break;
   }
-  if (favourite_ms < kTuningMinMs) {
-    tuning_ = fmt::format("not tuned: {:.1f} us is too short to time without the launches", favourite_ms * 1e3);
+  if (too_short()) {
+    tuning_ = fmt::format("not tuned: {:.1f} us is too short to time without the launches (the host took {:.1f} us "
+                          "per launch)",
+                          favourite_ms * 1e3, favourite_host_ms * 1e3);
     store_decision(desc_, device_, workspace_bytes_, {0, int(candidates_.size()), tuning_});
     return;
   }
@@ -504,7 +527,10 @@ void MatmulPlan::run(const void* a, const void* b, const void* c, void* d, const
     if (has_bias)
       FC_SET_ATTRIBUTE(cublasLtMatmulDescSetAttribute, descriptors_.matmul, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
     // With C, the timed launches would add to D again and again (C may be D), so such products are not tuned.
-    if (!tuned_ && alignment == kPlannedAlignment && !desc_.has_c && config().matmul_tuning && !capturing(stream)) {
+    // Plans are built before any runs (W10 builds 24 plans of 6 products at once), so another plan of this
+    // product may have decided since this one was built.
+    if (!tuned_ && alignment == kPlannedAlignment && !desc_.has_c && config().matmul_tuning && !capturing(stream) &&
+        !adopt_decision(/*look_on_disk=*/false)) {
       tuned_ = true;
       try {
         tune(a, b, c, d, workspace, stream);

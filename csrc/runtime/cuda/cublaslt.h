@@ -178,6 +178,9 @@ class MatmulPlan {
   // cublasLtMatmul with `algo`; the bias pointer is already set. Called with mutex_ held.
   cublasStatus_t launch(const Algo& algo, const void* a, const void* b, const void* c, void* d, void* workspace,
                         CUstream stream) const;
+  // Takes the decision kept for this product (in this process, else on disk when `look_on_disk`), if its pick is
+  // among candidates_: sets aligned_, tuned_ and tuning_ and returns true.
+  bool adopt_decision(bool look_on_disk) const;
   // Times candidates_ (see the class comment) and sets aligned_ to the fastest. Called with mutex_ held.
   void tune(const void* a, const void* b, const void* c, void* d, void* workspace, CUstream stream) const;
 

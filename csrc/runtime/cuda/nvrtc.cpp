@@ -181,6 +181,9 @@ std::vector<std::string> nvrtc_options(std::string_view source, CudaArch arch, O
   // may come out otherwise (of W1-W9 only W7's k2: other instructions, as many, as many registers; a five-kernel
   // test program's RMSNorm went from 40 to 32 registers). The same results either way; which is faster is for a
   // GPU to tell. One thread is the serial compile, and the option is left out so that its cache key is too.
+  // Not -Ofast-compile (NVRTC 12.8+): =mid compiled W7 in 98 ms instead of 127 (2-core Xeon) but left the row
+  // loops rolled and the per-thread arrays in local memory (STL/LDL in every kernel's SASS), and =max stops
+  // inlining the helpers; fastcomp compiles a program once per disk cache, and runs it for the process's life.
   if (const int threads = nvrtc_threads(config().nvrtc_threads, usable_cores()); threads > 1)
     options.push_back("--split-compile=" + std::to_string(threads));
   // Only sources that include headers get the -I, so the cache key of the others does not depend on where

@@ -101,7 +101,7 @@ BuiltExecutable torch_runner(graph::Graph graph, const std::string& why) {
 // to PTX, then run the graph through torch. Checks lowering and codegen of every traced graph on CI.
 BuiltExecutable rehearse(graph::Graph graph) {
   BuiltExecutable out;
-  plan::Program program = plan::lower(graph, {0, /*require_cuda=*/false});
+  plan::Program program = plan::lower(graph, {0, /*require_cuda=*/false, config().fused_attention});
   out.plan_text = plan_text(program, graph);
   const codegen::DeviceLimits h100;
   runtime::CudaSource source = runtime::emit_plan(program, h100);
@@ -167,7 +167,7 @@ namespace {
 BuiltExecutable build_cuda_executable(graph::Graph graph, frontend::GuardSet& guards, int device, bool cuda_graphs) {
   plan::Program program;
   try {
-    program = plan::lower(graph, {device});
+    program = plan::lower(graph, {device, /*require_cuda=*/true, config().fused_attention});
   } catch (const plan::NotLowerable& e) {
     return torch_runner(std::move(graph), e.what());
   }

@@ -23,6 +23,13 @@ def test_workload_on_cuda_at_full_size(wid):
     check_workload(wid, False, "cuda")
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("wid", ["W7", "W10"])
+def test_workload_with_fused_attention_on_cuda(wid):
+    with fastcomp.config.patch(fused_attention=True):
+        check_workload(wid, False, "cuda")
+
+
 def check_workload(wid, grad, device):
     w = WORKLOADS[wid]
     torch.manual_seed(0)

@@ -58,7 +58,8 @@ void bind_api(py::module_& m) {
   m.def(
       "set_config",
       [](int recompile_limit, bool error_on_recompile, bool suppress_errors, bool cuda_backend,
-         bool background_compile, const std::string& dump_dir, int nvrtc_threads, bool matmul_tuning) {
+         bool background_compile, const std::string& dump_dir, int nvrtc_threads, bool matmul_tuning,
+         bool fused_attention) {
         config().recompile_limit = recompile_limit;
         config().error_on_recompile = error_on_recompile;
         config().suppress_errors = suppress_errors;
@@ -67,9 +68,11 @@ void bind_api(py::module_& m) {
         config().dump_dir = dump_dir;
         config().nvrtc_threads = nvrtc_threads;
         config().matmul_tuning = matmul_tuning;
+        config().fused_attention = fused_attention;
       },
       py::arg("recompile_limit"), py::arg("error_on_recompile"), py::arg("suppress_errors"), py::arg("cuda_backend"),
-      py::arg("background_compile"), py::arg("dump_dir"), py::arg("nvrtc_threads"), py::arg("matmul_tuning"));
+      py::arg("background_compile"), py::arg("dump_dir"), py::arg("nvrtc_threads"), py::arg("matmul_tuning"),
+      py::arg("fused_attention"));
   m.def(
       "wait_for_compiles", [](double timeout_s) { return runtime::wait_for_compiles(timeout_s); },
       py::arg("timeout_s") = -1.0, "block until background kernel compiles finish; False on timeout");

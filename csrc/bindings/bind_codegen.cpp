@@ -2,7 +2,7 @@
 // tests can drive emit_cuda / emit_program without the lowering pass.
 //
 // A kernel spec is a dict:
-//   {"name": str, "kind": "pointwise" | "row_reduce", "shape": [int],
+//   {"name": str, "kind": "pointwise" | "row_reduce" | "attention", "shape": [int], "scale": float (attention),
 //    "inputs" / "outputs": [{"dtype": "f32", "strides": [int], "offset": int (optional),
 //                            "valid": [dim, begin, end] (optional)}],
 //    "exprs": [{"op": "add", "dtype": "f32", "args": [int], "operand": int, "value": float,
@@ -57,8 +57,11 @@ cg::Kernel parse_kernel(const py::dict& spec) {
   cg::Kernel k;
   k.name = spec["name"].cast<std::string>();
   const std::string kind = spec["kind"].cast<std::string>();
-  if (kind != "pointwise" && kind != "row_reduce") throw py::value_error("unknown kind '" + kind + "'");
-  k.kind = kind == "pointwise" ? cg::Kernel::Kind::Pointwise : cg::Kernel::Kind::RowReduce;
+  if (kind == "pointwise") k.kind = cg::Kernel::Kind::Pointwise;
+  else if (kind == "row_reduce") k.kind = cg::Kernel::Kind::RowReduce;
+  else if (kind == "attention") k.kind = cg::Kernel::Kind::Attention;
+  else throw py::value_error("unknown kind '" + kind + "'");
+  if (spec.contains("scale")) k.attention_scale = spec["scale"].cast<double>();
   k.shape = cg::to_sizes(spec["shape"].cast<std::vector<int64_t>>());
   k.inputs = parse_operands(spec["inputs"].cast<py::list>());
   k.outputs = parse_operands(spec["outputs"].cast<py::list>());
@@ -120,6 +123,8 @@ void bind_codegen(py::module_& m) {
       },
       py::arg("specs"), py::arg("sm_count") = 132, py::arg("sm") = 90, py::arg("alignment") = "vector",
       "One NVRTC program text for a list of kernel specs, for arch sm_<sm>, for vector-aligned pointers or any.");
+  m.def("attention_shared_bytes", &cg::attention_shared_bytes, py::arg("t"), py::arg("d"),
+        "Shared memory an attention kernel over t keys of d columns needs (bytes).");
   m.def(
       "kernel_text", [](const py::dict& spec) { return parse_kernel(spec).to_string(); }, py::arg("spec"),
       "Kernel::to_string of a kernel spec.");

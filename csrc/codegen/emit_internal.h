@@ -1,4 +1,5 @@
-// What emit_cuda.cpp shares with the per-kind emitters (emit_pointwise.cpp, emit_row_reduce.cpp).
+// What emit_cuda.cpp shares with the per-kind emitters (emit_pointwise.cpp, emit_row_reduce.cpp,
+// emit_attention.cpp).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -12,6 +13,7 @@ namespace fastcomp::codegen::detail {
 // Both take a validated kernel.
 KernelSource emit_pointwise(const Kernel& k, const DeviceLimits& limits);
 KernelSource emit_row_reduce(const Kernel& k, const DeviceLimits& limits);
+KernelSource emit_attention(const Kernel& k, const DeviceLimits& limits);
 
 // Operand o of the kernel, counting inputs then outputs.
 const Operand& operand(const Kernel& k, size_t o);

@@ -257,6 +257,30 @@ std::vector<bool> live_exprs(const Kernel& k) {
   return live;
 }
 
+// Kernel::Kind::Attention's rules (kernel_ir.h).
+void validate_attention(const Kernel& k) {
+  if (k.shape.size() != 4 || !all_static(k.shape))
+    invalid(k, "an attention kernel needs a static [B, H, T, D] shape");
+  if (k.inputs.size() != 3 || k.outputs.size() != 1) invalid(k, "an attention kernel takes q, k, v and writes o");
+  if (!k.exprs.empty() || !k.stores.empty()) invalid(k, "an attention kernel has no expressions or stores");
+  for (size_t o = 0; o < 4; ++o) {
+    const Operand& op = o < 3 ? k.inputs[o] : k.outputs[0];
+    if (op.dtype != DType::F32) invalid(k, "attention kernels are f32 only");
+    if (op.strides.size() != 4 || !all_static(op.strides) || !op.storage_offset.is_static() || op.valid.dim >= 0)
+      invalid(k, "attention operands need 4 static strides and offsets, without ranges");
+    for (const Size& s : op.strides)
+      if (s.hint() < 0) invalid(k, "an attention operand has a negative stride");
+    if (op.storage_offset.hint() < 0) invalid(k, "an attention operand has a negative storage offset");
+  }
+  const int64_t t = k.shape[2].hint(), d = k.shape[3].hint();
+  if (t < 1 || d < 1 || k.shape[0].hint() < 1 || k.shape[1].hint() < 1)
+    invalid(k, "an attention kernel needs at least one head, query and column");
+  if (attention_shared_bytes(t, d) > kAttentionSharedBytes)
+    invalid(k, fmt::format("T={} keys of D={} columns need {} bytes of shared memory, over {}", t, d,
+                           attention_shared_bytes(t, d), kAttentionSharedBytes));
+  if (!std::isfinite(k.attention_scale)) invalid(k, "the attention scale is not finite");
+}
+
 void validate(const Kernel& k) {
   if (k.name.empty() || !(std::isalpha(static_cast<unsigned char>(k.name[0])) || k.name[0] == '_'))
     invalid(k, "name must be a C identifier");
@@ -265,6 +289,7 @@ void validate(const Kernel& k) {
   if (k.name.rfind("fc_", 0) == 0) invalid(k, "names starting with fc_ belong to the prelude");
   for (const Size& n : k.shape)
     if (!known_ge(n, 0)) invalid(k, "negative size");
+  if (k.kind == Kernel::Kind::Attention) return validate_attention(k);
   if (k.kind == Kernel::Kind::RowReduce && (k.shape.empty() || k.shape.back() == 0))
     invalid(k, "a row-reduce kernel needs a non-empty last dimension");
   const bool pointwise = k.kind == Kernel::Kind::Pointwise;

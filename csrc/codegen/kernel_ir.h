@@ -2,10 +2,13 @@
 // over it, and a scalar expression DAG evaluated per element. Lowering (graph -> Kernel) decides fusion;
 // emit_cuda (Kernel -> CUDA C) decides nothing but how to write it fast.
 //
-// Two kernel shapes cover the seed workloads:
+// Three kernel shapes cover the seed workloads:
 //  - Pointwise: every element of `shape` is independent.
 //  - RowReduce: the last dimension of `shape` is a row; Reduce expressions combine a row into one value that
 //    later expressions (the epilogue) use for every element of that row (softmax, layer_norm, rmsnorm, sums).
+//  - Attention: o = softmax(q @ k^T) @ v for every head of a self-attention whose keys fit in shared memory
+//    (nn.MultiheadAttention's heads in W7 and W10): four steps (a kernel splitting the heads, two batched GEMMs
+//    and a softmax kernel) as one. See Kernel::kind.
 //
 // Value semantics (what emit_cuda guarantees, matching eager torch): an f16/bf16 value is computed in fp32 and
 // rounded to its dtype where it is produced, as eager rounds every op's result; integer values wrap in their
@@ -84,7 +87,12 @@ struct Store {
 };
 
 struct Kernel {
-  enum class Kind : uint8_t { Pointwise, RowReduce } kind = Kind::Pointwise;
+  // Attention: `shape` is [B, H, T, D] (batch, heads, sequence, head width), all static; inputs 0, 1, 2 are q,
+  // k and v and output 0 is o, each addressed over that space (element (b, h, t, d) is row t, column d of head
+  // (b, h)); the keys run over the same T as the queries. Per head, with q' = q * attention_scale rounded as
+  // torch's elementwise product is: o = softmax(q' @ k^T, over the keys) @ v. f32 only, no exprs or stores.
+  enum class Kind : uint8_t { Pointwise, RowReduce, Attention } kind = Kind::Pointwise;
+  double attention_scale = 1;      // Attention only
   std::string name;                // unique within one program, a valid C identifier not starting with fc_
   Sizes shape;                     // iteration space
   std::vector<Operand> inputs;     // kernel parameters, in order, then outputs
@@ -144,6 +152,11 @@ struct DeviceLimits {
   int max_threads_per_block = 1024;
   int max_threads_per_sm = 2048;  // resident threads per multiprocessor: grids are sized in waves
 };
+
+/** Shared memory an attention kernel over T keys of D columns needs (its keys, values and the warps' query rows);
+ *  lowering uses the attention kernel only where this is at most kAttentionSharedBytes. */
+int64_t attention_shared_bytes(int64_t t, int64_t d);
+constexpr int64_t kAttentionSharedBytes = 48 * 1024;  // static shared memory, no opt-in attribute needed
 
 /** Emits the CUDA C of one kernel. Kernel parameters: one pointer per input then per output, in order.
  *  Throws std::invalid_argument when the kernel breaks the rules above (bad indices, types or strides). */

@@ -126,6 +126,12 @@ codegen::Kernel Cluster::kernel(const std::string& name, std::vector<int>* args)
     k.outputs.push_back(s.operand);
     args->push_back(s.buffer);
   }
+  if (attention_) {
+    k.kind = codegen::Kernel::Kind::Attention;
+    k.attention_scale = attention_scale_;
+    k.exprs.clear();
+    k.stores.clear();
+  }
   return k;
 }
 

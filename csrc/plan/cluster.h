@@ -22,6 +22,9 @@ class Cluster {
   const codegen::Sizes& space() const { return space_; }
   bool row_reduce() const { return row_reduce_; }
   void make_row_reduce() { row_reduce_ = true; }
+  // An attention kernel (kernel_ir.h) over a [B, H, T, D] space: its loads are q, k and v in that order and its
+  // one store names o's buffer and layout (the stored expression is not used: the kernel computes o).
+  void make_attention(double scale) { attention_ = true, attention_scale_ = scale; }
   // A sealed cluster has its place among the steps: it may gain outputs but no new loads (a buffer written
   // later would be read too early).
   bool sealed() const { return sealed_; }
@@ -67,6 +70,8 @@ class Cluster {
   };
   codegen::Sizes space_;
   bool row_reduce_ = false;
+  bool attention_ = false;
+  double attention_scale_ = 1;
   bool sealed_ = false;
   std::vector<Load> loads_;
   std::vector<codegen::Expr> exprs_;

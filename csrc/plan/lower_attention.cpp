@@ -5,6 +5,8 @@
 //   q, k, v -> [B*H, T, D] each, q * D^-1/2       one kernel (torch scales q before the product too)
 //   s = q @ k^T; p = softmax(s); o = p @ v        batched GEMMs around a row-reduce kernel; o lands as [T, B, E]
 //   out = o @ out_proj_weight^T + out_proj_bias   one GEMM into item 0 of the result, in torch's layout
+// With fastcomp.config.fused_attention, f32 heads whose keys and values fit in shared memory run the middle
+// two lines as one attention kernel (emit_attention.cpp) that reads q, k, v from qkv and writes o.
 // Item 1 (the weights) must be unused: it never exists. Masks, dropout, bias_k/v, separate projection weights,
 // a key or value other than the query, or any other use of the result keep the extern call.
 #include <cmath>
@@ -197,16 +199,36 @@ bool lower_self_attention(Lowerer& L, const graph::Node& n) {
   const int qkv = alloc(L, t, {T * B, 3 * E});
   linear(L, t, x, rows->stride, w_in, b_in, qkv, T * B, n.id);
 
-  // Heads apart: q, k, v as [B*H, T, D] (index b*H + h, as torch's view of [T, B*H, D] transposed numbers them).
+  // Head (b, h)'s row t of q, k or v: qkv's row t*B + b (t-major) or b*T + t, columns h*D.. of its part.
   const int64_t row = 3 * E;
   const Sizes qkv_strides = {rows->t_major ? Size(row) : T * row, D, rows->t_major ? B * row : Size(row), 1};
   const Sizes head_space = {B, *H, T, D};
+  const double scale = std::sqrt(1.0 / D);
+  if (L.options().fused_attention && t == DType::F32 && T.is_static() && B.is_static() &&
+      codegen::attention_shared_bytes(T.hint(), D) <= codegen::kAttentionSharedBytes) {
+    // One kernel for the heads (emit_attention.cpp), o written straight into [T, B, E]: element (b, h, t, d) at
+    // t*B*E + b*E + h*D + d.
+    const int o = alloc(L, t, {T, B, E});
+    L.add_kernel(head_space, {qkv}, [&](Cluster& c) {
+      c.make_attention(scale);
+      c.load(qkv, t, qkv_strides, 0);
+      c.load(qkv, t, qkv_strides, E);
+      const int v_load = c.load(qkv, t, qkv_strides, 2 * E);
+      c.store(v_load, o, t, {E, D, B * E, 1}, 0);
+    });
+    const int out = alloc(L, t, qs, item0);
+    linear(L, t, o, E, w_out, b_out, out, T * B, n.id);
+    L.value(n.id).items = {out, -1};
+    return true;
+  }
+
+  // Heads apart: q, k, v as [B*H, T, D] (index b*H + h, as torch's view of [T, B*H, D] transposed numbers them).
   const int q_h = alloc(L, t, {B * *H, T, D}), k_h = alloc(L, t, {B * *H, T, D}), v_h = alloc(L, t, {B * *H, T, D});
   const DType acc = opmath(t);
   L.add_kernel(head_space, {qkv}, [&](Cluster& c) {
     const Sizes out_strides = contiguous_strides(head_space);
     const int scaled = c.op(ExprOp::Mul, acc,
-                            {c.cast(c.load(qkv, t, qkv_strides, 0), acc), c.constant(acc, std::sqrt(1.0 / D))});
+                            {c.cast(c.load(qkv, t, qkv_strides, 0), acc), c.constant(acc, scale)});
     c.store(c.cast(scaled, t), q_h, t, out_strides, 0);
     c.store(c.load(qkv, t, qkv_strides, E), k_h, t, out_strides, 0);
     c.store(c.load(qkv, t, qkv_strides, 2 * E), v_h, t, out_strides, 0);

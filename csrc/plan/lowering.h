@@ -75,6 +75,7 @@ class Lowerer {
 
   // ---- used by the op families ------------------------------------------------------------------------
   const graph::Graph& graph() const { return graph_; }
+  const LowerOptions& options() const { return options_; }
   const graph::Node& node(graph::NodeId id) const { return graph_.nodes[id]; }
   Value& value(graph::NodeId id) { return values_[id]; }
   DType node_dtype(graph::NodeId id) const;

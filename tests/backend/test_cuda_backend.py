@@ -43,7 +43,8 @@ def test_op_matches_eager(case, dtype):
         pytest.skip("dtype not in the case")
     for shape in case.shapes:
         fastcomp.reset()
-        record = check(case.fn, lambda: case.make(shape, dtype, "cuda"), dtype)
+        with fastcomp.config.patch(**case.config):
+            record = check(case.fn, lambda: case.make(shape, dtype, "cuda"), dtype)
         assert plan_counts(record) == case.plan, (shape, record["plan"])
 
 

@@ -44,9 +44,11 @@ def compile_and_check(fn, args):
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_op_plan(case):
-    shape = case.shapes[1] if len(case.shapes) > 1 else case.shapes[0]
-    record = compile_and_check(case.fn, case.make(shape, torch.float32, "cpu"))
-    assert plan_counts(record) == case.plan, record["plan"]
+    for shape in {case.shapes[1] if len(case.shapes) > 1 else case.shapes[0], case.shapes[-1]}:
+        with fastcomp.config.patch(**case.config):
+            fastcomp.reset()
+            record = compile_and_check(case.fn, case.make(shape, torch.float32, "cpu"))
+        assert plan_counts(record) == case.plan, (shape, record["plan"])
     if case.plan[0]:
         assert 'extern "C" __global__' in record["cuda_source"]
 
@@ -68,8 +70,25 @@ WORKLOAD_PLANS = {
 }
 
 
+# With fastcomp.config.fused_attention, W7's and W10's heads are one attention kernel each: W7 loses the
+# head-splitting and softmax kernels and the two batched GEMMs; W10 (4 such layers) four times that.
+FUSED_ATTENTION_PLANS = {"W7": (4, 4, 0), "W10": (16, 16, 0)}
+
+
+@pytest.mark.parametrize("wid", sorted(FUSED_ATTENTION_PLANS))
+def test_workload_plan_with_fused_attention(wid):
+    with fastcomp.config.patch(fused_attention=True):
+        record = workload_record(wid)
+    assert plan_counts(record) == FUSED_ATTENTION_PLANS[wid], record["plan"]
+    assert len(re.findall(r"kernel k\d+ attention shape", record["plan"])) == FUSED_ATTENTION_PLANS[wid][0] // 4
+
+
 @pytest.mark.parametrize("wid", sorted(WORKLOAD_PLANS))
 def test_workload_plan(wid):
+    assert plan_counts(workload_record(wid)) == WORKLOAD_PLANS[wid]
+
+
+def workload_record(wid):
     from benchmarks.workloads import WORKLOADS
 
     w = WORKLOADS[wid]
@@ -78,8 +97,8 @@ def test_workload_plan(wid):
     if w.dtype != torch.float32:  # CPU half kernels are incomplete in torch; the plan is what matters here
         model = model.float() if isinstance(model, torch.nn.Module) else model
         args = tuple(a.float() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args)
-    record = compile_and_check(model, args)
-    assert plan_counts(record) == WORKLOAD_PLANS[wid], record["plan"]
+    fastcomp.reset()
+    return compile_and_check(model, args)
 
 
 def test_plan_text_names_buffers_and_steps():

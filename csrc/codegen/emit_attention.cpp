@@ -1,0 +1,129 @@
+// Attention kernels (kernel_ir.h, Kernel::Kind::Attention): o = softmax(q' @ k^T) @ v per head, for heads whose
+// keys and values fit in shared memory. What it replaces in nn.MultiheadAttention's decomposition (lowering's
+// lower_attention.cpp): a kernel that splits and scales the heads, a batched GEMM for the scores, a softmax
+// kernel and a batched GEMM for the values; four launches and three [heads, T, T]/[heads, T, D] round trips
+// through memory for a product of a few MFLOP a head (W10: T=32, D=64, 16 heads).
+//
+// One block of 8 warps takes one head and a run of its query rows: it copies the head's keys and values into
+// shared memory once (keys padded to D + 1 columns, so the 32 lanes reading 32 keys at one column hit 32 banks),
+// then each warp takes a query row at a time: the row (scaled as torch scales q) in shared memory, lane j's
+// scores for keys j, j + 32, ..., the row's max and sum by warp shuffles, the probabilities rounded as torch's
+// softmax output is, then lane d's outputs for columns d, d + 32, ... with each probability broadcast by a
+// shuffle. The scores never leave registers.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "codegen/emit_internal.h"
+#include "codegen/expr_emitter.h"
+
+namespace fastcomp::codegen::detail {
+namespace {
+
+constexpr int kWarps = 8;  // warps per block; each takes every 8th query row of the block's run
+
+// (element offset of the head's (0, 0) element as C++ text over `b` and `h`, its t stride, its d stride)
+struct HeadLayout {
+  std::string base;
+  int64_t t_stride, d_stride;
+};
+HeadLayout head_layout(const Operand& o) {
+  return {fmt::format("{} + b * {} + h * {}", o.storage_offset.hint(), o.strides[0].hint(), o.strides[1].hint()),
+          o.strides[2].hint(), o.strides[3].hint()};
+}
+
+}  // namespace
+
+KernelSource emit_attention(const Kernel& k, const DeviceLimits& limits) {
+  const int64_t B = k.shape[0].hint(), H = k.shape[1].hint(), T = k.shape[2].hint(), D = k.shape[3].hint();
+  const int64_t heads = B * H;
+  // Blocks for about two waves of the GPU: small batches split each head's queries over several blocks (each
+  // copies the head's keys and values again, from L2), large ones take a head a block.
+  int64_t row_blocks = std::clamp<int64_t>(ceil_div(2 * limits.sm_count, std::max<int64_t>(heads, 1)), 1,
+                                           ceil_div(T, kWarps));
+  const int64_t rows = ceil_div(T, row_blocks);
+  row_blocks = ceil_div(T, rows);
+  KernelSource src = source_for(k, kWarps * 32, std::max<int64_t>(heads * row_blocks, 1));
+  const int64_t key_chunks = ceil_div(T, 32), column_chunks = ceil_div(D, 32);
+  const HeadLayout q = head_layout(k.inputs[0]), key = head_layout(k.inputs[1]), v = head_layout(k.inputs[2]),
+                   o = head_layout(k.outputs[0]);
+
+  std::string& c = src.code;
+  c = fmt::format("// {}: attention over [B, H, T, D] = [{}]: softmax(q k^T) v per head, one block per head and {} "
+                  "query rows ({} a head), keys and values in shared memory ({} bytes)\n",
+                  k.name, join(k.shape), rows, row_blocks, attention_shared_bytes(T, D));
+  c += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}({}) {{\n", src.block, k.name,
+                   kernel_params(k));
+  c += fmt::format("  constexpr int T = {}, D = {}, kRows = {};\n", T, D, rows);
+  c += "  __shared__ float ks[T][D + 1];\n  __shared__ float vs[T][D];\n";
+  c += fmt::format("  __shared__ float qs[{}][D];\n", kWarps);
+  c += fmt::format("  const int64_t head = blockIdx.x / {}, b = head / {}, h = head % {};\n", row_blocks, H, H);
+  c += fmt::format("  const int t0 = (blockIdx.x % {}) * kRows, t_end = min(t0 + kRows, T);\n", row_blocks);
+  c += fmt::format("  const float* __restrict__ q = in0 + ({});\n", q.base);
+  c += fmt::format("  const float* __restrict__ k = in1 + ({});\n", key.base);
+  c += fmt::format("  const float* __restrict__ v = in2 + ({});\n", v.base);
+  c += fmt::format("  float* __restrict__ o = out0 + ({});\n", o.base);
+  c += fmt::format("  for (int i = threadIdx.x; i < T * D; i += {}) {{\n", src.block);
+  c += "    const int t = i / D, d = i % D;\n";
+  c += fmt::format("    ks[t][d] = k[int64_t(t) * {} + int64_t(d) * {}];\n", key.t_stride, key.d_stride);
+  c += fmt::format("    vs[t][d] = v[int64_t(t) * {} + int64_t(d) * {}];\n", v.t_stride, v.d_stride);
+  c += "  }\n  __syncthreads();\n";
+  c += "  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;\n";
+  c += fmt::format("  for (int t = t0 + warp; t < t_end; t += {}) {{\n", kWarps);
+  // torch scales q before the product (F.multi_head_attention_forward's q * D^-1/2, rounded).
+  c += fmt::format("    for (int d = lane; d < D; d += 32) qs[warp][d] = q[int64_t(t) * {} + int64_t(d) * {}] * {};\n",
+                   q.t_stride, q.d_stride, literal(DType::F32, k.attention_scale));
+  c += "    __syncwarp();\n";
+  c += fmt::format("    float s[{}];\n", key_chunks);
+  c += "    float m = __int_as_float(0xff800000);\n";
+  c += "#pragma unroll\n";
+  c += fmt::format("    for (int c = 0; c < {}; ++c) {{\n", key_chunks);
+  c += "      const int j = c * 32 + lane;\n";
+  c += "      float acc = 0.0f;\n";
+  c += "      if (j < T) {\n";
+  c += "#pragma unroll 8\n";
+  c += "        for (int d = 0; d < D; ++d) acc = fmaf(qs[warp][d], ks[j][d], acc);\n";
+  c += "        m = fc_max(m, acc);\n";
+  c += "      }\n";
+  c += "      s[c] = acc;\n";
+  c += "    }\n";
+  c += "    m = fc_warp_reduce(m, fc_max_op());\n";
+  c += "    float l = 0.0f;\n";
+  c += "#pragma unroll\n";
+  c += fmt::format("    for (int c = 0; c < {}; ++c) {{\n", key_chunks);
+  c += "      s[c] = c * 32 + lane < T ? expf(s[c] - m) : 0.0f;\n";
+  c += "      l += s[c];\n";
+  c += "    }\n";
+  c += "    l = fc_warp_reduce(l, fc_sum_op());\n";
+  c += fmt::format("    float acc[{}];\n", column_chunks);
+  c += "#pragma unroll\n";
+  c += fmt::format("    for (int i = 0; i < {}; ++i) acc[i] = 0.0f;\n", column_chunks);
+  c += "#pragma unroll\n";
+  c += fmt::format("    for (int c = 0; c < {}; ++c) {{\n", key_chunks);
+  c += "      const float p_lane = s[c] / l;  // softmax's output, rounded as torch's is before the product\n";
+  c += "      for (int jj = 0; jj < 32 && c * 32 + jj < T; ++jj) {\n";
+  c += "        const float p = __shfl_sync(0xffffffffu, p_lane, jj);\n";
+  c += "#pragma unroll\n";
+  c += fmt::format("        for (int i = 0; i < {}; ++i)\n", column_chunks);
+  c += "          if (lane + 32 * i < D) acc[i] = fmaf(p, vs[c * 32 + jj][lane + 32 * i], acc[i]);\n";
+  c += "      }\n";
+  c += "    }\n";
+  c += "#pragma unroll\n";
+  c += fmt::format("    for (int i = 0; i < {}; ++i)\n", column_chunks);
+  c += fmt::format("      if (lane + 32 * i < D) o[int64_t(t) * {} + int64_t(lane + 32 * i) * {}] = acc[i];\n",
+                   o.t_stride, o.d_stride);
+  c += "    __syncwarp();  // the next row overwrites qs[warp]\n";
+  c += "  }\n}\n";
+  return src;
+}
+
+}  // namespace fastcomp::codegen::detail
+
+namespace fastcomp::codegen {
+
+int64_t attention_shared_bytes(int64_t t, int64_t d) {
+  return (t * (2 * d + 1) + detail::kWarps * d) * int64_t{sizeof(float)};
+}
+
+}  // namespace fastcomp::codegen

@@ -1,0 +1,95 @@
+"""Attention kernels (Kernel::Kind::Attention): the launch shape and shared memory they ask for, the kernels
+they refuse, NVRTC compiling them for compute_90 (no GPU needed), and on a GPU (`gpu` marker) their results
+against torch's softmax(q k^T) v on fresh random inputs."""
+import pytest
+
+from fastcomp._C import _testing as T
+
+import codegen_specs as S
+import nvrtc_ctypes
+
+# (B, H, T, D): W7's heads, W10's, one query, odd sizes, a width that is not a multiple of 32, the longest T of
+# D=64 that fits in shared memory.
+SHAPES = [(16, 8, 64, 64), (4, 4, 32, 64), (1, 1, 1, 8), (3, 2, 33, 48), (2, 3, 5, 8), (1, 2, 91, 64),
+          (2, 1, 40, 128)]
+
+
+def shape_id(shape):
+    return "x".join(map(str, shape))
+
+
+@pytest.fixture(scope="module")
+def nvrtc():
+    found, why = nvrtc_ctypes.find()
+    if found is None:
+        pytest.skip(f"NVRTC not available: {why}")
+    return found
+
+
+def test_kernel_text_shows_the_scale():
+    assert T.kernel_text(S.mha_attention(b=2, h=2, t=4, d=8)) == (
+        "kernel mha_attention attention shape=[2,2,4,8] scale=0.3535533905932738\n"
+        "  in0 f32 strides=[48,8,96,1]\n"
+        "  in1 f32 strides=[48,8,96,1] offset=16\n"
+        "  in2 f32 strides=[48,8,96,1] offset=32\n"
+        "  out0 f32 strides=[16,8,32,1]\n")
+
+
+@pytest.mark.parametrize("b, h, t, grid", [
+    (16, 8, 64, 128 * 3),  # W7: 128 heads, each split over 3 blocks of 22 rows for about two waves of 132 SMs
+    (4, 4, 32, 16 * 4),    # W10: 16 heads of 32 rows, 8 rows a block (one per warp)
+    (256, 8, 64, 2048),    # many heads: one block a head
+])
+def test_launch_shape_spreads_query_rows_over_about_two_waves(b, h, t, grid):
+    code, got_grid, block, shared = T.emit_kernel(S.mha_attention(b=b, h=h, t=t, d=64), 132)
+    assert (got_grid, block, shared) == (grid, 256, 0)  # static shared memory: no launch argument
+    assert code.startswith(f"// mha_attention: attention over [B, H, T, D] = [{b}, {h}, {t}, 64]")
+    assert "__shared__ float ks[T][D + 1];" in code  # padded: 32 lanes reading 32 keys hit 32 banks
+
+
+def test_shared_memory_bound_is_the_static_limit():
+    assert T.attention_shared_bytes(91, 64) <= 48 * 1024 < T.attention_shared_bytes(92, 64)
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d["inputs"][0].update(dtype="f16"), "f32 only"),
+    (lambda d: d["inputs"].pop(), "takes q, k, v"),
+    (lambda d: d.update(shape=[2, 2, 4]), r"\[B, H, T, D\]"),
+    (lambda d: d.update(shape=[1, 1, 128, 64]), "shared memory"),
+    (lambda d: d["exprs"].append(dict(op="constant", dtype="f32", value=1.0)), "no expressions"),
+    (lambda d: d["outputs"][0].update(strides=[1, 1, 1]), "4 static strides"),
+    (lambda d: d.update(scale=float("inf")), "not finite"),
+])
+def test_malformed_attention_kernels_are_rejected(mutate, message):
+    spec = S.mha_attention(b=2, h=2, t=4, d=8)
+    mutate(spec)
+    with pytest.raises(ValueError, match=message):
+        T.emit_kernel(spec)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=shape_id)
+@pytest.mark.parametrize("batch_major", [False, True], ids=["t_major", "b_major"])
+def test_compiles(nvrtc, shape, batch_major):
+    b, h, t, d = shape
+    spec = S.mha_attention(b, h, t, d, batch_major)
+    ok, log, _ = nvrtc.compile(T.emit_program([spec]))
+    assert ok, log
+    assert "warning" not in log, log
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", SHAPES, ids=shape_id)
+@pytest.mark.parametrize("batch_major", [False, True], ids=["t_major", "b_major"])
+def test_gpu_matches_torch(shape, batch_major):
+    import codegen_gpu as G
+    import torch
+
+    b, h, t, d = shape
+    spec = S.mha_attention(b, h, t, d, batch_major)
+    inputs = G.random_inputs(spec, seed=t * 131 + d)
+    (out,) = G.view_outputs(spec, G.launch(spec, inputs))
+    q, k, v = (torch.as_strided(x, spec["shape"], i["strides"], i["offset"]) for x, i in zip(inputs, spec["inputs"]))
+    # torch's order: q scaled (rounded), the scores, softmax, the product with v; all in f64 for the reference.
+    scores = (q * spec["scale"]).double() @ k.double().transpose(-1, -2)
+    want = torch.softmax(scores, -1) @ v.double()
+    torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))

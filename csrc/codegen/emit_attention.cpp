@@ -35,7 +35,23 @@ HeadLayout head_layout(const Operand& o) {
 
 }  // namespace
 
+// Torch's half-precision attention rounds every step's result to the dtype (the scaled q, the scores out of the
+// GEMM, softmax's output, the output), computing each in f32: so does this kernel, keeping f32 in shared memory.
+struct ValueType {
+  DType t;
+  std::string to_float(const std::string& x) const {
+    return t == DType::F32 ? x : fmt::format("fc_{}_to_float({})", dtype_name(t), x);
+  }
+  std::string round(const std::string& x) const {
+    return t == DType::F32 ? x : fmt::format("fc_round_{}({})", dtype_name(t), x);
+  }
+  std::string from_float(const std::string& x) const {
+    return t == DType::F32 ? x : fmt::format("fc_float_to_{}({})", dtype_name(t), x);
+  }
+};
+
 KernelSource emit_attention(const Kernel& k, const DeviceLimits& limits) {
+  const ValueType vt{k.inputs[0].dtype};
   const int64_t B = k.shape[0].hint(), H = k.shape[1].hint(), T = k.shape[2].hint(), D = k.shape[3].hint();
   const int64_t heads = B * H;
   // Blocks for about two waves of the GPU: small batches split each head's queries over several blocks (each
@@ -60,20 +76,25 @@ KernelSource emit_attention(const Kernel& k, const DeviceLimits& limits) {
   c += fmt::format("  __shared__ float qs[{}][D];\n", kWarps);
   c += fmt::format("  const int64_t head = blockIdx.x / {}, b = head / {}, h = head % {};\n", row_blocks, H, H);
   c += fmt::format("  const int t0 = (blockIdx.x % {}) * kRows, t_end = min(t0 + kRows, T);\n", row_blocks);
-  c += fmt::format("  const float* __restrict__ q = in0 + ({});\n", q.base);
-  c += fmt::format("  const float* __restrict__ k = in1 + ({});\n", key.base);
-  c += fmt::format("  const float* __restrict__ v = in2 + ({});\n", v.base);
-  c += fmt::format("  float* __restrict__ o = out0 + ({});\n", o.base);
+  const char* elem = dtype_c_type(vt.t);
+  c += fmt::format("  const {}* __restrict__ q = in0 + ({});\n", elem, q.base);
+  c += fmt::format("  const {}* __restrict__ k = in1 + ({});\n", elem, key.base);
+  c += fmt::format("  const {}* __restrict__ v = in2 + ({});\n", elem, v.base);
+  c += fmt::format("  {}* __restrict__ o = out0 + ({});\n", elem, o.base);
   c += fmt::format("  for (int i = threadIdx.x; i < T * D; i += {}) {{\n", src.block);
   c += "    const int t = i / D, d = i % D;\n";
-  c += fmt::format("    ks[t][d] = k[int64_t(t) * {} + int64_t(d) * {}];\n", key.t_stride, key.d_stride);
-  c += fmt::format("    vs[t][d] = v[int64_t(t) * {} + int64_t(d) * {}];\n", v.t_stride, v.d_stride);
+  c += fmt::format("    ks[t][d] = {};\n",
+                   vt.to_float(fmt::format("k[int64_t(t) * {} + int64_t(d) * {}]", key.t_stride, key.d_stride)));
+  c += fmt::format("    vs[t][d] = {};\n",
+                   vt.to_float(fmt::format("v[int64_t(t) * {} + int64_t(d) * {}]", v.t_stride, v.d_stride)));
   c += "  }\n  __syncthreads();\n";
   c += "  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;\n";
   c += fmt::format("  for (int t = t0 + warp; t < t_end; t += {}) {{\n", kWarps);
   // torch scales q before the product (F.multi_head_attention_forward's q * D^-1/2, rounded).
-  c += fmt::format("    for (int d = lane; d < D; d += 32) qs[warp][d] = q[int64_t(t) * {} + int64_t(d) * {}] * {};\n",
-                   q.t_stride, q.d_stride, literal(DType::F32, k.attention_scale));
+  c += fmt::format("    for (int d = lane; d < D; d += 32) qs[warp][d] = {};\n",
+                   vt.round(fmt::format("{} * {}", vt.to_float(fmt::format("q[int64_t(t) * {} + int64_t(d) * {}]",
+                                                                           q.t_stride, q.d_stride)),
+                                        literal(DType::F32, k.attention_scale))));
   c += "    __syncwarp();\n";
   c += fmt::format("    float s[{}];\n", key_chunks);
   c += "    float m = __int_as_float(0xff800000);\n";
@@ -84,6 +105,7 @@ KernelSource emit_attention(const Kernel& k, const DeviceLimits& limits) {
   c += "      if (j < T) {\n";
   c += "#pragma unroll 8\n";
   c += "        for (int d = 0; d < D; ++d) acc = fmaf(qs[warp][d], ks[j][d], acc);\n";
+  if (vt.t != DType::F32) c += fmt::format("        acc = {};  // the scores GEMM's output\n", vt.round("acc"));
   c += "        m = fc_max(m, acc);\n";
   c += "      }\n";
   c += "      s[c] = acc;\n";
@@ -101,7 +123,8 @@ KernelSource emit_attention(const Kernel& k, const DeviceLimits& limits) {
   c += fmt::format("    for (int i = 0; i < {}; ++i) acc[i] = 0.0f;\n", column_chunks);
   c += "#pragma unroll\n";
   c += fmt::format("    for (int c = 0; c < {}; ++c) {{\n", key_chunks);
-  c += "      const float p_lane = s[c] / l;  // softmax's output, rounded as torch's is before the product\n";
+  c += fmt::format("      const float p_lane = {};  // softmax's output, rounded as torch's is, before the product\n",
+                   vt.round("s[c] / l"));
   c += "      for (int jj = 0; jj < 32 && c * 32 + jj < T; ++jj) {\n";
   c += "        const float p = __shfl_sync(0xffffffffu, p_lane, jj);\n";
   c += "#pragma unroll\n";
@@ -111,8 +134,8 @@ KernelSource emit_attention(const Kernel& k, const DeviceLimits& limits) {
   c += "    }\n";
   c += "#pragma unroll\n";
   c += fmt::format("    for (int i = 0; i < {}; ++i)\n", column_chunks);
-  c += fmt::format("      if (lane + 32 * i < D) o[int64_t(t) * {} + int64_t(lane + 32 * i) * {}] = acc[i];\n",
-                   o.t_stride, o.d_stride);
+  c += fmt::format("      if (lane + 32 * i < D) o[int64_t(t) * {} + int64_t(lane + 32 * i) * {}] = {};\n",
+                   o.t_stride, o.d_stride, vt.from_float("acc[i]"));
   c += "    __syncwarp();  // the next row overwrites qs[warp]\n";
   c += "  }\n}\n";
   return src;

@@ -263,9 +263,12 @@ void validate_attention(const Kernel& k) {
     invalid(k, "an attention kernel needs a static [B, H, T, D] shape");
   if (k.inputs.size() != 3 || k.outputs.size() != 1) invalid(k, "an attention kernel takes q, k, v and writes o");
   if (!k.exprs.empty() || !k.stores.empty()) invalid(k, "an attention kernel has no expressions or stores");
+  const DType dtype = k.inputs[0].dtype;
+  if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::BF16)
+    invalid(k, "attention kernels are f32, f16 or bf16");
   for (size_t o = 0; o < 4; ++o) {
     const Operand& op = o < 3 ? k.inputs[o] : k.outputs[0];
-    if (op.dtype != DType::F32) invalid(k, "attention kernels are f32 only");
+    if (op.dtype != dtype) invalid(k, "an attention kernel's q, k, v and o share one dtype");
     if (op.strides.size() != 4 || !all_static(op.strides) || !op.storage_offset.is_static() || op.valid.dim >= 0)
       invalid(k, "attention operands need 4 static strides and offsets, without ranges");
     for (const Size& s : op.strides)

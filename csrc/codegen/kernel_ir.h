@@ -90,7 +90,8 @@ struct Kernel {
   // Attention: `shape` is [B, H, T, D] (batch, heads, sequence, head width), all static; inputs 0, 1, 2 are q,
   // k and v and output 0 is o, each addressed over that space (element (b, h, t, d) is row t, column d of head
   // (b, h)); the keys run over the same T as the queries. Per head, with q' = q * attention_scale rounded as
-  // torch's elementwise product is: o = softmax(q' @ k^T, over the keys) @ v. f32 only, no exprs or stores.
+  // torch's elementwise product is: o = softmax(q' @ k^T, over the keys) @ v, each step's result rounded to the
+  // operands' dtype (f32, f16 or bf16, the same for all four) as torch's are. No exprs or stores.
   enum class Kind : uint8_t { Pointwise, RowReduce, Attention } kind = Kind::Pointwise;
   double attention_scale = 1;      // Attention only
   std::string name;                // unique within one program, a valid C identifier not starting with fc_

@@ -5,7 +5,7 @@
 //   q, k, v -> [B*H, T, D] each, q * D^-1/2       one kernel (torch scales q before the product too)
 //   s = q @ k^T; p = softmax(s); o = p @ v        batched GEMMs around a row-reduce kernel; o lands as [T, B, E]
 //   out = o @ out_proj_weight^T + out_proj_bias   one GEMM into item 0 of the result, in torch's layout
-// With fastcomp.config.fused_attention, f32 heads whose keys and values fit in shared memory run the middle
+// With fastcomp.config.fused_attention, heads whose keys and values fit in shared memory run the middle
 // two lines as one attention kernel (emit_attention.cpp) that reads q, k, v from qkv and writes o.
 // Item 1 (the weights) must be unused: it never exists. Masks, dropout, bias_k/v, separate projection weights,
 // a key or value other than the query, or any other use of the result keep the extern call.
@@ -204,7 +204,7 @@ bool lower_self_attention(Lowerer& L, const graph::Node& n) {
   const Sizes qkv_strides = {rows->t_major ? Size(row) : T * row, D, rows->t_major ? B * row : Size(row), 1};
   const Sizes head_space = {B, *H, T, D};
   const double scale = std::sqrt(1.0 / D);
-  if (L.options().fused_attention && t == DType::F32 && T.is_static() && B.is_static() &&
+  if (L.options().fused_attention && T.is_static() && B.is_static() &&
       codegen::attention_shared_bytes(T.hint(), D) <= codegen::kAttentionSharedBytes) {
     // One kernel for the heads (emit_attention.cpp), o written straight into [T, B, E]: element (b, h, t, d) at
     // t*B*E + b*E + h*D + d.

@@ -241,15 +241,15 @@ def mha_weights_used(x, attn):
 case("mha_batch_first", lambda x, attn: attn(x, x, x)[0], mha_args(True), MHA_SHAPES, plan=(2, 4, 1))
 case("mha_seq_first", lambda x, attn: attn(x, x, x, need_weights=False)[0] * 2, mha_args(False), MHA_SHAPES,
      plan=(3, 4, 0))
-# fastcomp.config.fused_attention: the heads are one attention kernel between the two projections (f32 only; the
-# shapes' heads all fit in shared memory). Each case its own function, so its cache entry is its own.
+# fastcomp.config.fused_attention: the heads are one attention kernel between the two projections (the shapes'
+# heads all fit in shared memory, T=91 of width 64 just). Each case its own function, so its cache entry is its own.
 FUSED = {"fused_attention": True}
 case("mha_fused_batch_first", lambda x, attn: attn(x, x, x)[0], mha_args(True), MHA_SHAPES, plan=(1, 2, 1),
-     dtypes=(torch.float32,), config=FUSED)
+     config=FUSED)
 case("mha_fused_seq_first", lambda x, attn: attn(x, x, x, need_weights=False)[0] * 2, mha_args(False),
-     MHA_SHAPES + ((2, 91, 128, 2),), plan=(2, 2, 0), dtypes=(torch.float32,), config=FUSED)
+     MHA_SHAPES + ((2, 91, 128, 2),), plan=(2, 2, 0), config=FUSED)
 # Keys that do not fit in shared memory (T=92, D=64): the four steps of the unfused heads.
 case("mha_fused_too_long_keeps_the_steps", lambda x, attn: attn(x, x, x, need_weights=False)[0] * 2,
-     mha_args(False), ((2, 92, 128, 2),), plan=(3, 4, 0), dtypes=(torch.float32,), config=FUSED)
+     mha_args(False), ((2, 92, 128, 2),), plan=(3, 4, 0), config=FUSED)
 # The averaged weights are needed: torch's own multi_head_attention_forward runs (the sum and the add are kernels).
 case("mha_weights_used_is_extern", mha_weights_used, mha_args(True), MHA_SHAPES, plan=(2, 0, 4))

@@ -198,7 +198,7 @@ def cast(src, dst, shape=(1025,)):
     return s.spec
 
 
-def mha_attention(b=16, h=8, t=64, d=64, batch_major=False, name="mha_attention"):
+def mha_attention(b=16, h=8, t=64, d=64, batch_major=False, dtype="f32", name="mha_attention"):
     """The heads of nn.MultiheadAttention's self-attention as lowering writes them: q, k and v read straight from
     the input projection's [T*B, 3E] result (rows in t-major order, or b-major for a batch-first query), scaled
     by D^-1/2, and o written into [T, B, E]. Over [B, H, T, D]."""
@@ -208,6 +208,6 @@ def mha_attention(b=16, h=8, t=64, d=64, batch_major=False, name="mha_attention"
     s = Spec(name, [b, h, t, d], "attention")
     s.d["scale"] = (1.0 / d) ** 0.5
     for part in range(3):
-        s.input("f32", [b_stride, d, t_stride, 1], offset=part * e)
-    s.output("f32", [e, d, b * e, 1])
+        s.input(dtype, [b_stride, d, t_stride, 1], offset=part * e)
+    s.output(dtype, [e, d, b * e, 1])
     return s.spec

@@ -52,7 +52,8 @@ def test_shared_memory_bound_is_the_static_limit():
 
 
 @pytest.mark.parametrize("mutate, message", [
-    (lambda d: d["inputs"][0].update(dtype="f16"), "f32 only"),
+    (lambda d: [o.update(dtype="f64") for o in d["inputs"] + d["outputs"]], "f32, f16 or bf16"),
+    (lambda d: d["inputs"][1].update(dtype="f16"), "share one dtype"),
     (lambda d: d["inputs"].pop(), "takes q, k, v"),
     (lambda d: d.update(shape=[2, 2, 4]), r"\[B, H, T, D\]"),
     (lambda d: d.update(shape=[1, 1, 128, 64]), "shared memory"),
@@ -77,19 +78,34 @@ def test_compiles(nvrtc, shape, batch_major):
     assert "warning" not in log, log
 
 
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_half_kernels_round_each_step_as_torch_does_and_compile(nvrtc, dtype):
+    spec = S.mha_attention(2, 3, 33, 48, dtype=dtype)
+    code = T.emit_kernel(spec)[0]
+    assert f"qs[warp][d] = fc_round_{dtype}(fc_{dtype}_to_float(q[" in code   # the scaled q
+    assert f"acc = fc_round_{dtype}(acc);" in code                             # the scores
+    assert f"const float p_lane = fc_round_{dtype}(s[c] / l);" in code        # softmax's output
+    assert f"= fc_float_to_{dtype}(acc[i]);" in code                            # the output
+    for sm in (75, 90):  # the prelude declares the half types itself from sm_80 on, includes the headers before
+        ok, log, _ = nvrtc.compile(T.emit_program([spec], sm=sm), arch=f"compute_{sm}")
+        assert ok, log
+        assert "warning" not in log, log
+
+
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
 @pytest.mark.parametrize("shape", SHAPES, ids=shape_id)
 @pytest.mark.parametrize("batch_major", [False, True], ids=["t_major", "b_major"])
-def test_gpu_matches_torch(shape, batch_major):
+def test_gpu_matches_torch(shape, batch_major, dtype):
     import codegen_gpu as G
     import torch
 
     b, h, t, d = shape
-    spec = S.mha_attention(b, h, t, d, batch_major)
+    spec = S.mha_attention(b, h, t, d, batch_major, dtype)
     inputs = G.random_inputs(spec, seed=t * 131 + d)
     (out,) = G.view_outputs(spec, G.launch(spec, inputs))
     q, k, v = (torch.as_strided(x, spec["shape"], i["strides"], i["offset"]) for x, i in zip(inputs, spec["inputs"]))
-    # torch's order: q scaled (rounded), the scores, softmax, the product with v; all in f64 for the reference.
-    scores = (q * spec["scale"]).double() @ k.double().transpose(-1, -2)
-    want = torch.softmax(scores, -1) @ v.double()
-    torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
+    # torch's steps, each rounded to the dtype as F.multi_head_attention_forward's are.
+    want = torch.softmax((q * spec["scale"]) @ k.transpose(-1, -2), -1) @ v
+    tol = {"f32": 1e-5, "f16": 1e-2, "bf16": 2e-2}[dtype]
+    torch.testing.assert_close(out.float(), want.float(), rtol=tol, atol=tol * float(want.abs().max()))

@@ -209,6 +209,11 @@ def main(argv: list[str] | None = None) -> int:
     deadline = started + args.budget_s if args.budget_s else math.inf
 
     notes = list(args.note)
+    # Settings that change what fastcomp compiles (fastcomp.config reads them in every measurement process).
+    settings = sorted(f"{k}={v}" for k, v in os.environ.items() if k.startswith("FASTCOMP_") and k not in
+                      isolation.CACHE_VARIABLES)
+    if settings:
+        notes.append(f"fastcomp settings from the environment: {', '.join(settings)}.")
     if args.quick:
         notes.append("--quick: tiny sizes and few repeats; a smoke test of the harness, not a measurement.")
     if n_jobs > 1:

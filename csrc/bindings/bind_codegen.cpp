@@ -2,7 +2,8 @@
 // tests can drive emit_cuda / emit_program without the lowering pass.
 //
 // A kernel spec is a dict:
-//   {"name": str, "kind": "pointwise" | "row_reduce" | "attention", "shape": [int], "scale": float (attention),
+//   {"name": str, "kind": "pointwise" | "row_reduce" | "attention", "shape": [int],
+//    attention only: "scale": float, "causal": bool, "rounding": "every_step" | "probabilities",
 //    "inputs" / "outputs": [{"dtype": "f32", "strides": [int], "offset": int (optional),
 //                            "valid": [dim, begin, end] (optional)}],
 //    "exprs": [{"op": "add", "dtype": "f32", "args": [int], "operand": int, "value": float,
@@ -62,6 +63,13 @@ cg::Kernel parse_kernel(const py::dict& spec) {
   else if (kind == "attention") k.kind = cg::Kernel::Kind::Attention;
   else throw py::value_error("unknown kind '" + kind + "'");
   if (spec.contains("scale")) k.attention_scale = spec["scale"].cast<double>();
+  if (spec.contains("causal")) k.attention_causal = spec["causal"].cast<bool>();
+  if (spec.contains("rounding")) {
+    const std::string r = spec["rounding"].cast<std::string>();
+    if (r != "every_step" && r != "probabilities") throw py::value_error("unknown rounding '" + r + "'");
+    k.attention_rounding = r == "every_step" ? cg::Kernel::AttentionRounding::EveryStep
+                                             : cg::Kernel::AttentionRounding::Probabilities;
+  }
   k.shape = cg::to_sizes(spec["shape"].cast<std::vector<int64_t>>());
   k.inputs = parse_operands(spec["inputs"].cast<py::list>());
   k.outputs = parse_operands(spec["outputs"].cast<py::list>());

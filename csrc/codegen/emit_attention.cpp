@@ -1,15 +1,16 @@
-// Attention kernels (kernel_ir.h, Kernel::Kind::Attention): o = softmax(q' @ k^T) @ v per head, for heads whose
-// keys and values fit in shared memory. What it replaces in nn.MultiheadAttention's decomposition (lowering's
-// lower_attention.cpp): a kernel that splits and scales the heads, a batched GEMM for the scores, a softmax
-// kernel and a batched GEMM for the values; four launches and three [heads, T, T]/[heads, T, D] round trips
-// through memory for a product of a few MFLOP a head (W10: T=32, D=64, 16 heads).
+// Attention kernels (kernel_ir.h, Kernel::Kind::Attention): o = softmax(scale * q @ k^T) @ v per head, for heads
+// whose keys and values fit in shared memory. Lowering uses them (with fastcomp.config.fused_attention) for
+// nn.MultiheadAttention's heads, which it would otherwise run as a kernel splitting and scaling the heads, a
+// batched GEMM for the scores, a softmax kernel and a batched GEMM for the values (four launches and three
+// round trips through memory for a few MFLOP a head: W10 has T=32, D=64, 16 heads), and for
+// F.scaled_dot_product_attention without a mask tensor (otherwise a call into torch).
 //
 // One block of 8 warps takes one head and a run of its query rows: it copies the head's keys and values into
 // shared memory once (keys padded to D + 1 columns, so the 32 lanes reading 32 keys at one column hit 32 banks),
-// then each warp takes a query row at a time: the row (scaled as torch scales q) in shared memory, lane j's
-// scores for keys j, j + 32, ..., the row's max and sum by warp shuffles, the probabilities rounded as torch's
-// softmax output is, then lane d's outputs for columns d, d + 32, ... with each probability broadcast by a
-// shuffle. The scores never leave registers.
+// then each warp takes a query row at a time: the scaled row in shared memory, lane j's scores for keys j,
+// j + 32, ... (up to the row's own position under a causal mask), the row's max and sum by warp shuffles, the
+// probabilities, then lane d's outputs for columns d, d + 32, ... with each probability broadcast by a shuffle.
+// The scores never leave registers.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -52,6 +53,9 @@ struct ValueType {
 
 KernelSource emit_attention(const Kernel& k, const DeviceLimits& limits) {
   const ValueType vt{k.inputs[0].dtype};
+  const bool every_step = k.attention_rounding == Kernel::AttentionRounding::EveryStep;
+  // The keys a query row sees: all T, or with a causal mask those up to its own position.
+  const char* keys = k.attention_causal ? "t + 1" : "T";
   const int64_t B = k.shape[0].hint(), H = k.shape[1].hint(), T = k.shape[2].hint(), D = k.shape[3].hint();
   const int64_t heads = B * H;
   // Blocks for about two waves of the GPU: small batches split each head's queries over several blocks (each
@@ -66,9 +70,10 @@ KernelSource emit_attention(const Kernel& k, const DeviceLimits& limits) {
                    o = head_layout(k.outputs[0]);
 
   std::string& c = src.code;
-  c = fmt::format("// {}: attention over [B, H, T, D] = [{}]: softmax(q k^T) v per head, one block per head and {} "
+  c = fmt::format("// {}: {}attention over [B, H, T, D] = [{}]: softmax(q k^T) v per head, one block per head and {} "
                   "query rows ({} a head), keys and values in shared memory ({} bytes)\n",
-                  k.name, join(k.shape), rows, row_blocks, attention_shared_bytes(T, D));
+                  k.name, k.attention_causal ? "causal " : "", join(k.shape), rows, row_blocks,
+                  attention_shared_bytes(T, D));
   c += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}({}) {{\n", src.block, k.name,
                    kernel_params(k));
   c += fmt::format("  constexpr int T = {}, D = {}, kRows = {};\n", T, D, rows);
@@ -91,10 +96,12 @@ KernelSource emit_attention(const Kernel& k, const DeviceLimits& limits) {
   c += "  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;\n";
   c += fmt::format("  for (int t = t0 + warp; t < t_end; t += {}) {{\n", kWarps);
   // torch scales q before the product (F.multi_head_attention_forward's q * D^-1/2, rounded).
+  const std::string scaled_q = fmt::format(
+      "{} * {}", vt.to_float(fmt::format("q[int64_t(t) * {} + int64_t(d) * {}]", q.t_stride, q.d_stride)),
+      literal(DType::F32, k.attention_scale));
   c += fmt::format("    for (int d = lane; d < D; d += 32) qs[warp][d] = {};\n",
-                   vt.round(fmt::format("{} * {}", vt.to_float(fmt::format("q[int64_t(t) * {} + int64_t(d) * {}]",
-                                                                           q.t_stride, q.d_stride)),
-                                        literal(DType::F32, k.attention_scale))));
+                   every_step ? vt.round(scaled_q) : scaled_q);
+  c += fmt::format("    const int keys = {};\n", keys);
   c += "    __syncwarp();\n";
   c += fmt::format("    float s[{}];\n", key_chunks);
   c += "    float m = __int_as_float(0xff800000);\n";
@@ -102,10 +109,11 @@ KernelSource emit_attention(const Kernel& k, const DeviceLimits& limits) {
   c += fmt::format("    for (int c = 0; c < {}; ++c) {{\n", key_chunks);
   c += "      const int j = c * 32 + lane;\n";
   c += "      float acc = 0.0f;\n";
-  c += "      if (j < T) {\n";
+  c += "      if (j < keys) {\n";
   c += "#pragma unroll 8\n";
   c += "        for (int d = 0; d < D; ++d) acc = fmaf(qs[warp][d], ks[j][d], acc);\n";
-  if (vt.t != DType::F32) c += fmt::format("        acc = {};  // the scores GEMM's output\n", vt.round("acc"));
+  if (vt.t != DType::F32 && every_step)
+    c += fmt::format("        acc = {};  // the scores GEMM's output\n", vt.round("acc"));
   c += "        m = fc_max(m, acc);\n";
   c += "      }\n";
   c += "      s[c] = acc;\n";
@@ -114,7 +122,7 @@ KernelSource emit_attention(const Kernel& k, const DeviceLimits& limits) {
   c += "    float l = 0.0f;\n";
   c += "#pragma unroll\n";
   c += fmt::format("    for (int c = 0; c < {}; ++c) {{\n", key_chunks);
-  c += "      s[c] = c * 32 + lane < T ? expf(s[c] - m) : 0.0f;\n";
+  c += "      s[c] = c * 32 + lane < keys ? expf(s[c] - m) : 0.0f;\n";
   c += "      l += s[c];\n";
   c += "    }\n";
   c += "    l = fc_warp_reduce(l, fc_sum_op());\n";
@@ -125,7 +133,7 @@ KernelSource emit_attention(const Kernel& k, const DeviceLimits& limits) {
   c += fmt::format("    for (int c = 0; c < {}; ++c) {{\n", key_chunks);
   c += fmt::format("      const float p_lane = {};  // softmax's output, rounded as torch's is, before the product\n",
                    vt.round("s[c] / l"));
-  c += "      for (int jj = 0; jj < 32 && c * 32 + jj < T; ++jj) {\n";
+  c += "      for (int jj = 0; jj < 32 && c * 32 + jj < keys; ++jj) {  // the same bound in every lane\n";
   c += "        const float p = __shfl_sync(0xffffffffu, p_lane, jj);\n";
   c += "#pragma unroll\n";
   c += fmt::format("        for (int i = 0; i < {}; ++i)\n", column_chunks);

@@ -115,7 +115,7 @@ const char* expr_op_name(ExprOp op) {
   return "?";
 }
 
-// kernel <name> <kind> shape=[...] [scale=<attention scale>]
+// kernel <name> <kind> shape=[...] [scale=<attention scale> [causal] [rounding=probabilities]]
 //   in<i> <dtype> strides=[...] [offset=<n>] [valid d<dim>=[<begin>,<end>)]
 //   out<i> ...
 //   e<i> = <op> <dtype> [in<operand> | <constant> | d<dim>=[<begin>,<end>) | e<arg> ...]
@@ -123,7 +123,10 @@ const char* expr_op_name(ExprOp op) {
 std::string Kernel::to_string() const {
   const char* kind_text = kind == Kind::Pointwise ? "pointwise" : kind == Kind::RowReduce ? "row_reduce" : "attention";
   std::string out = fmt::format("kernel {} {} shape=[{}]", name, kind_text, join_sizes(shape));
-  out += kind == Kind::Attention ? fmt::format(" scale={}\n", attention_scale) : "\n";
+  if (kind == Kind::Attention)
+    out += fmt::format(" scale={}{}{}", attention_scale, attention_causal ? " causal" : "",
+                       attention_rounding == AttentionRounding::Probabilities ? " rounding=probabilities" : "");
+  out += "\n";
   for (size_t i = 0; i < inputs.size(); ++i) out += operand_text("in", i, inputs[i]);
   for (size_t i = 0; i < outputs.size(); ++i) out += operand_text("out", i, outputs[i]);
   for (size_t i = 0; i < exprs.size(); ++i) {

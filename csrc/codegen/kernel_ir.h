@@ -89,11 +89,18 @@ struct Store {
 struct Kernel {
   // Attention: `shape` is [B, H, T, D] (batch, heads, sequence, head width), all static; inputs 0, 1, 2 are q,
   // k and v and output 0 is o, each addressed over that space (element (b, h, t, d) is row t, column d of head
-  // (b, h)); the keys run over the same T as the queries. Per head, with q' = q * attention_scale rounded as
-  // torch's elementwise product is: o = softmax(q' @ k^T, over the keys) @ v, each step's result rounded to the
-  // operands' dtype (f32, f16 or bf16, the same for all four) as torch's are. No exprs or stores.
+  // (b, h)); the keys run over the same T as the queries. Per head: o = softmax(scale * q @ k^T, over the keys,
+  // the keys after the query's own left out when `attention_causal`) @ v, in f32, with the operands' dtype (f32,
+  // f16 or bf16, the same for all four) for inputs and output. Rounding to that dtype in between follows
+  // `attention_rounding`. No exprs or stores.
   enum class Kind : uint8_t { Pointwise, RowReduce, Attention } kind = Kind::Pointwise;
+  enum class AttentionRounding : uint8_t {
+    EveryStep,      // as F.multi_head_attention_forward's ops: q * scale, the scores, softmax's output rounded
+    Probabilities,  // as scaled_dot_product_attention's fused kernels: only the probabilities, before @ v
+  };
   double attention_scale = 1;      // Attention only
+  bool attention_causal = false;
+  AttentionRounding attention_rounding = AttentionRounding::EveryStep;
   std::string name;                // unique within one program, a valid C identifier not starting with fc_
   Sizes shape;                     // iteration space
   std::vector<Operand> inputs;     // kernel parameters, in order, then outputs

@@ -22,9 +22,13 @@ class Cluster {
   const codegen::Sizes& space() const { return space_; }
   bool row_reduce() const { return row_reduce_; }
   void make_row_reduce() { row_reduce_ = true; }
-  // An attention kernel (kernel_ir.h) over a [B, H, T, D] space: its loads are q, k and v in that order and its
-  // one store names o's buffer and layout (the stored expression is not used: the kernel computes o).
-  void make_attention(double scale) { attention_ = true, attention_scale_ = scale; }
+  // An attention kernel (kernel_ir.h) over a [B, H, T, D] space: q, k and v are Load expressions of the cluster
+  // (one load may serve several, e.g. attention(x, x, x)) and its one store names o's buffer and layout (the
+  // stored expression is not used: the kernel computes o).
+  void make_attention(int q, int k, int v, double scale, bool causal, codegen::Kernel::AttentionRounding rounding) {
+    attention_ = true, attention_loads_ = {q, k, v};
+    attention_scale_ = scale, attention_causal_ = causal, attention_rounding_ = rounding;
+  }
   // A sealed cluster has its place among the steps: it may gain outputs but no new loads (a buffer written
   // later would be read too early).
   bool sealed() const { return sealed_; }
@@ -71,7 +75,10 @@ class Cluster {
   codegen::Sizes space_;
   bool row_reduce_ = false;
   bool attention_ = false;
+  std::vector<int> attention_loads_;  // q, k, v
   double attention_scale_ = 1;
+  bool attention_causal_ = false;
+  codegen::Kernel::AttentionRounding attention_rounding_ = codegen::Kernel::AttentionRounding::EveryStep;
   bool sealed_ = false;
   std::vector<Load> loads_;
   std::vector<codegen::Expr> exprs_;

@@ -9,6 +9,8 @@
 // two lines as one attention kernel (emit_attention.cpp) that reads q, k, v from qkv and writes o.
 // Item 1 (the weights) must be unused: it never exists. Masks, dropout, bias_k/v, separate projection weights,
 // a key or value other than the query, or any other use of the result keep the extern call.
+#include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "plan/lowering.h"
@@ -210,10 +212,9 @@ bool lower_self_attention(Lowerer& L, const graph::Node& n) {
     // t*B*E + b*E + h*D + d.
     const int o = alloc(L, t, {T, B, E});
     L.add_kernel(head_space, {qkv}, [&](Cluster& c) {
-      c.make_attention(scale);
-      c.load(qkv, t, qkv_strides, 0);
-      c.load(qkv, t, qkv_strides, E);
-      const int v_load = c.load(qkv, t, qkv_strides, 2 * E);
+      const int q_load = c.load(qkv, t, qkv_strides, 0), k_load = c.load(qkv, t, qkv_strides, E),
+                v_load = c.load(qkv, t, qkv_strides, 2 * E);
+      c.make_attention(q_load, k_load, v_load, scale, /*causal=*/false, codegen::Kernel::AttentionRounding::EveryStep);
       c.store(v_load, o, t, {E, D, B * E, 1}, 0);
     });
     const int out = alloc(L, t, qs, item0);
@@ -288,10 +289,97 @@ bool lower_self_attention(Lowerer& L, const graph::Node& n) {
   return true;
 }
 
+// `strides` lay `sizes` out densely in some order of the dimensions (a permuted contiguous tensor, size-1
+// dimensions anywhere): a layout a kernel can write in full, as eager's attention outputs have.
+bool dense_in_some_order(const Sizes& sizes, const Sizes& strides) {
+  std::vector<size_t> order;
+  for (size_t d = 0; d < sizes.size(); ++d)
+    if (sizes[d].hint() != 1) order.push_back(d);
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return strides[a].hint() < strides[b].hint(); });
+  int64_t expected = 1;
+  for (size_t d : order) {
+    if (strides[d].hint() != expected) return false;
+    expected *= sizes[d].hint();
+  }
+  return true;
+}
+
+// F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+// enable_gqa=False) with fastcomp.config.fused_attention: self-attention heads [B, H, T, D] (q, k, v and the
+// output of one shape, static) whose keys and values fit in shared memory, without a mask tensor or dropout, run
+// as one attention kernel reading q, k and v in place and writing the output in eager's layout. Rounded as the
+// fused SDPA kernels round (scores and softmax in f32, the probabilities in the dtype for the product with v).
+// Anything else stays the extern call (torch's flash or memory-efficient kernel).
+bool lower_scaled_dot_product_attention(Lowerer& L, const graph::Node& n) {
+  if (!L.options().fused_attention || n.type != graph::ValueType::Tensor) return false;
+  CallArgs args(n);
+  if (!args.only_keywords({"query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa"}))
+    return false;
+  const graph::Arg* q = tensor_arg(args.get(0, "query"));
+  const graph::Arg* k = tensor_arg(args.get(1, "key"));
+  const graph::Arg* v = tensor_arg(args.get(2, "value"));
+  if (!q || !k || !v || !is_none(args.get(3, "attn_mask"))) return false;
+  if (const graph::Arg* p = args.get(4, "dropout_p"); p && const_number(p) != 0.0) return false;
+  bool causal = false;
+  if (const graph::Arg* c = args.get(5, "is_causal")) {
+    const std::optional<bool> b = const_bool(c);
+    if (!b) return false;
+    causal = *b;
+  }
+  if (const graph::Arg* g = args.get(7, "enable_gqa"); g && const_bool(g) != false) return false;
+  const DType t = L.node_dtype(n.id);
+  if (t != DType::F32 && t != DType::F16 && t != DType::BF16) return false;
+  const Sizes shape = meta_sizes(n.meta);
+  if (shape.size() != 4 || !codegen::all_static(shape)) return false;
+  for (const graph::Arg* a : {q, k, v})
+    if (!L.value(a->node).tensor || L.node_dtype(a->node) != t || meta_sizes(L.node(a->node).meta) != shape ||
+        !codegen::all_static(meta_strides(L.node(a->node).meta)))
+      return false;
+  const int64_t T = shape[2].hint(), D = shape[3].hint();
+  if (T * D == 0 || shape[0].hint() * shape[1].hint() == 0 ||
+      codegen::attention_shared_bytes(T, D) > codegen::kAttentionSharedBytes)
+    return false;
+  double scale = 1.0 / std::sqrt(double(D));
+  if (const graph::Arg* s = args.get(6, "scale"); !is_none(s)) {
+    const std::optional<double> x = const_number(s);
+    if (!x) return false;
+    scale = *x;
+  }
+  const Sizes out_strides = meta_strides(n.meta);
+  if (!codegen::all_static(out_strides) || !dense_in_some_order(shape, out_strides)) return false;
+
+  // From here on the node is lowered.
+  const int qb = L.buffer_for(q->node), kb = L.buffer_for(k->node), vb = L.buffer_for(v->node);
+  for (int b : {qb, kb, vb})
+    if (!codegen::all_static(L.buffer(b).strides) || !L.buffer(b).offset.is_static())
+      throw NotLowerable("%" + std::to_string(n.id) + ": an attention operand has a symbolic layout");
+  Buffer o;
+  o.kind = Buffer::Kind::Alloc;
+  o.node = n.id;
+  o.dtype = t;
+  o.sizes = shape;
+  o.strides = out_strides;
+  const int ob = L.add_buffer(o);
+  L.value(n.id).tensor = true;
+  L.value(n.id).buffer = ob;
+  L.add_kernel(shape, {qb, kb, vb}, [&](Cluster& c) {
+    int loads[3];
+    for (int i = 0; i < 3; ++i) {
+      const Buffer& b = L.buffer(std::array{qb, kb, vb}[i]);
+      loads[i] = c.load(b.root, t, b.strides, b.offset);
+    }
+    c.make_attention(loads[0], loads[1], loads[2], scale, causal, codegen::Kernel::AttentionRounding::Probabilities);
+    c.store(loads[2], ob, t, out_strides, 0);
+  });
+  return true;
+}
+
 }  // namespace
 
 bool lower_attention_op(Lowerer& L, const graph::Node& n, const std::string& op) {
-  return op == "multi_head_attention_forward" && lower_self_attention(L, n);
+  if (op == "multi_head_attention_forward") return lower_self_attention(L, n);
+  if (op == "scaled_dot_product_attention") return lower_scaled_dot_product_attention(L, n);
+  return false;
 }
 
 }  // namespace fastcomp::plan::detail

@@ -251,5 +251,32 @@ case("mha_fused_seq_first", lambda x, attn: attn(x, x, x, need_weights=False)[0]
 # Keys that do not fit in shared memory (T=92, D=64): the four steps of the unfused heads.
 case("mha_fused_too_long_keeps_the_steps", lambda x, attn: attn(x, x, x, need_weights=False)[0] * 2,
      mha_args(False), ((2, 92, 128, 2),), plan=(3, 4, 0), config=FUSED)
+# F.scaled_dot_product_attention with fastcomp.config.fused_attention: one attention kernel reading q, k, v in place
+# (then the pointwise * 2); (B, H, T, D), the last one the longest T of width 64 that fits in shared memory.
+SDPA_SHAPES = ((2, 3, 5, 8), (1, 1, 1, 16), (2, 4, 33, 64), (1, 2, 91, 64))
+
+
+def sdpa_args(shape, dtype, device):
+    return tuple(randn(shape, dtype, device) for _ in range(3))
+
+
+def sdpa_head_views(shape, dtype, device):
+    """q, k, v as a model makes them: [B, T, H*D] projections viewed as [B, H, T, D] heads."""
+    b, h, t, d = shape
+    return tuple(randn((b, t, h * d), dtype, device).view(b, t, h, d).transpose(1, 2) for _ in range(3))
+
+
+case("sdpa_fused", lambda q, k, v: F.scaled_dot_product_attention(q, k, v) * 2, sdpa_args, SDPA_SHAPES,
+     plan=(2, 0, 0), config=FUSED)
+case("sdpa_fused_causal_scaled", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3) * 2,
+     sdpa_head_views, SDPA_SHAPES, plan=(2, 0, 0), config=FUSED)
+case("sdpa_fused_same_tensor", lambda x: F.scaled_dot_product_attention(x, x, x, is_causal=True) - x, one,
+     SDPA_SHAPES, plan=(2, 0, 0), config=FUSED)
+# A mask tensor, or keys that do not fit in shared memory: torch's own kernel.
+case("sdpa_fused_with_a_mask_is_extern",
+     lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=q[..., :1] > 0) * 2, sdpa_args,
+     ((2, 3, 5, 8),), plan=(2, 0, 1), config=FUSED)
+case("sdpa_fused_too_long_is_extern", lambda q, k, v: F.scaled_dot_product_attention(q, k, v) * 2, sdpa_args,
+     ((1, 2, 92, 64),), plan=(1, 0, 1), config=FUSED)
 # The averaged weights are needed: torch's own multi_head_attention_forward runs (the sum and the add are kernels).
 case("mha_weights_used_is_extern", mha_weights_used, mha_args(True), MHA_SHAPES, plan=(2, 0, 4))

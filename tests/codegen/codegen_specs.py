@@ -198,7 +198,8 @@ def cast(src, dst, shape=(1025,)):
     return s.spec
 
 
-def mha_attention(b=16, h=8, t=64, d=64, batch_major=False, dtype="f32", name="mha_attention"):
+def mha_attention(b=16, h=8, t=64, d=64, batch_major=False, dtype="f32", name="mha_attention", causal=False,
+                  rounding="every_step"):
     """The heads of nn.MultiheadAttention's self-attention as lowering writes them: q, k and v read straight from
     the input projection's [T*B, 3E] result (rows in t-major order, or b-major for a batch-first query), scaled
     by D^-1/2, and o written into [T, B, E]. Over [B, H, T, D]."""
@@ -206,7 +207,7 @@ def mha_attention(b=16, h=8, t=64, d=64, batch_major=False, dtype="f32", name="m
     row = 3 * e
     t_stride, b_stride = (b * row, row) if not batch_major else (row, t * row)
     s = Spec(name, [b, h, t, d], "attention")
-    s.d["scale"] = (1.0 / d) ** 0.5
+    s.d.update(scale=(1.0 / d) ** 0.5, causal=causal, rounding=rounding)
     for part in range(3):
         s.input(dtype, [b_stride, d, t_stride, 1], offset=part * e)
     s.output(dtype, [e, d, b * e, 1])

@@ -35,6 +35,25 @@ def test_kernel_text_shows_the_scale():
         "  out0 f32 strides=[16,8,32,1]\n")
 
 
+def test_kernel_text_shows_a_causal_mask_and_the_rounding():
+    spec = S.mha_attention(b=2, h=2, t=4, d=8, causal=True, rounding="probabilities")
+    assert T.kernel_text(spec).startswith(
+        "kernel mha_attention attention shape=[2,2,4,8] scale=0.3535533905932738 causal rounding=probabilities\n")
+
+
+def test_a_causal_row_sees_the_keys_up_to_its_own():
+    code = T.emit_kernel(S.mha_attention(b=2, h=2, t=40, d=8, causal=True))[0]
+    assert code.startswith("// mha_attention: causal attention")
+    assert "const int keys = t + 1;" in code and "if (j < keys) {" in code
+    assert "const int keys = T;" in T.emit_kernel(S.mha_attention(b=2, h=2, t=40, d=8))[0]
+
+
+def test_sdpa_rounding_keeps_the_scores_in_f32():
+    code = T.emit_kernel(S.mha_attention(2, 3, 33, 48, dtype="bf16", rounding="probabilities"))[0]
+    assert "acc = fc_round_bf16(acc);" not in code and "qs[warp][d] = fc_bf16_to_float(q[" in code
+    assert "const float p_lane = fc_round_bf16(s[c] / l);" in code
+
+
 @pytest.mark.parametrize("b, h, t, grid", [
     (16, 8, 64, 128 * 3),  # W7: 128 heads, each split over 3 blocks of 22 rows for about two waves of 132 SMs
     (4, 4, 32, 16 * 4),    # W10: 16 heads of 32 rows, 8 rows a block (one per warp)
@@ -69,10 +88,11 @@ def test_malformed_attention_kernels_are_rejected(mutate, message):
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=shape_id)
-@pytest.mark.parametrize("batch_major", [False, True], ids=["t_major", "b_major"])
-def test_compiles(nvrtc, shape, batch_major):
+@pytest.mark.parametrize("batch_major, causal, rounding", [(False, False, "every_step"), (True, False, "every_step"),
+                                                           (False, True, "probabilities")])
+def test_compiles(nvrtc, shape, batch_major, causal, rounding):
     b, h, t, d = shape
-    spec = S.mha_attention(b, h, t, d, batch_major)
+    spec = S.mha_attention(b, h, t, d, batch_major, causal=causal, rounding=rounding)
     ok, log, _ = nvrtc.compile(T.emit_program([spec]))
     assert ok, log
     assert "warning" not in log, log
@@ -95,17 +115,20 @@ def test_half_kernels_round_each_step_as_torch_does_and_compile(nvrtc, dtype):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
 @pytest.mark.parametrize("shape", SHAPES, ids=shape_id)
-@pytest.mark.parametrize("batch_major", [False, True], ids=["t_major", "b_major"])
-def test_gpu_matches_torch(shape, batch_major, dtype):
+@pytest.mark.parametrize("batch_major, causal, rounding", [(False, False, "every_step"), (True, False, "every_step"),
+                                                           (False, True, "probabilities")])
+def test_gpu_matches_torch(shape, batch_major, causal, rounding, dtype):
     import codegen_gpu as G
     import torch
 
     b, h, t, d = shape
-    spec = S.mha_attention(b, h, t, d, batch_major, dtype)
+    spec = S.mha_attention(b, h, t, d, batch_major, dtype, causal=causal, rounding=rounding)
     inputs = G.random_inputs(spec, seed=t * 131 + d)
     (out,) = G.view_outputs(spec, G.launch(spec, inputs))
     q, k, v = (torch.as_strided(x, spec["shape"], i["strides"], i["offset"]) for x, i in zip(inputs, spec["inputs"]))
-    # torch's steps, each rounded to the dtype as F.multi_head_attention_forward's are.
-    want = torch.softmax((q * spec["scale"]) @ k.transpose(-1, -2), -1) @ v
+    if rounding == "every_step":  # torch's steps, each rounded to the dtype as F.multi_head_attention_forward's are
+        want = torch.softmax((q * spec["scale"]) @ k.transpose(-1, -2), -1) @ v
+    else:
+        want = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=spec["scale"])
     tol = {"f32": 1e-5, "f16": 1e-2, "bf16": 2e-2}[dtype]
     torch.testing.assert_close(out.float(), want.float(), rtol=tol, atol=tol * float(want.abs().max()))

@@ -32,28 +32,28 @@ def storage_elements(shape, strides, offset):
     return offset + sum((n - 1) * s for n, s in zip(shape, strides)) + 1
 
 
-def random_storage(dtype, n, generator, low=None):
+def random_storage(dtype, n, generator, low=None, device="cuda"):
     """Random values that are never zero (so a wrong broadcast or a missing load shows)."""
     t = TORCH_DTYPES[dtype]
     if dtype == "bool":
-        return torch.randint(0, 2, (n,), generator=generator, device="cuda").bool()
+        return torch.randint(0, 2, (n,), generator=generator, device=device).bool()
     if t.is_floating_point:
-        x = torch.randn(n, generator=generator, device="cuda", dtype=torch.float32) * 3
+        x = torch.randn(n, generator=generator, device=device, dtype=torch.float32) * 3
         x = torch.where(x.abs() < 1e-3, torch.full_like(x, 0.5), x)
         return (x.abs() + 0.5 if low == 0 else x).to(t)
     lo, hi = (1, 100) if dtype == "u8" or low == 0 else (-50, 50)
-    x = torch.randint(lo, hi, (n,), generator=generator, device="cuda", dtype=torch.int64)
+    x = torch.randint(lo, hi, (n,), generator=generator, device=device, dtype=torch.int64)
     return torch.where(x == 0, torch.ones_like(x), x).to(t)
 
 
-def random_inputs(spec, seed=0, nonnegative=()):
+def random_inputs(spec, seed=0, nonnegative=(), device="cuda"):
     """One storage tensor per input; inputs listed in `nonnegative` get values > 0."""
-    g = torch.Generator(device="cuda").manual_seed(seed)
+    g = torch.Generator(device=device).manual_seed(seed)
     storages = []
     for n, i in enumerate(spec["inputs"]):
         part, offset = readable(spec["shape"], i)
         storages.append(random_storage(i["dtype"], storage_elements(part, i["strides"], offset), g,
-                                       0 if n in nonnegative else None))
+                                       0 if n in nonnegative else None, device))
     return storages
 
 
@@ -114,6 +114,7 @@ def reference(spec, inputs):
     """The spec evaluated with eager torch ops in each expression's dtype (so f16 rounds after every op, as the
     kernel promises); returns one tensor of the iteration shape per output."""
     shape = spec["shape"]
+    device = inputs[0].device if inputs else "cuda"  # CPU storages: the CPU run of tests/codegen/cpu_launch.py
     values, exprs = [], spec["exprs"]
     for e in exprs:
         t = TORCH_DTYPES[e["dtype"]]
@@ -122,18 +123,18 @@ def reference(spec, inputs):
         if op == "load":
             i = spec["inputs"][e["operand"]]
             part, offset = readable(shape, i)
-            v = torch.zeros(shape, dtype=t, device="cuda")  # 0 outside a validity range, as the kernel reads it
+            v = torch.zeros(shape, dtype=t, device=device)  # 0 outside a validity range, as the kernel reads it
             inside = v.narrow(i["valid"][0], i["valid"][1], part[i["valid"][0]]) if "valid" in i else v
             inside.copy_(torch.as_strided(inputs[e["operand"]], part, i["strides"], offset).to(t))
         elif op == "in_range":
             dim, begin, end = e["range"]
-            coord = torch.arange(shape[dim], device="cuda").reshape([-1] + [1] * (len(shape) - dim - 1))
+            coord = torch.arange(shape[dim], device=device).reshape([-1] + [1] * (len(shape) - dim - 1))
             v = ((coord >= begin) & (coord < end)).expand(shape)
         elif op == "constant":
-            v = torch.tensor(e["value"], dtype=t, device="cuda")
+            v = torch.tensor(e["value"], dtype=t, device=device)
         elif op == "row_index":
             n = shape[-1] if spec["kind"] == "row_reduce" else torch.Size(shape).numel()
-            v = torch.arange(n, device="cuda").reshape(shape[-1:] if spec["kind"] == "row_reduce" else shape)
+            v = torch.arange(n, device=device).reshape(shape[-1:] if spec["kind"] == "row_reduce" else shape)
         elif op == "cast":
             v = args[0].to(t)
         elif op == "where":

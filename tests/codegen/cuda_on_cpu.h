@@ -1,0 +1,124 @@
+// Just enough of CUDA to run fastcomp's f32 kernels on the CPU, for tests on machines without a GPU: every
+// thread of a block is a std::thread, blocks run one after another (so __shared__ can be a static), and the warp
+// intrinsics the emitted code uses (__shfl_sync, __shfl_xor_sync, __syncwarp) and __syncthreads are barriers.
+// Slow (a thread per CUDA thread) and only as exact as the host's libm, but it runs the emitted C text itself:
+// index arithmetic, shared-memory layout, warp reductions, masks. Half types are not covered (their conversions
+// are inline PTX).
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(n)
+#define __restrict__ __restrict
+#define __shared__ static
+
+struct fc_dim3 {
+  unsigned x = 1, y = 1, z = 1;
+};
+inline thread_local fc_dim3 threadIdx;
+inline fc_dim3 blockIdx, blockDim, gridDim;
+
+// CUDA's min/max take mixed integer types (an idx_t and an int); std::min does not.
+template <typename A, typename B>
+inline auto min(A a, B b) -> std::common_type_t<A, B> { return a < b ? a : b; }
+template <typename A, typename B>
+inline auto max(A a, B b) -> std::common_type_t<A, B> { return a < b ? b : a; }
+
+namespace fc_cpu {
+
+// A reusable barrier for `count` threads.
+class Barrier {
+ public:
+  explicit Barrier(int count) : count_(count) {}
+  void wait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const long generation = generation_;
+    if (++waiting_ == count_) {
+      waiting_ = 0;
+      ++generation_;
+      cv_.notify_all();
+      return;
+    }
+    cv_.wait(lock, [&] { return generation_ != generation; });
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  int count_, waiting_ = 0;
+  long generation_ = 0;
+};
+
+// One warp's exchange slots and barrier; a shuffle writes the lane's value, waits, reads its source, waits.
+struct Warp {
+  explicit Warp(int lanes) : barrier(lanes) {}
+  Barrier barrier;
+  uint64_t slots[32] = {};
+};
+
+inline thread_local Warp* current_warp = nullptr;
+inline Barrier* current_block = nullptr;
+
+template <typename T>
+T exchange(T value, int source_lane) {
+  static_assert(sizeof(T) <= 8, "shuffles move 4 or 8 bytes");
+  Warp& w = *current_warp;
+  uint64_t bits = 0;
+  std::memcpy(&bits, &value, sizeof(T));
+  w.slots[threadIdx.x & 31] = bits;
+  w.barrier.wait();
+  const uint64_t got = w.slots[source_lane & 31];
+  w.barrier.wait();
+  T out;
+  std::memcpy(&out, &got, sizeof(T));
+  return out;
+}
+
+// Runs `kernel()` (the kernel called with its arguments) for every thread of every block of the grid.
+template <typename Kernel>
+void launch(unsigned grid, unsigned block, Kernel kernel) {
+  gridDim = {grid, 1, 1};
+  blockDim = {block, 1, 1};
+  for (unsigned b = 0; b < grid; ++b) {
+    blockIdx = {b, 0, 0};
+    Barrier block_barrier(static_cast<int>(block));
+    current_block = &block_barrier;
+    std::vector<Warp*> warps;
+    for (unsigned w = 0; w < (block + 31) / 32; ++w)
+      warps.push_back(new Warp(static_cast<int>(std::min(32u, block - 32 * w))));
+    std::vector<std::thread> threads;
+    for (unsigned t = 0; t < block; ++t)
+      threads.emplace_back([&, t] {
+        threadIdx = {t, 0, 0};
+        current_warp = warps[t / 32];
+        kernel();
+      });
+    for (auto& th : threads) th.join();
+    for (Warp* w : warps) delete w;
+  }
+}
+
+}  // namespace fc_cpu
+
+inline void __syncthreads() { fc_cpu::current_block->wait(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { fc_cpu::current_warp->barrier.wait(); }
+template <typename T>
+T __shfl_sync(unsigned, T value, int lane) { return fc_cpu::exchange(value, lane); }
+template <typename T>
+T __shfl_xor_sync(unsigned, T value, int mask) { return fc_cpu::exchange(value, int(threadIdx.x & 31) ^ mask); }
+
+inline float __int_as_float(int x) { float f; std::memcpy(&f, &x, 4); return f; }
+inline float __uint_as_float(unsigned x) { float f; std::memcpy(&f, &x, 4); return f; }
+inline int __float_as_int(float f) { int x; std::memcpy(&x, &f, 4); return x; }
+inline double __longlong_as_double(long long x) { double d; std::memcpy(&d, &x, 8); return d; }
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }

@@ -212,3 +212,16 @@ def mha_attention(b=16, h=8, t=64, d=64, batch_major=False, dtype="f32", name="m
         s.input(dtype, [b_stride, d, t_stride, 1], offset=part * e)
     s.output(dtype, [e, d, b * e, 1])
     return s.spec
+
+
+def sdpa_attention(b=2, h=3, t=33, d=48, causal=True, name="sdpa_attention"):
+    """F.scaled_dot_product_attention's heads as lowering writes them, each operand its own tensor in its own
+    layout: q contiguous [B, H, T, D], k a view of [B, T, H, D] (a projection split into heads), v of [B, H, D, T]
+    (columns strided), o in [B, T, H, D] order (the GPU's fused kernels' output layout)."""
+    s = Spec(name, [b, h, t, d], "attention")
+    s.d.update(scale=0.3, causal=causal, rounding="probabilities")
+    s.input("f32", [h * t * d, t * d, d, 1])
+    s.input("f32", [t * h * d, d, h * d, 1], offset=5)
+    s.input("f32", [h * d * t, d * t, 1, t])
+    s.output("f32", [t * h * d, d, h * d, 1])
+    return s.spec

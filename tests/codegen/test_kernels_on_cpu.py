@@ -57,3 +57,14 @@ def test_attention_kernels_compute_softmax_q_kt_v(shape, batch_major, causal):
         scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
     want = torch.softmax(scores, -1) @ v
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_kernels_read_each_operand_in_its_own_layout(causal):
+    spec = S.sdpa_attention(causal=causal)
+    inputs = G.random_inputs(spec, seed=11, device="cpu")
+    (got,) = run(spec, inputs)
+    q, k, v = (torch.as_strided(x, spec["shape"], i["strides"], i["offset"]).double()
+               for x, i in zip(inputs, spec["inputs"]))
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=spec["scale"])
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))

@@ -96,9 +96,12 @@ def _torch_mode(name: str, description: str, has_disk_cache: bool, **options) ->
                 DynamoStats, reset)
 
 
-def _fastcomp_mode(name: str, description: str, caveat: str | None = None, **options) -> Mode:
+def _fastcomp_mode(name: str, description: str, caveat: str | None = None, config: dict | None = None,
+                   **options) -> Mode:
     def compile(fn, dynamic=None):
         import fastcomp
+        for key, value in (config or {}).items():  # each row runs in its own processes: set for good
+            setattr(fastcomp.config, key, value)
         return fastcomp.compile(fn, dynamic=dynamic, **options)
 
     def disable():
@@ -127,4 +130,9 @@ MODES: dict[str, Mode] = {m.name: m for m in [
     _torch_mode("tc-eager", 'torch.compile(backend="eager"): Dynamo capture only', False, backend="eager"),
     _fastcomp_mode("fc", "fastcomp.compile()"),
     _fastcomp_mode("fc-ro", 'fastcomp.compile(mode="reduce-overhead")', mode="reduce-overhead"),
+    # fastcomp.config.fused_attention (off by default until measured): the A/B of the attention kernels.
+    _fastcomp_mode("fc-attn", "fastcomp.compile() with fastcomp.config.fused_attention",
+                   config={"fused_attention": True}),
+    _fastcomp_mode("fc-ro-attn", 'fastcomp.compile(mode="reduce-overhead") with fastcomp.config.fused_attention',
+                   config={"fused_attention": True}, mode="reduce-overhead"),
 ]}

@@ -7,6 +7,7 @@
 
 #include "frontend/trace/torch_refs.h"
 #include "plan/lower.h"
+#include "rehearsal_plan.h"
 #include "runtime/cuda/nvrtc.h"
 #include "runtime/background_compile.h"
 #include "runtime/cuda_executable.h"
@@ -108,8 +109,11 @@ BuiltExecutable rehearse(graph::Graph graph) {
   out.cuda_source = source.program;
   if (!source.program.empty())
     runtime::cuda::compile_cuda(source.program, "fastcomp_graph", h100.arch, runtime::cuda::Output::Ptx, {});
+  // A test's observer gets the plan and every call's inputs and output, to run the plan on the CPU and compare.
+  std::string plan_json = rehearsal_observer() ? rehearsal_plan_json(program, graph) : std::string();
   BuiltExecutable runner = torch_runner(std::move(graph), "rehearsal");
-  out.executable = std::move(runner.executable);
+  out.executable = plan_json.empty() ? std::move(runner.executable)
+                                     : observed_rehearsal(std::move(runner.executable), std::move(plan_json));
   out.summary = "rehearsal: " + program.counts_text();
   return out;
 }

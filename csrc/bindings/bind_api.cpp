@@ -5,6 +5,7 @@
 #include "dispatch.h"
 #include "frontend/trace/dynamic_memory.h"
 #include "frontend/trace/tracer.h"
+#include "rehearsal_plan.h"
 #include "runtime/background_compile.h"
 #include "runtime/cache.h"
 #include "support/config.h"
@@ -52,6 +53,10 @@ void bind_api(py::module_& m) {
   m.def("is_dispatching", &is_dispatching);
   m.def("set_skip_dirs", [](std::vector<std::string> dirs) { config().skip_dirs = std::move(dirs); },
         "directories whose code is never compiled as a nested frame");
+  m.def(
+      "set_rehearsal_observer", [](py::object fn) { set_rehearsal_observer(fn.ptr()); }, py::arg("observer"),
+      "tests: observer(plan_json, inputs, output) after every call of a rehearsed graph (None: no observer); "
+      "graphs compiled while it is set carry it");
   m.def(
       "set_rehearse_cuda_backend", [](bool on) { config().rehearse_cuda_backend = on; },
       "tests: lower graphs on CPU tensors as if on a GPU, compile their CUDA C to PTX, run them through torch");

@@ -25,7 +25,7 @@ def _signature(program, name):
 def _argument(i, param):
     """C++ text passing args[i] as `param` ("const float* __restrict__ in0", "const int64_t p0")."""
     if "*" in param:
-        return f"({param.split('*')[0].strip()}*)args[{i}]"
+        return f"fc_cpu::Pointer{{args[{i}]}}"
     return f"*(const long long*)args[{i}]"
 
 

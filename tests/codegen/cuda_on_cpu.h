@@ -6,11 +6,10 @@
 // are inline PTX).
 #pragma once
 #include <algorithm>
+#include <atomic>
 #include <cmath>
-#include <condition_variable>
 #include <cstdint>
 #include <cstring>
-#include <mutex>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -36,27 +35,25 @@ inline auto max(A a, B b) -> std::common_type_t<A, B> { return a < b ? b : a; }
 
 namespace fc_cpu {
 
-// A reusable barrier for `count` threads.
+// A reusable barrier for `count` threads. Waiters yield rather than sleep: a warp's lanes meet at every
+// shuffle, and waking sleeping threads through a condition variable made that several times slower.
 class Barrier {
  public:
   explicit Barrier(int count) : count_(count) {}
   void wait() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    const long generation = generation_;
-    if (++waiting_ == count_) {
-      waiting_ = 0;
-      ++generation_;
-      cv_.notify_all();
+    const long generation = generation_.load(std::memory_order_acquire);
+    if (waiting_.fetch_add(1, std::memory_order_acq_rel) + 1 == count_) {
+      waiting_.store(0, std::memory_order_relaxed);
+      generation_.fetch_add(1, std::memory_order_acq_rel);
       return;
     }
-    cv_.wait(lock, [&] { return generation_ != generation; });
+    while (generation_.load(std::memory_order_acquire) == generation) std::this_thread::yield();
   }
 
  private:
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  int count_, waiting_ = 0;
-  long generation_ = 0;
+  const int count_;
+  std::atomic<int> waiting_{0};
+  std::atomic<long> generation_{0};
 };
 
 // One warp's exchange slots and barrier; a shuffle writes the lane's value, waits, reads its source, waits.
@@ -83,6 +80,14 @@ T exchange(T value, int source_lane) {
   std::memcpy(&out, &got, sizeof(T));
   return out;
 }
+
+// A kernel argument from a void*: converts to whatever pointer type the parameter has (the program declares its
+// own int64_t and friends, which need not be the host's).
+struct Pointer {
+  void* p;
+  template <typename T>
+  operator T*() const { return static_cast<T*>(p); }
+};
 
 // Runs `kernel()` (the kernel called with its arguments) for every thread of every block of the grid.
 template <typename Kernel>

@@ -1,0 +1,65 @@
+"""The CUDA backend's plans, run on the CPU: every op-suite case and seed workload is rehearsed (lowered and
+emitted as for an H100), and each call's plan also runs through plan_on_cpu.py (its kernels on host threads, its
+matrix products with torch) and must give the torch runner's result. So CI checks what the lowering computes,
+not only its shape; f32 plans without extern steps (the others are counted, and must be the expected ones)."""
+import pytest
+import torch
+
+import fastcomp
+from fastcomp import _C
+from tests.backend import plan_on_cpu
+from tests.backend.op_suite import CASES
+
+pytestmark = pytest.mark.skipif(plan_on_cpu.cpu_launch.compiler() is None, reason="no host C++ compiler")
+
+
+@pytest.fixture
+def observer():
+    try:
+        _C._testing.nvrtc_version()
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(f"NVRTC is not available: {e}")
+    seen = plan_on_cpu.Observer()
+    _C.set_rehearse_cuda_backend(True)
+    _C.set_rehearsal_observer(seen)
+    yield seen
+    _C.set_rehearsal_observer(None)
+    _C.set_rehearse_cuda_backend(False)
+
+
+def check_runs(seen, expect_runnable):
+    assert seen.runs, "no rehearsed call was observed"
+    ran = 0
+    for plan, why, got, expected in seen.runs:
+        if why:
+            assert not expect_runnable, f"the plan did not run on the CPU: {why}"
+            continue
+        ran += 1
+        assert len(got) == len(expected)
+        for g, e in zip(got, expected):
+            scale = max(1.0, float(e.abs().max())) if e.is_floating_point() and e.numel() else 1.0
+            torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5 * scale, equal_nan=True)
+    return ran
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if torch.float32 in c.dtypes], ids=lambda c: c.name)
+def test_op_plan_computes_what_torch_does(case, observer):
+    shape = case.shapes[1] if len(case.shapes) > 1 else case.shapes[0]
+    with fastcomp.config.patch(**case.config), torch.no_grad():
+        fastcomp.compile(case.fn)(*case.make(shape, torch.float32, "cpu"))
+    check_runs(observer, expect_runnable=case.plan[2] == 0)
+
+
+@pytest.mark.parametrize("wid, fused", [(w, False) for w in ("W1", "W2", "W3", "W5", "W6", "W7", "W10")] +
+                         [("W7", True), ("W10", True)], ids=lambda v: str(v))
+def test_workload_plan_computes_what_torch_does(wid, fused, observer):
+    from benchmarks.workloads import WORKLOADS
+
+    w = WORKLOADS[wid]
+    torch.manual_seed(0)
+    model, make_inputs = w.make("cpu", w.quick_scale)
+    with fastcomp.config.patch(fused_attention=fused), torch.no_grad():
+        compiled = fastcomp.compile(model)
+        for _ in range(2):  # fresh inputs on the second call, through the same plan
+            compiled(*make_inputs())
+    assert check_runs(observer, expect_runnable=True) == 2

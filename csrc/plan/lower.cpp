@@ -345,7 +345,9 @@ void Lowerer::pointwise(const graph::Node& n, const std::vector<Operand>& operan
   result.expr = c.cast(fn(c, exprs), node_dtype(n.id));
 }
 
-bool Lowerer::row_reduce(const graph::Node& n, graph::NodeId x, const std::vector<Operand>& extra, const RowFn& fn) {
+bool Lowerer::row_reduce(const graph::Node& n, graph::NodeId x, const std::vector<Operand>& extra, const RowFn& fn,
+                          int row_dims) {
+  if (row_dims > 1) return trailing_reduce(n, x, fn, row_dims);
   const Sizes space = meta_sizes(graph_.nodes[x].meta);
   if (space.empty() || space.back() == 0) return false;
   const Size rows = codegen::product(Sizes(space.begin(), space.end() - 1));
@@ -380,6 +382,71 @@ bool Lowerer::row_reduce(const graph::Node& n, graph::NodeId x, const std::vecto
   result.cluster = target;
   result.row = per_row;
   result.expr = c.cast(expr, node_dtype(n.id));
+  return true;
+}
+
+bool Lowerer::trailing_reduce(const graph::Node& n, graph::NodeId x, const RowFn& fn, int k) {
+  const Sizes sizes = meta_sizes(graph_.nodes[x].meta);
+  const size_t rank = sizes.size();
+  if (k < 2 || static_cast<size_t>(k) > rank || !codegen::all_static(sizes)) return false;
+  const Sizes outer(sizes.begin(), sizes.end() - k);
+  const Size len = codegen::product(Sizes(sizes.end() - k, sizes.end()));
+  const Size rows = codegen::product(outer);
+  if (len == 0 || rows == 0 || (rows.hint() < 64 && len.hint() > 65536)) return false;
+  // The row's element stride when x's trailing k dimensions collapse into one (each one's stride is the next
+  // inner one's stride times its size, size-1 dimensions aside, as in any contiguous tensor); else a contiguous
+  // copy is read.
+  auto collapsed_stride = [&](const Buffer& b) -> std::optional<int64_t> {
+    if (!codegen::all_static(b.strides)) return std::nullopt;
+    std::optional<int64_t> row_stride;
+    int64_t extent = 0;
+    for (size_t d = rank; d-- > rank - k;) {
+      const int64_t size = b.sizes[d].hint(), stride = b.strides[d].hint();
+      if (size == 1) continue;
+      if (row_stride ? stride != extent : stride == 0) return std::nullopt;
+      if (!row_stride) row_stride = stride;
+      extent = stride * size;
+    }
+    return row_stride.value_or(1);
+  };
+  int xb = buffer_for(x);
+  std::optional<int64_t> stride = collapsed_stride(buffer(xb));
+  if (!stride) {
+    xb = contiguous_copy(xb);
+    stride = collapsed_stride(buffer(xb));
+  }
+  Sizes space = outer;
+  space.push_back(len);
+  const Buffer& b = buffer(xb);
+  Sizes strides(b.strides.begin(), b.strides.end() - k);
+  strides.push_back(*stride);
+  const int c = new_cluster(space);
+  Cluster& cl = *clusters_[c];
+  cl.make_row_reduce();
+  auto [expr, per_row] = fn(cl, cl.load(b.root, b.dtype, strides, b.offset), {});
+  if (!per_row) throw std::logic_error("lower: a reduction over several dimensions must give one value per row");
+  Value& result = values_[n.id];
+  result.tensor = true;
+  result.cluster = c;
+  result.row = true;
+  result.expr = cl.cast(expr, node_dtype(n.id));
+  // keepdim=True leaves k dimensions of 1 that the per-row value's shape (the space less its row) does not
+  // have: the result is stored at once, in its own shape, and later ops read it as a buffer.
+  if (meta_sizes(graph_.nodes[n.id].meta).size() != outer.size()) {
+    Buffer out;
+    out.kind = Buffer::Kind::Alloc;
+    out.node = n.id;
+    out.dtype = node_dtype(n.id);
+    out.sizes = meta_sizes(graph_.nodes[n.id].meta);
+    out.strides = contiguous_strides(out.sizes);
+    Sizes in_space(out.strides.begin(), out.strides.end() - k);
+    in_space.push_back(0);
+    const int ob = add_buffer(out);
+    cl.store(result.expr, ob, out.dtype, in_space, 0);
+    buffer_producer_[ob] = c;
+    result.buffer = ob;
+    seal(c);
+  }
   return true;
 }
 

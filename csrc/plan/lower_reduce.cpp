@@ -1,7 +1,8 @@
 // Reductions over the last dimension, with their prologue and epilogue in one row-reduce kernel: sum, mean,
 // amax/amin, var/std, logsumexp, softmax/log_softmax and layer_norm. They accumulate where torch does (f32 for
-// f16/bf16, i64 for integer sums) and round once at the end. Other dimensions and whole-tensor reductions stay
-// calls into torch.
+// f16/bf16, i64 for integer sums) and round once at the end. sum/mean/amax/amin/var/std also reduce the last
+// several dimensions together (x.mean((2, 3)) of an NCHW tensor) as one row, from a materialised x. Other
+// dimensions and whole-tensor reductions stay calls into torch.
 #include <cmath>
 #include <limits>
 
@@ -18,6 +19,31 @@ bool last_dim_only(const graph::Arg* dims, size_t rank) {
   if (!d || d->size() != 1) return false;
   const int64_t v = (*d)[0];
   return v == -1 || v == static_cast<int64_t>(rank) - 1;
+}
+
+// How many trailing dimensions `dims` names when it names the last k of a rank-`rank` tensor, each once, in any
+// order (x.mean((2, 3)), x.sum((-1, -2))); 0 otherwise. None (every dimension) counts only for rank 1.
+int trailing_dims(const graph::Arg* dims, size_t rank) {
+  if (last_dim_only(dims, rank)) return 1;
+  if (rank == 0 || is_none(dims)) return 0;
+  auto d = const_int_list(dims);
+  if (!d || d->empty() || d->size() > rank) return 0;
+  std::vector<bool> named(rank, false);
+  for (int64_t v : *d) {
+    if (v < 0) v += static_cast<int64_t>(rank);
+    if (v < 0 || v >= static_cast<int64_t>(rank) || named[v]) return 0;
+    named[v] = true;
+  }
+  for (size_t i = rank - d->size(); i < rank; ++i)
+    if (!named[i]) return 0;
+  return static_cast<int>(d->size());
+}
+
+// The number of elements a reduction over the last `k` dimensions of `sizes` combines.
+double row_length(const std::vector<int64_t>& sizes, int k) {
+  double n = 1;
+  for (size_t i = sizes.size() - k; i < sizes.size(); ++i) n *= static_cast<double>(sizes[i]);
+  return n;
 }
 
 Operand node_operand(graph::NodeId id) {
@@ -58,7 +84,8 @@ bool lower_reduction_op(Lowerer& L, const graph::Node& n, const std::string& op)
   CallArgs args(n);
 
   if (op == "sum" || op == "mean" || op == "amax" || op == "amin") {
-    if (!args.only_keywords({"dim", "keepdim", "dtype"}) || !last_dim_only(args.get(1, "dim"), rank)) return false;
+    const int k = trailing_dims(args.get(1, "dim"), rank);
+    if (!args.only_keywords({"dim", "keepdim", "dtype"}) || k == 0) return false;
     if (args.get(2, "keepdim") && !const_bool(args.get(2, "keepdim"))) return false;
     if (op == "mean" && !is_floating(out)) return false;
     if (op == "mean" && symbolic_len) return L.decline("a mean over a symbolic row length");
@@ -66,16 +93,19 @@ bool lower_reduction_op(Lowerer& L, const graph::Node& n, const std::string& op)
     const DType acc = is_floating(out) ? opmath(out) : DType::I64;
     const ExprOp reduce = op == "amax" ? ExprOp::ReduceMax : op == "amin" ? ExprOp::ReduceMin : ExprOp::ReduceSum;
     const bool mean = op == "mean";
+    const double n_len = row_length(L.node(x).meta.sizes, k);
     return L.row_reduce(n, x, {}, [=](Cluster& c, int xe, const std::vector<int>&) {
       int r = c.op(reduce, acc, {c.cast(xe, acc)});
-      if (mean) r = c.op(ExprOp::Div, acc, {r, c.constant(acc, len)});
+      if (mean) r = c.op(ExprOp::Div, acc, {r, c.constant(acc, n_len)});
       return std::make_pair(r, true);
-    });
+    }, k);
   }
   if (op == "var" || op == "std") {
     if (!args.only_keywords({"dim", "unbiased", "keepdim", "correction"}) || !is_floating(out)) return false;
     if (symbolic_len) return L.decline(op + " over a symbolic row length");
-    if (!last_dim_only(args.get(1, "dim"), rank)) return false;
+    const int k = trailing_dims(args.get(1, "dim"), rank);
+    if (k == 0) return false;
+    const double n_len = row_length(L.node(x).meta.sizes, k);
     double correction = 1;
     if (const graph::Arg* c = args.get(99, "correction"); c && !is_none(c)) {
       auto v = const_number(c);
@@ -93,13 +123,13 @@ bool lower_reduction_op(Lowerer& L, const graph::Node& n, const std::string& op)
     const bool std_dev = op == "std";
     return L.row_reduce(n, x, {}, [=](Cluster& c, int xe, const std::vector<int>&) {
       const int xf = c.cast(xe, acc);
-      const int mean = c.op(ExprOp::Div, acc, {c.op(ExprOp::ReduceSum, acc, {xf}), c.constant(acc, len)});
+      const int mean = c.op(ExprOp::Div, acc, {c.op(ExprOp::ReduceSum, acc, {xf}), c.constant(acc, n_len)});
       const int d = c.op(ExprOp::Sub, acc, {xf, mean});
       const int ss = c.op(ExprOp::ReduceSum, acc, {c.op(ExprOp::Mul, acc, {d, d})});
-      int r = c.op(ExprOp::Div, acc, {ss, c.constant(acc, std::max(len - correction, 0.0))});
+      int r = c.op(ExprOp::Div, acc, {ss, c.constant(acc, std::max(n_len - correction, 0.0))});
       if (std_dev) r = c.op(ExprOp::Sqrt, acc, {r});
       return std::make_pair(r, true);
-    });
+    }, k);
   }
   if (op == "logsumexp") {
     if (!args.only_keywords({"dim", "keepdim"}) || !last_dim_only(args.get(1, "dim"), rank) || !is_floating(out))

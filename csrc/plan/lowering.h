@@ -88,8 +88,11 @@ class Lowerer {
   // Row reduction over the last dimension of `x`: fn(cluster, x's expression, the `extra` operands'
   // expressions) returns the result expression and whether it is per row (sum, mean) or per element (softmax,
   // layer_norm). False when it does not fit (the caller makes the node an extern call).
+  // With `row_dims` > 1 the row is x's last `row_dims` dimensions read as one (x.mean((2, 3))): x is then
+  // materialised (no prologue fusion), the result must be per row and no `extra` operands are allowed.
   using RowFn = std::function<std::pair<int, bool>(Cluster&, int, const std::vector<int>&)>;
-  bool row_reduce(const graph::Node& n, graph::NodeId x, const std::vector<Operand>& extra, const RowFn& fn);
+  bool row_reduce(const graph::Node& n, graph::NodeId x, const std::vector<Operand>& extra, const RowFn& fn,
+                  int row_dims = 1);
 
   // The open cluster whose expression (value(id).expr) node `id`'s per-element value is, or null.
   const Cluster* lazy_cluster(graph::NodeId id);
@@ -122,6 +125,7 @@ class Lowerer {
  private:
   void lower_node(const graph::Node& n);
   bool lower_call(const graph::Node& n);  // false: no lowering, use an extern step
+  bool trailing_reduce(const graph::Node& n, graph::NodeId x, const RowFn& fn, int k);  // row_reduce, k > 1
   int materialize(graph::NodeId id);      // a buffer holding the value; the cluster is not sealed
   void seal(int cluster);
   void ensure_object(graph::NodeId id);   // the value exists as a torch object at run time

@@ -170,6 +170,18 @@ case("layer_norm_affine", lambda x, w: F.layer_norm(x, x.shape[-1:], w, w * 0.5,
 case("rmsnorm", lambda x, w: (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6) * w).to(x.dtype),
      rows_and_vector, shapes=ROWS)
 case("sum_dim0_is_extern", lambda x: x.sum(0) * 2, shapes=((3, 1025),), plan=(1, 0, 1))
+# The last several dimensions as one row (global average pooling, per-sample statistics), from x materialised:
+# the pointwise prologue is its own kernel. keepdim=True stores the result at once, so its epilogue is another.
+TRAILING = ((1, 1, 1, 1), (2, 3, 5, 7), (4, 8, 33, 31))
+case("mean_last_two", lambda x: (x * 2).mean((-1, -2)) + 1, shapes=TRAILING, plan=(2, 0, 0))
+case("sum_last_three_keepdim", lambda x: x - x.sum((1, 2, 3), keepdim=True), shapes=TRAILING, plan=(2, 0, 0))
+case("amax_amin_last_two", lambda x: x.amax((2, 3)) - x.amin((3, 2)), shapes=TRAILING)
+case("var_std_last_two", lambda x: x.var((2, 3)) + x.std((-2, -1), unbiased=False), shapes=TRAILING)
+# Trailing dimensions of a permuted view: read in place when they collapse into one strided row, copied
+# contiguous first when they do not (transposed against each other).
+case("mean_last_two_strided_row", lambda x: x.permute(0, 3, 1, 2).mean((2, 3)), shapes=TRAILING)
+case("mean_last_two_transposed", lambda x: x.transpose(2, 3).mean((2, 3)), shapes=TRAILING[1:], plan=(2, 0, 0))
+case("sum_middle_dims_is_extern", lambda x: x.sum((1, 2)) * 2, shapes=((2, 3, 5, 7),), plan=(1, 0, 1))
 
 # ---- matrix products ------------------------------------------------------------------------------------------------
 MM_SHAPES = ((1, 1, 1), (3, 17, 5), (64, 1025, 33), (128, 512, 256))

@@ -101,7 +101,10 @@ std::string rehearsal_plan_json(const plan::Program& program, const graph::Graph
   if (!all_static(program)) return "{\"dynamic\": true}";
   codegen::DeviceLimits cpu_sized;  // grids for two SMs: each CUDA thread is a host thread on the CPU
   cpu_sized.sm_count = 2;
-  const runtime::CudaSource source = runtime::emit_plan(program, cpu_sized, codegen::PointerAlignment::Any);
+  // Both programs, as the executable has them: vector accesses where the launch's pointers are aligned for them,
+  // scalar ones otherwise (CudaExecutable::run's choice, which plan_on_cpu.py repeats).
+  const runtime::CudaSource source = runtime::emit_plan(program, cpu_sized, codegen::PointerAlignment::Vector);
+  const runtime::CudaSource any = runtime::emit_plan(program, cpu_sized, codegen::PointerAlignment::Any);
   std::string out = "{\"dynamic\": false, \"buffers\": [";
   for (size_t i = 0; i < program.buffers.size(); ++i) {
     const plan::Buffer& b = program.buffers[i];
@@ -118,10 +121,19 @@ std::string rehearsal_plan_json(const plan::Program& program, const graph::Graph
       case plan::Step::Kind::Kernel: {
         const plan::KernelStep& k = program.kernel_steps[s.index];
         const codegen::KernelSource& src = source.kernels[k.kernel];
-        std::string args;
+        const codegen::Kernel& kernel = program.kernels[k.kernel];
+        std::string args, vector;
         for (size_t a = 0; a < k.args.size(); ++a) args += (a ? "," : "") + std::to_string(k.args[a]);
-        out += fmt::format("{{\"kind\": \"kernel\", \"name\": \"{}\", \"args\": [{}], \"grid\": {}, \"block\": {}}}",
-                           src.name, args, src.grid, src.block);
+        for (const codegen::KernelSource::VectorOperand& v : src.vector_operands) {
+          const size_t n_in = kernel.inputs.size();
+          const codegen::Operand& op =
+              v.operand < int(n_in) ? kernel.inputs[v.operand] : kernel.outputs[v.operand - n_in];
+          vector += fmt::format("{}[{},{},{},{}]", vector.empty() ? "" : ",", v.operand, v.first.hint(),
+                                codegen::dtype_size(op.dtype), v.bytes);
+        }
+        out += fmt::format("{{\"kind\": \"kernel\", \"name\": \"{}\", \"args\": [{}], \"grid\": {}, "
+                           "\"block\": {}, \"vector_operands\": [{}]}}",
+                           src.name, args, src.grid, src.block, vector);
         break;
       }
       case plan::Step::Kind::Matmul: {
@@ -146,7 +158,8 @@ std::string rehearsal_plan_json(const plan::Program& program, const graph::Graph
   std::string output_buffers;
   for (size_t i = 0; i < outputs.size(); ++i)
     output_buffers += (i ? "," : "") + std::to_string(program.node_buffer[outputs[i]]);
-  out += fmt::format("], \"outputs\": [{}], \"program\": {}}}", output_buffers, quoted(source.program));
+  out += fmt::format("], \"outputs\": [{}], \"program\": {}, \"program_any_alignment\": {}}}", output_buffers,
+                     quoted(source.program), quoted(any.program));
   return out;
 }
 

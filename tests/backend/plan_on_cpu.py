@@ -28,12 +28,20 @@ def runnable(plan):
     return None
 
 
-def _program(plan):
+def _program(plan, key):
+    """plan[key] ("program": vector accesses, "program_any_alignment": scalar ones) built for the CPU."""
     names = sorted({s["name"] for s in plan["steps"] if s["kind"] == "kernel"})
-    key = plan["program"]
-    if key not in _PROGRAMS:
-        _PROGRAMS[key] = cpu_launch.Program(key, names) if names else None
-    return _PROGRAMS[key]
+    source = plan[key]
+    if source not in _PROGRAMS:
+        _PROGRAMS[source] = cpu_launch.Program(source, names) if names else None
+    return _PROGRAMS[source]
+
+
+def _aligned(step, pointers):
+    """The launcher's choice (CudaExecutable::run): the vector program when every vector operand's first element
+    is aligned for its accesses."""
+    return all((pointers[operand].data_ptr() + first * element) % nbytes == 0
+               for operand, first, element, nbytes in step["vector_operands"])
 
 
 def _view(root, buffer):
@@ -55,10 +63,11 @@ def run(plan, inputs):
     def view(i):
         return _view(roots[buffers[i]["root"]], buffers[i])
 
-    program = _program(plan)
     for s in plan["steps"]:
         if s["kind"] == "kernel":
-            program.launch(s["name"], s["grid"], s["block"], [roots[buffers[a]["root"]] for a in s["args"]])
+            pointers = [roots[buffers[a]["root"]] for a in s["args"]]
+            program = _program(plan, "program" if _aligned(s, pointers) else "program_any_alignment")
+            program.launch(s["name"], s["grid"], s["block"], pointers)
         else:
             a, b, d = (roots[buffers[s[x]]["root"]] for x in ("a", "b", "d"))
             offset = lambda t, x: t.storage_offset() + buffers[s[x]]["offset"]  # noqa: E731

@@ -24,17 +24,15 @@ std::string quoted(const std::string& s) {
   return out + "\"";
 }
 
-std::string ints(const codegen::Sizes& v) {
-  std::string out = "[";
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? "," : "") + std::to_string(v[i].hint());
-  return out + "]";
-}
+// A size as JSON: a number, or under dynamic shapes its expression over s0, s1, ... as text ("33*s0",
+// "(s0 + 1)//2": Python's syntax and floor semantics).
+std::string size(const codegen::Size& v) { return v.is_static() ? std::to_string(v.hint()) : quoted(v.to_string()); }
+std::string size(const graph::Sym& e) { return quoted(graph::str(e)); }
 
-bool all_static(const plan::Program& p) {
-  if (p.is_dynamic()) return false;
-  for (const plan::Buffer& b : p.buffers)
-    if (!codegen::all_static(b.sizes) || !codegen::all_static(b.strides) || !b.offset.is_static()) return false;
-  return true;
+std::string sizes(const codegen::Sizes& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? "," : "") + size(v[i]);
+  return out + "]";
 }
 
 const char* kind_name(plan::Buffer::Kind k) {
@@ -98,20 +96,22 @@ class ObservedRehearsal : public runtime::Executable {
 }  // namespace
 
 std::string rehearsal_plan_json(const plan::Program& program, const graph::Graph& graph) {
-  if (!all_static(program)) return "{\"dynamic\": true}";
   codegen::DeviceLimits cpu_sized;  // grids for two SMs: each CUDA thread is a host thread on the CPU
   cpu_sized.sm_count = 2;
   // Both programs, as the executable has them: vector accesses where the launch's pointers are aligned for them,
   // scalar ones otherwise (CudaExecutable::run's choice, which plan_on_cpu.py repeats).
   const runtime::CudaSource source = runtime::emit_plan(program, cpu_sized, codegen::PointerAlignment::Vector);
   const runtime::CudaSource any = runtime::emit_plan(program, cpu_sized, codegen::PointerAlignment::Any);
-  std::string out = "{\"dynamic\": false, \"buffers\": [";
+  std::string out = "{\"symbols\": [";
+  for (size_t i = 0; i < program.symbols.size(); ++i)
+    out += fmt::format("{}[{},{}]", i ? "," : "", program.symbols[i].input, program.symbols[i].dim);
+  out += "], \"buffers\": [";
   for (size_t i = 0; i < program.buffers.size(); ++i) {
     const plan::Buffer& b = program.buffers[i];
     out += fmt::format("{}{{\"kind\": \"{}\", \"input\": {}, \"root\": {}, \"dtype\": \"{}\", \"sizes\": {}, "
                        "\"strides\": {}, \"offset\": {}}}",
                        i ? ", " : "", kind_name(b.kind), b.input, b.root, codegen::dtype_name(b.dtype),
-                       ints(b.sizes), ints(b.strides), b.offset.hint());
+                       sizes(b.sizes), sizes(b.strides), size(b.offset));
   }
   out += "], \"steps\": [";
   for (size_t si = 0; si < program.steps.size(); ++si) {
@@ -128,12 +128,16 @@ std::string rehearsal_plan_json(const plan::Program& program, const graph::Graph
           const size_t n_in = kernel.inputs.size();
           const codegen::Operand& op =
               v.operand < int(n_in) ? kernel.inputs[v.operand] : kernel.outputs[v.operand - n_in];
-          vector += fmt::format("{}[{},{},{},{}]", vector.empty() ? "" : ",", v.operand, v.first.hint(),
+          vector += fmt::format("{}[{},{},{},{}]", vector.empty() ? "" : ",", v.operand, size(v.first),
                                 codegen::dtype_size(op.dtype), v.bytes);
         }
+        std::string params;
+        for (size_t i = 0; i < src.size_params.size(); ++i) params += (i ? "," : "") + size(src.size_params[i]);
         out += fmt::format("{{\"kind\": \"kernel\", \"name\": \"{}\", \"args\": [{}], \"grid\": {}, "
-                           "\"block\": {}, \"vector_operands\": [{}]}}",
-                           src.name, args, src.grid, src.block, vector);
+                           "\"block\": {}, \"vector_operands\": [{}], \"size_params\": [{}], \"grid_items\": {}, "
+                           "\"items_per_block\": {}}}",
+                           src.name, args, src.grid, src.block, vector, params,
+                           src.grid_items ? size(src.grid_items) : "null", src.items_per_block);
         break;
       }
       case plan::Step::Kind::Matmul: {
@@ -142,9 +146,9 @@ std::string rehearsal_plan_json(const plan::Program& program, const graph::Graph
             "{{\"kind\": \"matmul\", \"dtype\": \"{}\", \"m\": {}, \"n\": {}, \"k\": {}, \"batch\": {}, \"a\": {}, "
             "\"b\": {}, \"bias\": {}, \"d\": {}, \"a_strides\": [{},{},{}], \"b_strides\": [{},{},{}], "
             "\"d_strides\": [{},{}], \"epilogue\": \"{}\"}}",
-            codegen::dtype_name(m.dtype), m.m.hint(), m.n.hint(), m.k.hint(), m.batch.hint(), m.a, m.b, m.bias, m.d,
-            m.a_batch_stride.hint(), m.a_row_stride.hint(), m.a_col_stride.hint(), m.b_batch_stride.hint(),
-            m.b_row_stride.hint(), m.b_col_stride.hint(), m.d_batch_stride.hint(), m.d_row_stride.hint(),
+            codegen::dtype_name(m.dtype), size(m.m), size(m.n), size(m.k), size(m.batch), m.a, m.b, m.bias, m.d,
+            size(m.a_batch_stride), size(m.a_row_stride), size(m.a_col_stride), size(m.b_batch_stride),
+            size(m.b_row_stride), size(m.b_col_stride), size(m.d_batch_stride), size(m.d_row_stride),
             epilogue_text(m.epilogue));
         break;
       }

@@ -14,10 +14,10 @@
 
 namespace fastcomp {
 
-/** The plan as JSON: buffers, steps (kernels with a CPU-sized grid and their vector operands, matrix products,
- *  extern nodes), the CUDA C emitted for a 2-SM device with vector accesses and with scalar ones (any alignment),
- *  and the buffers of the graph's outputs in order. "dynamic": true (and nothing else) for a plan with symbolic
- *  sizes. */
+/** The plan as JSON: its symbols (input, dimension), buffers, steps (kernels with a CPU-sized grid, their vector
+ *  operands and size parameters; matrix products; extern nodes), the CUDA C emitted for a 2-SM device with vector
+ *  accesses and with scalar ones (any alignment), and the buffers of the graph's outputs in order. Symbolic sizes
+ *  are their expressions' text, which Python evaluates as written. */
 std::string rehearsal_plan_json(const plan::Program& program, const graph::Graph& graph);
 
 /** The callable tests installed (_testing.set_rehearsal_observer), or null. */

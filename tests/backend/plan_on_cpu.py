@@ -1,8 +1,8 @@
 """Runs a rehearsed plan (csrc/rehearsal_plan.h's JSON) on the CPU: its buffers as torch CPU tensors, its kernels
 through tests/codegen/cuda_on_cpu.h (the plan's own CUDA C, built with the host compiler), its matrix products
 with torch. The outputs are compared with what the torch runner returned for the same call, so CI checks the
-numbers a lowering computes (strides, offsets, views, fusion, epilogues) without a GPU. f32 plans without extern
-steps or symbolic sizes only; `runnable(plan)` says why not otherwise."""
+numbers a lowering computes (strides, offsets, views, fusion, epilogues, symbolic sizes) without a GPU. f32
+plans without extern steps only; `runnable(plan)` says why not otherwise."""
 import json
 import os
 import sys
@@ -19,8 +19,6 @@ _PROGRAMS = {}  # CUDA C -> built program (a plan runs on every call)
 
 def runnable(plan):
     """None when run() can run the plan, else why not."""
-    if plan["dynamic"]:
-        return "symbolic sizes"
     if any(s["kind"] == "extern" for s in plan["steps"]):
         return "extern steps"
     if any(b["dtype"] not in DTYPES for b in plan["buffers"]):
@@ -37,20 +35,27 @@ def _program(plan, key):
     return _PROGRAMS[source]
 
 
-def _aligned(step, pointers):
+def _aligned(vector_operands, pointers):
     """The launcher's choice (CudaExecutable::run): the vector program when every vector operand's first element
     is aligned for its accesses."""
     return all((pointers[operand].data_ptr() + first * element) % nbytes == 0
-               for operand, first, element, nbytes in step["vector_operands"])
+               for operand, first, element, nbytes in vector_operands)
 
 
-def _view(root, buffer):
-    return torch.as_strided(root, buffer["sizes"], buffer["strides"], root.storage_offset() + buffer["offset"])
+def _evaluator(plan, inputs):
+    """value(x): x itself for a number, else its expression ("33*s0") at this call's symbols."""
+    symbols = {f"s{i}": inputs[input].size(dim) for i, (input, dim) in enumerate(plan["symbols"])}
+
+    def value(x):
+        return x if isinstance(x, int) else eval(x, {"__builtins__": {}}, symbols)  # noqa: S307 (our own text)
+    return value
 
 
 def run(plan, inputs):
     """The plan's outputs for `inputs` (the graph's inputs, as the executable gets them)."""
-    buffers = plan["buffers"]
+    value = _evaluator(plan, inputs)
+    buffers = [dict(b, sizes=[value(x) for x in b["sizes"]], strides=[value(x) for x in b["strides"]],
+                    offset=value(b["offset"])) for b in plan["buffers"]]
     roots = [None] * len(buffers)  # per root buffer: the tensor whose data pointer kernels get
     for i, b in enumerate(buffers):
         if b["kind"] == "input":
@@ -61,20 +66,26 @@ def run(plan, inputs):
             roots[i] = t.fill_(float("nan")) if t.is_floating_point() else t.fill_(0)
 
     def view(i):
-        return _view(roots[buffers[i]["root"]], buffers[i])
+        root, b = roots[buffers[i]["root"]], buffers[i]
+        return torch.as_strided(root, b["sizes"], b["strides"], root.storage_offset() + b["offset"])
 
     for s in plan["steps"]:
         if s["kind"] == "kernel":
             pointers = [roots[buffers[a]["root"]] for a in s["args"]]
-            program = _program(plan, "program" if _aligned(s, pointers) else "program_any_alignment")
-            program.launch(s["name"], s["grid"], s["block"], pointers)
+            vector = [(o, value(first), element, nbytes) for o, first, element, nbytes in s["vector_operands"]]
+            program = _program(plan, "program" if _aligned(vector, pointers) else "program_any_alignment")
+            grid = s["grid"]
+            if s["grid_items"] is not None:  # the executable's per-call grid
+                grid = min(max(-(-value(s["grid_items"]) // s["items_per_block"]), 1), grid)
+            program.launch(s["name"], grid, s["block"], pointers + [value(p) for p in s["size_params"]])
         else:
             a, b, d = (roots[buffers[s[x]]["root"]] for x in ("a", "b", "d"))
             offset = lambda t, x: t.storage_offset() + buffers[s[x]]["offset"]  # noqa: E731
-            (ab, ar, ac), (bb, br, bc), (db, dr) = s["a_strides"], s["b_strides"], s["d_strides"]
-            A = torch.as_strided(a, (s["batch"], s["m"], s["k"]), (ab, ar, ac), offset(a, "a"))
-            B = torch.as_strided(b, (s["batch"], s["k"], s["n"]), (bb, br, bc), offset(b, "b"))
-            D = torch.as_strided(d, (s["batch"], s["m"], s["n"]), (db, dr, 1), offset(d, "d"))
+            m, n, k, batch = (value(s[x]) for x in ("m", "n", "k", "batch"))
+            (ab, ar, ac), (bb, br, bc), (db, dr) = ([value(x) for x in s[f"{o}_strides"]] for o in "abd")
+            A = torch.as_strided(a, (batch, m, k), (ab, ar, ac), offset(a, "a"))
+            B = torch.as_strided(b, (batch, k, n), (bb, br, bc), offset(b, "b"))
+            D = torch.as_strided(d, (batch, m, n), (db, dr, 1), offset(d, "d"))
             r = torch.matmul(A.double(), B.double())
             if s["bias"] >= 0:
                 r = r + view(s["bias"]).double()

@@ -69,3 +69,38 @@ def test_workload_plan_computes_what_torch_does(wid, fused, observer):
         for _ in range(2):  # fresh inputs on the second call, through the same plan
             compiled(*f32(make_inputs()))
     assert check_runs(observer, expect_runnable=True) == 2
+
+
+def _cat(x, y):
+    return torch.cat((x.sigmoid(), y * 2, x), -1) + 1
+
+
+def _softmax_and_products(x, y):
+    return torch.softmax(x * 2, -1) + y.sum(-1, keepdim=True), x.t() * 3, x @ y.t(), (x + 1).amax(-1)
+
+
+def _mlp():
+    from benchmarks.workloads import MLP
+    return MLP(d=64, hidden=128).eval()
+
+
+def _layer():
+    from benchmarks.workloads import TransformerLayer
+    return TransformerLayer().eval()
+
+
+# Dynamic shapes: one plan with symbolic sizes serves every call; each call's run of it is checked.
+@pytest.mark.parametrize("make_fn, make_inputs, sizes", [
+    (lambda: _cat, lambda n: (torch.randn(3, n), torch.randn(3, n + 5)), (8, 13, 1, 6)),
+    (lambda: _softmax_and_products, lambda n: (torch.randn(n, n + 2), torch.randn(n, n + 2)), (8, 13, 1)),
+    (_mlp, lambda n: (torch.randn(n, 64),), (8, 1, 5, 17)),
+    (_layer, lambda n: (torch.randn(2, n, 512),), (16, 9, 3)),
+], ids=["cat", "softmax_and_products", "mlp", "w7_layer"])
+def test_dynamic_plan_computes_what_torch_does_at_every_size(make_fn, make_inputs, sizes, observer):
+    torch.manual_seed(0)
+    compiled = fastcomp.compile(make_fn(), dynamic=True)
+    with torch.no_grad():
+        for n in sizes:
+            compiled(*make_inputs(n))
+    assert check_runs(observer, expect_runnable=True) == len(sizes)
+    assert all(plan["symbols"] for plan, *_ in observer.runs)

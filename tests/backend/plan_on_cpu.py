@@ -1,8 +1,8 @@
 """Runs a rehearsed plan (csrc/rehearsal_plan.h's JSON) on the CPU: its buffers as torch CPU tensors, its kernels
 through tests/codegen/cuda_on_cpu.h (the plan's own CUDA C, built with the host compiler), its matrix products
 with torch. The outputs are compared with what the torch runner returned for the same call, so CI checks the
-numbers a lowering computes (strides, offsets, views, fusion, epilogues, symbolic sizes) without a GPU. f32
-plans without extern steps only; `runnable(plan)` says why not otherwise."""
+numbers a lowering computes (strides, offsets, views, fusion, epilogues, symbolic sizes) without a GPU. Plans
+without extern steps only; `runnable(plan)` says why not otherwise."""
 import json
 import os
 import sys
@@ -13,7 +13,9 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "codegen"))
 import cpu_launch  # noqa: E402
 
-DTYPES = {"f32": torch.float32, "i64": torch.int64, "i32": torch.int32, "bool": torch.bool, "u8": torch.uint8}
+DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "f64": torch.float64,
+          "i64": torch.int64, "i32": torch.int32, "i16": torch.int16, "i8": torch.int8, "bool": torch.bool,
+          "u8": torch.uint8}
 _PROGRAMS = {}  # CUDA C -> built program (a plan runs on every call)
 
 
@@ -22,7 +24,7 @@ def runnable(plan):
     if any(s["kind"] == "extern" for s in plan["steps"]):
         return "extern steps"
     if any(b["dtype"] not in DTYPES for b in plan["buffers"]):
-        return "half types (their conversions are inline PTX)"
+        return "a dtype torch has no CPU tensors of"
     return None
 
 

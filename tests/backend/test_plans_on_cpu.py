@@ -27,6 +27,9 @@ def observer():
     _C.set_rehearse_cuda_backend(False)
 
 
+TOLERANCE = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 2e-2}
+
+
 def check_runs(seen, expect_runnable):
     assert seen.runs, "no rehearsed call was observed"
     ran = 0
@@ -37,8 +40,9 @@ def check_runs(seen, expect_runnable):
         ran += 1
         assert len(got) == len(expected)
         for g, e in zip(got, expected):
-            scale = max(1.0, float(e.abs().max())) if e.is_floating_point() and e.numel() else 1.0
-            torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5 * scale, equal_nan=True)
+            tol = TOLERANCE.get(e.dtype, 1e-5)
+            scale = max(1.0, float(e.float().abs().max())) if e.is_floating_point() and e.numel() else 1.0
+            torch.testing.assert_close(g, e, rtol=tol, atol=tol * scale, equal_nan=True)
     return ran
 
 
@@ -47,6 +51,21 @@ def test_op_plan_computes_what_torch_does(case, observer):
     shape = case.shapes[1] if len(case.shapes) > 1 else case.shapes[0]
     with fastcomp.config.patch(**case.config), torch.no_grad():
         fastcomp.compile(case.fn)(*case.make(shape, torch.float32, "cpu"))
+    check_runs(observer, expect_runnable=case.plan[2] == 0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("case", [c for c in CASES if torch.float16 in c.dtypes], ids=lambda c: c.name)
+def test_half_op_plan_computes_what_torch_does(case, dtype, observer):
+    """f16/bf16 plans: the kernels round where torch's ops do (the prelude's conversions run as host code)."""
+    shape = case.shapes[1] if len(case.shapes) > 1 else case.shapes[0]
+    args = case.make(shape, dtype, "cpu")
+    try:
+        case.fn(*args)
+    except (RuntimeError, NotImplementedError) as e:  # torch has no CPU kernel of some op for this dtype
+        pytest.skip(f"eager torch on the CPU: {e}")
+    with fastcomp.config.patch(**case.config), torch.no_grad():
+        fastcomp.compile(case.fn)(*args)
     check_runs(observer, expect_runnable=case.plan[2] == 0)
 
 

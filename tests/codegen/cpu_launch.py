@@ -1,6 +1,6 @@
 """Runs emitted kernels on the CPU (tests without a GPU): the program is compiled with the host's C++ compiler
 against cuda_on_cpu.h, each kernel behind a C entry point that launches it over its grid, and called through
-ctypes on torch CPU tensors. f32 kernels only (half conversions are inline PTX)."""
+ctypes on torch CPU tensors. The prelude's half conversions (inline PTX) become host functions."""
 import ctypes
 import os
 import re
@@ -29,11 +29,39 @@ def _argument(i, param):
     return f"*(const long long*)args[{i}]"
 
 
+# The prelude's PTX conversions (emit_cuda.cpp, from sm_80 on) and the host functions that stand in for them.
+PTX_CONVERSIONS = {
+    'asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x.bits));': "f = fc_cpu::f16_to_f32(x.bits);",
+    'asm("cvt.rn.f16.f32 %0, %1;" : "=h"(x.bits) : "f"(f));': "x.bits = fc_cpu::f32_to_f16(f);",
+    'asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(x.bits) : "f"(f));': "x.bits = fc_cpu::f32_to_bf16(f);",
+    'asm("cvt.f32.bf16 %0, %1;" : "=f"(f) : "h"(x.bits));': "f = fc_cpu::bf16_to_f32(x.bits);",
+}
+
+
+FLAGS = ["-std=c++17", "-O1", "-fno-strict-aliasing", "-fPIC", "-pthread", "-w"]
+_HEADER_DIR = None  # a folder holding cuda_on_cpu.h and its precompiled form, made once per process
+
+
+def _header_dir():
+    """cuda_on_cpu.h precompiled (its <thread> and friends are most of a small program's compile time)."""
+    global _HEADER_DIR
+    if _HEADER_DIR is None:
+        folder = tempfile.mkdtemp(prefix="fastcomp-cpu-header-")
+        header = os.path.join(folder, "cuda_on_cpu.h")
+        shutil.copyfile(HEADER, header)
+        subprocess.run([compiler(), *FLAGS, "-x", "c++-header", header, "-o", header + ".gch"], capture_output=True)
+        _HEADER_DIR = folder  # without the .gch (a compiler that cannot make one) the header is simply parsed
+    return _HEADER_DIR
+
+
 class Program:
     """An emitted program built for the CPU; `launch(name, grid, block, pointers_and_sizes)`."""
 
     def __init__(self, program, names):
-        source = [f'#include "{HEADER}"', "namespace fc_program {", program, "}  // namespace fc_program"]
+        for ptx, host in PTX_CONVERSIONS.items():
+            program = program.replace(ptx, host)
+        assert "asm(" not in program, "inline PTX the CPU cannot run"
+        source = ['#include "cuda_on_cpu.h"', "namespace fc_program {", program, "}  // namespace fc_program"]
         for name in names:
             args = ", ".join(_argument(i, p) for i, p in enumerate(_signature(program, name)))
             source.append(f'extern "C" void fc_launch_{name}(void** args, unsigned grid, unsigned block) {{\n'
@@ -42,8 +70,8 @@ class Program:
         src, lib = os.path.join(self._dir.name, "program.cpp"), os.path.join(self._dir.name, "program.so")
         with open(src, "w") as f:
             f.write("\n".join(source))
-        out = subprocess.run([compiler(), "-std=c++17", "-O1", "-fno-strict-aliasing", "-fPIC", "-shared", "-pthread",
-                              "-w", src, "-o", lib], capture_output=True, text=True)
+        out = subprocess.run([compiler(), *FLAGS, "-shared", "-I", _header_dir(), src, "-o", lib],
+                             capture_output=True, text=True)
         assert out.returncode == 0, f"the host compiler rejected the program:\n{out.stderr[-6000:]}"
         self._lib = ctypes.CDLL(lib)
 

@@ -1,9 +1,9 @@
-// Just enough of CUDA to run fastcomp's f32 kernels on the CPU, for tests on machines without a GPU: every
-// thread of a block is a std::thread, blocks run one after another (so __shared__ can be a static), and the warp
+// Just enough of CUDA to run fastcomp's kernels on the CPU, for tests on machines without a GPU: every
+// thread of a block is a std::thread that runs the blocks one after another (so __shared__ can be a static), and the warp
 // intrinsics the emitted code uses (__shfl_sync, __shfl_xor_sync, __syncwarp) and __syncthreads are barriers.
 // Slow (a thread per CUDA thread) and only as exact as the host's libm, but it runs the emitted C text itself:
-// index arithmetic, shared-memory layout, warp reductions, masks. Half types are not covered (their conversions
-// are inline PTX).
+// index arithmetic, shared-memory layout, warp reductions, masks. The prelude's half conversions are inline
+// PTX: cpu_launch.py puts the host functions below in their place.
 #pragma once
 #include <algorithm>
 #include <atomic>
@@ -24,8 +24,8 @@
 struct fc_dim3 {
   unsigned x = 1, y = 1, z = 1;
 };
-inline thread_local fc_dim3 threadIdx;
-inline fc_dim3 blockIdx, blockDim, gridDim;
+inline thread_local fc_dim3 threadIdx, blockIdx;
+inline fc_dim3 blockDim, gridDim;
 
 // CUDA's min/max take mixed integer types (an idx_t and an int); std::min does not.
 template <typename A, typename B>
@@ -89,28 +89,31 @@ struct Pointer {
   operator T*() const { return static_cast<T*>(p); }
 };
 
-// Runs `kernel()` (the kernel called with its arguments) for every thread of every block of the grid.
+// Runs `kernel()` (the kernel called with its arguments) for every thread of every block of the grid: one host
+// thread per thread of a block, which runs the blocks one after another (a barrier between them, so that the
+// next block's __shared__ statics start after this block is done with them).
 template <typename Kernel>
 void launch(unsigned grid, unsigned block, Kernel kernel) {
   gridDim = {grid, 1, 1};
   blockDim = {block, 1, 1};
-  for (unsigned b = 0; b < grid; ++b) {
-    blockIdx = {b, 0, 0};
-    Barrier block_barrier(static_cast<int>(block));
-    current_block = &block_barrier;
-    std::vector<Warp*> warps;
-    for (unsigned w = 0; w < (block + 31) / 32; ++w)
-      warps.push_back(new Warp(static_cast<int>(std::min(32u, block - 32 * w))));
-    std::vector<std::thread> threads;
-    for (unsigned t = 0; t < block; ++t)
-      threads.emplace_back([&, t] {
-        threadIdx = {t, 0, 0};
-        current_warp = warps[t / 32];
+  Barrier block_barrier(static_cast<int>(block));
+  current_block = &block_barrier;
+  std::vector<Warp*> warps;
+  for (unsigned w = 0; w < (block + 31) / 32; ++w)
+    warps.push_back(new Warp(static_cast<int>(std::min(32u, block - 32 * w))));
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < block; ++t)
+    threads.emplace_back([&, t] {
+      threadIdx = {t, 0, 0};
+      current_warp = warps[t / 32];
+      for (unsigned b = 0; b < grid; ++b) {
+        blockIdx = {b, 0, 0};
         kernel();
-      });
-    for (auto& th : threads) th.join();
-    for (Warp* w : warps) delete w;
-  }
+        block_barrier.wait();
+      }
+    });
+  for (auto& th : threads) th.join();
+  for (Warp* w : warps) delete w;
 }
 
 }  // namespace fc_cpu
@@ -121,6 +124,35 @@ template <typename T>
 T __shfl_sync(unsigned, T value, int lane) { return fc_cpu::exchange(value, lane); }
 template <typename T>
 T __shfl_xor_sync(unsigned, T value, int mask) { return fc_cpu::exchange(value, int(threadIdx.x & 31) ^ mask); }
+
+// The half conversions the prelude writes as PTX (cpu_launch.py puts these calls in place of its asm): widening
+// is exact, narrowing rounds to nearest even, as cvt.rn does.
+namespace fc_cpu {
+inline float f16_to_f32(unsigned short bits) {
+  _Float16 h;
+  std::memcpy(&h, &bits, 2);
+  return static_cast<float>(h);
+}
+inline unsigned short f32_to_f16(float f) {
+  const _Float16 h = static_cast<_Float16>(f);
+  unsigned short bits;
+  std::memcpy(&bits, &h, 2);
+  return bits;
+}
+inline float bf16_to_f32(unsigned short bits) {
+  const uint32_t u = uint32_t(bits) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline unsigned short f32_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<unsigned short>((u >> 16) | 0x40);  // a quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1);
+  return static_cast<unsigned short>(u >> 16);
+}
+}  // namespace fc_cpu
 
 inline float __int_as_float(int x) { float f; std::memcpy(&f, &x, 4); return f; }
 inline float __uint_as_float(unsigned x) { float f; std::memcpy(&f, &x, 4); return f; }

@@ -34,10 +34,8 @@ HeadLayout head_layout(const Operand& o) {
           o.strides[2].hint(), o.strides[3].hint()};
 }
 
-}  // namespace
-
-// Torch's half-precision attention rounds every step's result to the dtype (the scaled q, the scores out of the
-// GEMM, softmax's output, the output), computing each in f32: so does this kernel, keeping f32 in shared memory.
+// The operands' dtype in the kernel's text: loads widen to f32, stores narrow, and round() rounds an f32 value to
+// the dtype where torch's ops would have (see Kernel::AttentionRounding); f32 in shared memory.
 struct ValueType {
   DType t;
   std::string to_float(const std::string& x) const {
@@ -50,6 +48,8 @@ struct ValueType {
     return t == DType::F32 ? x : fmt::format("fc_float_to_{}({})", dtype_name(t), x);
   }
 };
+
+}  // namespace
 
 KernelSource emit_attention(const Kernel& k, const DeviceLimits& limits) {
   const ValueType vt{k.inputs[0].dtype};

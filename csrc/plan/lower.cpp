@@ -54,6 +54,22 @@ Sizes meta_strides(const graph::TensorMeta& m) {
   return out;
 }
 
+std::optional<std::pair<Size, Size>> collapse(const Sizes& sizes, const Sizes& strides, size_t begin, size_t end) {
+  Size count = 1, stride = 0;
+  bool have = false;
+  for (size_t d = end; d-- > begin;) {
+    if (sizes[d] == 1) continue;
+    if (!have) {
+      stride = strides[d];
+      have = true;
+    } else if (strides[d] != stride * count) {
+      return std::nullopt;
+    }
+    count = count * sizes[d];
+  }
+  return std::make_pair(count, stride);
+}
+
 Lowerer::Lowerer(const graph::Graph& graph, const LowerOptions& options)
     : graph_(graph), options_(options), values_(graph.nodes.size()), last_use_(graph.nodes.size(), -1) {
   for (const graph::Node& n : graph_.nodes) {
@@ -347,7 +363,7 @@ void Lowerer::pointwise(const graph::Node& n, const std::vector<Operand>& operan
 
 bool Lowerer::row_reduce(const graph::Node& n, graph::NodeId x, const std::vector<Operand>& extra, const RowFn& fn,
                           int row_dims) {
-  if (row_dims > 1) return trailing_reduce(n, x, fn, row_dims);
+  if (row_dims > 1) return extra.empty() && trailing_reduce(n, x, fn, row_dims);
   const Sizes space = meta_sizes(graph_.nodes[x].meta);
   if (space.empty() || space.back() == 0) return false;
   const Size rows = codegen::product(Sizes(space.begin(), space.end() - 1));
@@ -393,33 +409,19 @@ bool Lowerer::trailing_reduce(const graph::Node& n, graph::NodeId x, const RowFn
   const Size len = codegen::product(Sizes(sizes.end() - k, sizes.end()));
   const Size rows = codegen::product(outer);
   if (len == 0 || rows == 0 || (rows.hint() < 64 && len.hint() > 65536)) return false;
-  // The row's element stride when x's trailing k dimensions collapse into one (each one's stride is the next
-  // inner one's stride times its size, size-1 dimensions aside, as in any contiguous tensor); else a contiguous
-  // copy is read.
-  auto collapsed_stride = [&](const Buffer& b) -> std::optional<int64_t> {
-    if (!codegen::all_static(b.strides)) return std::nullopt;
-    std::optional<int64_t> row_stride;
-    int64_t extent = 0;
-    for (size_t d = rank; d-- > rank - k;) {
-      const int64_t size = b.sizes[d].hint(), stride = b.strides[d].hint();
-      if (size == 1) continue;
-      if (row_stride ? stride != extent : stride == 0) return std::nullopt;
-      if (!row_stride) row_stride = stride;
-      extent = stride * size;
-    }
-    return row_stride.value_or(1);
-  };
+  // The row is x's trailing k dimensions read with one stride when they collapse (a contiguous tensor's always
+  // do); otherwise a contiguous copy is read.
   int xb = buffer_for(x);
-  std::optional<int64_t> stride = collapsed_stride(buffer(xb));
-  if (!stride) {
+  std::optional<std::pair<Size, Size>> row = collapse(buffer(xb).sizes, buffer(xb).strides, rank - k, rank);
+  if (!row) {
     xb = contiguous_copy(xb);
-    stride = collapsed_stride(buffer(xb));
+    row = collapse(buffer(xb).sizes, buffer(xb).strides, rank - k, rank);
   }
   Sizes space = outer;
   space.push_back(len);
   const Buffer& b = buffer(xb);
   Sizes strides(b.strides.begin(), b.strides.end() - k);
-  strides.push_back(*stride);
+  strides.push_back(row->second);
   const int c = new_cluster(space);
   Cluster& cl = *clusters_[c];
   cl.make_row_reduce();

@@ -12,24 +12,6 @@ namespace {
 
 bool gemm_dtype(DType t) { return t == DType::F16 || t == DType::BF16 || t == DType::F32; }
 
-// A run of dimensions [begin, end) of `sizes` over which `strides` step uniformly: their element count and the
-// stride of one step. Size-1 dimensions never break a run. nullopt when the run does not collapse.
-std::optional<std::pair<Size, Size>> collapse(const Sizes& sizes, const Sizes& strides, size_t begin, size_t end) {
-  Size count = 1, stride = 0;
-  bool have = false;
-  for (size_t d = end; d-- > begin;) {
-    if (sizes[d] == 1) continue;
-    if (!have) {
-      stride = strides[d];
-      have = true;
-    } else if (strides[d] != stride * count) {
-      return std::nullopt;
-    }
-    count = count * sizes[d];
-  }
-  return std::make_pair(count, stride);
-}
-
 struct Matrices {
   Size batch = 1, batch_stride = 0;
   Size rows = 1, cols = 1, row_stride = 0, col_stride = 0;

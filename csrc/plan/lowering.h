@@ -38,6 +38,10 @@ struct Operand {
 Sizes meta_sizes(const graph::TensorMeta& m);
 Sizes meta_strides(const graph::TensorMeta& m);
 
+// A run of dimensions [begin, end) of `sizes` over which `strides` step uniformly: their element count and the
+// stride of one step. Size-1 dimensions never break a run. nullopt when the run does not collapse.
+std::optional<std::pair<Size, Size>> collapse(const Sizes& sizes, const Sizes& strides, size_t begin, size_t end);
+
 // The lowered name of a call target: "torch.nn.functional.gelu" -> "gelu", "Tensor.__add__" -> "add".
 std::string op_name(const std::string& target_name);
 
@@ -89,7 +93,7 @@ class Lowerer {
   // expressions) returns the result expression and whether it is per row (sum, mean) or per element (softmax,
   // layer_norm). False when it does not fit (the caller makes the node an extern call).
   // With `row_dims` > 1 the row is x's last `row_dims` dimensions read as one (x.mean((2, 3))): x is then
-  // materialised (no prologue fusion), the result must be per row and no `extra` operands are allowed.
+  // materialised (no prologue fusion) and the result must be per row; with `extra` operands it does not fit.
   using RowFn = std::function<std::pair<int, bool>(Cluster&, int, const std::vector<int>&)>;
   bool row_reduce(const graph::Node& n, graph::NodeId x, const std::vector<Operand>& extra, const RowFn& fn,
                   int row_dims = 1);

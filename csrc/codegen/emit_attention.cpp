@@ -15,6 +15,8 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
+#include <utility>
 
 #include "codegen/emit_internal.h"
 #include "codegen/expr_emitter.h"
@@ -23,6 +25,77 @@ namespace fastcomp::codegen::detail {
 namespace {
 
 constexpr int kWarps = 8;  // warps per block; each takes every 8th query row of the block's run
+
+// The kernel, with ${...} fields filled in by emit_attention. Unrolled: the K/V copy by 2 (four loads in flight
+// a thread), the scores' dot products by 4, the probabilities' loop not at all: NVRTC's time for this kernel
+// grows fast with unrolling (W7's: 74 ms over an empty program with the compiler's own choices, 41 ms with
+// these, on a 2-core Xeon), and cold starts pay it.
+constexpr const char* kAttentionKernel = R"cuda(// ${name}: ${causal}attention over [B, H, T, D] = [${shape}]: softmax(q k^T) v per head, one block per head and ${rows} query rows (${row_blocks} a head), keys and values in shared memory (${shared_bytes} bytes)
+extern "C" __global__ void __launch_bounds__(${block}) ${name}(${params}) {
+  constexpr int T = ${T}, D = ${D}, kRows = ${rows};
+  __shared__ float ks[T][D + 1];
+  __shared__ float vs[T][D];
+  __shared__ float qs[${warps}][D];
+  const int64_t head = blockIdx.x / ${row_blocks}, b = head / ${H}, h = head % ${H};
+  const int t0 = (blockIdx.x % ${row_blocks}) * kRows, t_end = min(t0 + kRows, T);
+  const ${elem}* __restrict__ q = in0 + (${q_base});
+  const ${elem}* __restrict__ k = in1 + (${k_base});
+  const ${elem}* __restrict__ v = in2 + (${v_base});
+  ${elem}* __restrict__ o = out0 + (${o_base});
+#pragma unroll 2
+  for (int i = threadIdx.x; i < T * D; i += ${block}) {
+    const int t = i / D, d = i % D;
+    ks[t][d] = ${k_elem};
+    vs[t][d] = ${v_elem};
+  }
+  __syncthreads();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int t = t0 + warp; t < t_end; t += ${warps}) {
+    for (int d = lane; d < D; d += 32) qs[warp][d] = ${q_scaled};
+    const int keys = ${keys};
+    __syncwarp();
+    float s[${key_chunks}];
+    float m = __int_as_float(0xff800000);
+#pragma unroll
+    for (int c = 0; c < ${key_chunks}; ++c) {
+      const int j = c * 32 + lane;
+      float acc = 0.0f;
+      if (j < keys) {
+#pragma unroll 4
+        for (int d = 0; d < D; ++d) acc = fmaf(qs[warp][d], ks[j][d], acc);
+${round_scores}        m = fc_max(m, acc);
+      }
+      s[c] = acc;
+    }
+    m = fc_warp_reduce(m, fc_max_op());
+    float l = 0.0f;
+#pragma unroll
+    for (int c = 0; c < ${key_chunks}; ++c) {
+      s[c] = c * 32 + lane < keys ? expf(s[c] - m) : 0.0f;
+      l += s[c];
+    }
+    l = fc_warp_reduce(l, fc_sum_op());
+    float acc[${column_chunks}];
+#pragma unroll
+    for (int i = 0; i < ${column_chunks}; ++i) acc[i] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < ${key_chunks}; ++c) {
+      const float p_lane = ${p_lane};  // softmax's output, rounded as torch's is, before the product
+#pragma unroll 1
+      for (int jj = 0; jj < 32 && c * 32 + jj < keys; ++jj) {  // the same bound in every lane
+        const float p = __shfl_sync(0xffffffffu, p_lane, jj);
+#pragma unroll
+        for (int i = 0; i < ${column_chunks}; ++i)
+          if (lane + 32 * i < D) acc[i] = fmaf(p, vs[c * 32 + jj][lane + 32 * i], acc[i]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < ${column_chunks}; ++i)
+      if (lane + 32 * i < D) o[int64_t(t) * ${o_t_stride} + int64_t(lane + 32 * i) * ${o_d_stride}] = ${o_value};
+    __syncwarp();  // the next row overwrites qs[warp]
+  }
+}
+)cuda";
 
 // (element offset of the head's (0, 0) element as C++ text over `b` and `h`, its t stride, its d stride)
 struct HeadLayout {
@@ -69,88 +142,44 @@ KernelSource emit_attention(const Kernel& k, const DeviceLimits& limits) {
   const HeadLayout q = head_layout(k.inputs[0]), key = head_layout(k.inputs[1]), v = head_layout(k.inputs[2]),
                    o = head_layout(k.outputs[0]);
 
-  std::string& c = src.code;
-  c = fmt::format("// {}: {}attention over [B, H, T, D] = [{}]: softmax(q k^T) v per head, one block per head and {} "
-                  "query rows ({} a head), keys and values in shared memory ({} bytes)\n",
-                  k.name, k.attention_causal ? "causal " : "", join(k.shape), rows, row_blocks,
-                  attention_shared_bytes(T, D));
-  c += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}({}) {{\n", src.block, k.name,
-                   kernel_params(k));
-  c += fmt::format("  constexpr int T = {}, D = {}, kRows = {};\n", T, D, rows);
-  c += "  __shared__ float ks[T][D + 1];\n  __shared__ float vs[T][D];\n";
-  c += fmt::format("  __shared__ float qs[{}][D];\n", kWarps);
-  c += fmt::format("  const int64_t head = blockIdx.x / {}, b = head / {}, h = head % {};\n", row_blocks, H, H);
-  c += fmt::format("  const int t0 = (blockIdx.x % {}) * kRows, t_end = min(t0 + kRows, T);\n", row_blocks);
-  const char* elem = dtype_c_type(vt.t);
-  c += fmt::format("  const {}* __restrict__ q = in0 + ({});\n", elem, q.base);
-  c += fmt::format("  const {}* __restrict__ k = in1 + ({});\n", elem, key.base);
-  c += fmt::format("  const {}* __restrict__ v = in2 + ({});\n", elem, v.base);
-  c += fmt::format("  {}* __restrict__ o = out0 + ({});\n", elem, o.base);
-  // Unrolled by 2 (four loads in flight a thread), the scores' dot products by 4, the probabilities' loop not at
-  // all: NVRTC's time for this kernel grows fast with unrolling (W7's: 74 ms over an empty program with the
-  // compiler's own choices, 41 ms with these, on a 2-core Xeon), and cold starts pay it.
-  c += "#pragma unroll 2\n";
-  c += fmt::format("  for (int i = threadIdx.x; i < T * D; i += {}) {{\n", src.block);
-  c += "    const int t = i / D, d = i % D;\n";
-  c += fmt::format("    ks[t][d] = {};\n",
-                   vt.to_float(fmt::format("k[int64_t(t) * {} + int64_t(d) * {}]", key.t_stride, key.d_stride)));
-  c += fmt::format("    vs[t][d] = {};\n",
-                   vt.to_float(fmt::format("v[int64_t(t) * {} + int64_t(d) * {}]", v.t_stride, v.d_stride)));
-  c += "  }\n  __syncthreads();\n";
-  c += "  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;\n";
-  c += fmt::format("  for (int t = t0 + warp; t < t_end; t += {}) {{\n", kWarps);
   // torch scales q before the product (F.multi_head_attention_forward's q * D^-1/2, rounded).
   const std::string scaled_q = fmt::format(
       "{} * {}", vt.to_float(fmt::format("q[int64_t(t) * {} + int64_t(d) * {}]", q.t_stride, q.d_stride)),
       literal(DType::F32, k.attention_scale));
-  c += fmt::format("    for (int d = lane; d < D; d += 32) qs[warp][d] = {};\n",
-                   every_step ? vt.round(scaled_q) : scaled_q);
-  c += fmt::format("    const int keys = {};\n", keys);
-  c += "    __syncwarp();\n";
-  c += fmt::format("    float s[{}];\n", key_chunks);
-  c += "    float m = __int_as_float(0xff800000);\n";
-  c += "#pragma unroll\n";
-  c += fmt::format("    for (int c = 0; c < {}; ++c) {{\n", key_chunks);
-  c += "      const int j = c * 32 + lane;\n";
-  c += "      float acc = 0.0f;\n";
-  c += "      if (j < keys) {\n";
-  c += "#pragma unroll 4\n";
-  c += "        for (int d = 0; d < D; ++d) acc = fmaf(qs[warp][d], ks[j][d], acc);\n";
-  if (vt.t != DType::F32 && every_step)
-    c += fmt::format("        acc = {};  // the scores GEMM's output\n", vt.round("acc"));
-  c += "        m = fc_max(m, acc);\n";
-  c += "      }\n";
-  c += "      s[c] = acc;\n";
-  c += "    }\n";
-  c += "    m = fc_warp_reduce(m, fc_max_op());\n";
-  c += "    float l = 0.0f;\n";
-  c += "#pragma unroll\n";
-  c += fmt::format("    for (int c = 0; c < {}; ++c) {{\n", key_chunks);
-  c += "      s[c] = c * 32 + lane < keys ? expf(s[c] - m) : 0.0f;\n";
-  c += "      l += s[c];\n";
-  c += "    }\n";
-  c += "    l = fc_warp_reduce(l, fc_sum_op());\n";
-  c += fmt::format("    float acc[{}];\n", column_chunks);
-  c += "#pragma unroll\n";
-  c += fmt::format("    for (int i = 0; i < {}; ++i) acc[i] = 0.0f;\n", column_chunks);
-  c += "#pragma unroll\n";
-  c += fmt::format("    for (int c = 0; c < {}; ++c) {{\n", key_chunks);
-  c += fmt::format("      const float p_lane = {};  // softmax's output, rounded as torch's is, before the product\n",
-                   vt.round("s[c] / l"));
-  c += "#pragma unroll 1\n";
-  c += "      for (int jj = 0; jj < 32 && c * 32 + jj < keys; ++jj) {  // the same bound in every lane\n";
-  c += "        const float p = __shfl_sync(0xffffffffu, p_lane, jj);\n";
-  c += "#pragma unroll\n";
-  c += fmt::format("        for (int i = 0; i < {}; ++i)\n", column_chunks);
-  c += "          if (lane + 32 * i < D) acc[i] = fmaf(p, vs[c * 32 + jj][lane + 32 * i], acc[i]);\n";
-  c += "      }\n";
-  c += "    }\n";
-  c += "#pragma unroll\n";
-  c += fmt::format("    for (int i = 0; i < {}; ++i)\n", column_chunks);
-  c += fmt::format("      if (lane + 32 * i < D) o[int64_t(t) * {} + int64_t(lane + 32 * i) * {}] = {};\n",
-                   o.t_stride, o.d_stride, vt.from_float("acc[i]"));
-  c += "    __syncwarp();  // the next row overwrites qs[warp]\n";
-  c += "  }\n}\n";
+  const std::pair<const char*, std::string> fields[] = {
+      {"${name}", k.name},
+      {"${causal}", k.attention_causal ? "causal " : ""},
+      {"${shape}", join(k.shape)},
+      {"${shared_bytes}", std::to_string(attention_shared_bytes(T, D))},
+      {"${block}", std::to_string(src.block)},
+      {"${params}", kernel_params(k)},
+      {"${T}", std::to_string(T)},
+      {"${D}", std::to_string(D)},
+      {"${H}", std::to_string(H)},
+      {"${rows}", std::to_string(rows)},
+      {"${row_blocks}", std::to_string(row_blocks)},
+      {"${warps}", std::to_string(kWarps)},
+      {"${elem}", dtype_c_type(vt.t)},
+      {"${q_base}", q.base},
+      {"${k_base}", key.base},
+      {"${v_base}", v.base},
+      {"${o_base}", o.base},
+      {"${k_elem}", vt.to_float(fmt::format("k[int64_t(t) * {} + int64_t(d) * {}]", key.t_stride, key.d_stride))},
+      {"${v_elem}", vt.to_float(fmt::format("v[int64_t(t) * {} + int64_t(d) * {}]", v.t_stride, v.d_stride))},
+      {"${q_scaled}", every_step ? vt.round(scaled_q) : scaled_q},
+      {"${keys}", keys},
+      {"${key_chunks}", std::to_string(key_chunks)},
+      {"${column_chunks}", std::to_string(column_chunks)},
+      {"${round_scores}", vt.t != DType::F32 && every_step
+                              ? fmt::format("        acc = {};  // the scores GEMM's output\n", vt.round("acc"))
+                              : std::string()},
+      {"${p_lane}", vt.round("s[c] / l")},
+      {"${o_t_stride}", std::to_string(o.t_stride)},
+      {"${o_d_stride}", std::to_string(o.d_stride)},
+      {"${o_value}", vt.from_float("acc[i]")},
+  };
+  src.code = kAttentionKernel;
+  for (const auto& [marker, value] : fields) replace_all(src.code, marker, value);
   return src;
 }
 

@@ -152,11 +152,6 @@ template <int kWarps, typename T, typename Op> __device__ __forceinline__ T fc_s
 constexpr const char* kSizeParamsMarker = "/*fc_size_params*/";
 constexpr const char* kSizeArgsMarker = "/*fc_size_args*/";
 
-void replace_all(std::string& text, const std::string& marker, const std::string& with) {
-  for (size_t at = text.find(marker); at != std::string::npos; at = text.find(marker, at + with.size()))
-    text.replace(at, marker.size(), with);
-}
-
 bool uses(const Kernel& k, DType t) {
   for (const Operand& o : k.inputs)
     if (o.dtype == t) return true;
@@ -168,6 +163,11 @@ bool uses(const Kernel& k, DType t) {
 }
 
 }  // namespace
+
+void replace_all(std::string& text, const std::string& marker, const std::string& with) {
+  for (size_t at = text.find(marker); at != std::string::npos; at = text.find(marker, at + with.size()))
+    text.replace(at, marker.size(), with);
+}
 
 std::string kernel_params(const Kernel& k) {
   std::string out;

@@ -42,6 +42,9 @@ KernelSource source_for(const Kernel& k, int block, int64_t grid);
 bool fits_int32(int64_t max_index);
 std::string index_type_decl(bool wide);  // "using idx_t = int32_t;"
 
+// Replaces every `marker` in `text` with `with` (which may not contain the marker).
+void replace_all(std::string& text, const std::string& marker, const std::string& with);
+
 // `a` divided by `b`, rounded up.
 int64_t ceil_div(int64_t a, int64_t b);
 

@@ -12,10 +12,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "codegen"))
 import cpu_launch  # noqa: E402
+from codegen_gpu import TORCH_DTYPES as DTYPES  # noqa: E402
 
-DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "f64": torch.float64,
-          "i64": torch.int64, "i32": torch.int32, "i16": torch.int16, "i8": torch.int8, "bool": torch.bool,
-          "u8": torch.uint8}
 _PROGRAMS = {}  # CUDA C -> built program (a plan runs on every call)
 
 

@@ -34,17 +34,6 @@ def kernel_signatures(cuda_source):
 # --- CPU: rehearsal -------------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def rehearse():
-    try:
-        _C._testing.nvrtc_version()
-    except Exception as e:
-        pytest.skip(f"NVRTC is not available: {e}")
-    _C.set_rehearse_cuda_backend(True)
-    yield
-    _C.set_rehearse_cuda_backend(False)
-
-
 def rehearse_compile(fn, inputs_per_call, **kwargs):
     """Compiles `fn`, calls it on each inputs tuple (checking eager's result) and returns the compile records."""
     compiled = fastcomp.compile(fn, **kwargs)

@@ -8,7 +8,6 @@ import pytest
 import torch
 
 import fastcomp
-from fastcomp import _C
 from fastcomp.testing import CompileCounter
 from tests.backend.op_suite import CASES
 from tests.helpers import assert_same
@@ -16,14 +15,8 @@ from tests.helpers import assert_same
 
 
 @pytest.fixture(autouse=True)
-def rehearse():
-    try:
-        _C._testing.nvrtc_version()
-    except Exception as e:  # the CUDA runtime's own search failed: nothing to compile with
-        pytest.skip(f"NVRTC is not available: {e}")
-    _C.set_rehearse_cuda_backend(True)
+def rehearsed(rehearse):  # every test here rehearses (conftest.py)
     yield
-    _C.set_rehearse_cuda_backend(False)
 
 
 def plan_counts(record):

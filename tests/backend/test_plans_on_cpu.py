@@ -14,17 +14,11 @@ pytestmark = pytest.mark.skipif(plan_on_cpu.cpu_launch.compiler() is None, reaso
 
 
 @pytest.fixture
-def observer():
-    try:
-        _C._testing.nvrtc_version()
-    except Exception as e:  # noqa: BLE001
-        pytest.skip(f"NVRTC is not available: {e}")
+def observer(rehearse):
     seen = plan_on_cpu.Observer()
-    _C.set_rehearse_cuda_backend(True)
     _C.set_rehearsal_observer(seen)
     yield seen
     _C.set_rehearsal_observer(None)
-    _C.set_rehearse_cuda_backend(False)
 
 
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 2e-2}

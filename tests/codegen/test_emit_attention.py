@@ -6,7 +6,6 @@ import pytest
 from fastcomp._C import _testing as T
 
 import codegen_specs as S
-import nvrtc_ctypes
 
 # (B, H, T, D): W7's heads, W10's, one query, odd sizes, a width that is not a multiple of 32, the longest T of
 # D=64 that fits in shared memory.
@@ -16,14 +15,6 @@ SHAPES = [(16, 8, 64, 64), (4, 4, 32, 64), (1, 1, 1, 8), (3, 2, 33, 48), (2, 3, 
 
 def shape_id(shape):
     return "x".join(map(str, shape))
-
-
-@pytest.fixture(scope="module")
-def nvrtc():
-    found, why = nvrtc_ctypes.find()
-    if found is None:
-        pytest.skip(f"NVRTC not available: {why}")
-    return found
 
 
 def test_kernel_text_shows_the_scale():

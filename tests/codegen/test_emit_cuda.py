@@ -10,15 +10,6 @@ from fastcomp._C import _testing as T
 from fastcomp.testing import elf_sections
 
 import codegen_specs as S
-import nvrtc_ctypes
-
-
-@pytest.fixture(scope="module")
-def nvrtc():
-    found, why = nvrtc_ctypes.find()
-    if found is None:
-        pytest.skip(f"NVRTC not available: {why}")
-    return found
 
 
 def compile_ptx(nvrtc, specs):

@@ -14,21 +14,6 @@ namespace fastcomp::plan {
 namespace detail {
 namespace {
 
-// Non-overlapping and without gaps in some dimension order (checked symbolically, ordered by the hints).
-bool is_dense(const Sizes& sizes, const Sizes& strides) {
-  std::vector<size_t> order(sizes.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return strides[a].hint() < strides[b].hint(); });
-  Size expected = 1;
-  for (size_t d : order) {
-    if (sizes[d] == 1) continue;
-    if (strides[d] != expected) return false;
-    expected = expected * sizes[d];
-  }
-  return true;
-}
-
 bool on_cuda(const graph::TensorMeta& meta) { return meta.device && py_str(meta.device.get()).rfind("cuda", 0) == 0; }
 
 void mark_uses(const graph::Arg& a, int user, std::vector<int>& last_use) {
@@ -52,6 +37,20 @@ Sizes meta_strides(const graph::TensorMeta& m) {
   Sizes out;
   for (size_t d = 0; d < m.strides.size(); ++d) out.push_back(Size::of(m.sym_strides[d], m.strides[d]));
   return out;
+}
+
+bool is_dense(const Sizes& sizes, const Sizes& strides) {
+  std::vector<size_t> order(sizes.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return strides[a].hint() < strides[b].hint(); });
+  Size expected = 1;
+  for (size_t d : order) {
+    if (sizes[d] == 1) continue;
+    if (strides[d] != expected) return false;
+    expected = expected * sizes[d];
+  }
+  return true;
 }
 
 std::optional<std::pair<Size, Size>> collapse(const Sizes& sizes, const Sizes& strides, size_t begin, size_t end) {

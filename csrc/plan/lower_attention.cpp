@@ -9,7 +9,6 @@
 // two lines as one attention kernel (emit_attention.cpp) that reads q, k, v from qkv and writes o.
 // Item 1 (the weights) must be unused: it never exists. Masks, dropout, bias_k/v, separate projection weights,
 // a key or value other than the query, or any other use of the result keep the extern call.
-#include <algorithm>
 #include <array>
 #include <cmath>
 
@@ -289,21 +288,6 @@ bool lower_self_attention(Lowerer& L, const graph::Node& n) {
   return true;
 }
 
-// `strides` lay `sizes` out densely in some order of the dimensions (a permuted contiguous tensor, size-1
-// dimensions anywhere): a layout a kernel can write in full, as eager's attention outputs have.
-bool dense_in_some_order(const Sizes& sizes, const Sizes& strides) {
-  std::vector<size_t> order;
-  for (size_t d = 0; d < sizes.size(); ++d)
-    if (sizes[d].hint() != 1) order.push_back(d);
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return strides[a].hint() < strides[b].hint(); });
-  int64_t expected = 1;
-  for (size_t d : order) {
-    if (strides[d].hint() != expected) return false;
-    expected *= sizes[d].hint();
-  }
-  return true;
-}
-
 // F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
 // enable_gqa=False) with fastcomp.config.fused_attention: self-attention heads [B, H, T, D] (q, k, v and the
 // output of one shape, static) whose keys and values fit in shared memory, without a mask tensor or dropout, run
@@ -346,13 +330,10 @@ bool lower_scaled_dot_product_attention(Lowerer& L, const graph::Node& n) {
     scale = *x;
   }
   const Sizes out_strides = meta_strides(n.meta);
-  if (!codegen::all_static(out_strides) || !dense_in_some_order(shape, out_strides)) return false;
+  if (!codegen::all_static(out_strides) || !is_dense(shape, out_strides)) return false;
 
   // From here on the node is lowered.
   const int qb = L.buffer_for(q->node), kb = L.buffer_for(k->node), vb = L.buffer_for(v->node);
-  for (int b : {qb, kb, vb})
-    if (!codegen::all_static(L.buffer(b).strides) || !L.buffer(b).offset.is_static())
-      throw NotLowerable("%" + std::to_string(n.id) + ": an attention operand has a symbolic layout");
   Buffer o;
   o.kind = Buffer::Kind::Alloc;
   o.node = n.id;

@@ -38,6 +38,10 @@ struct Operand {
 Sizes meta_sizes(const graph::TensorMeta& m);
 Sizes meta_strides(const graph::TensorMeta& m);
 
+// Non-overlapping and without gaps in some dimension order (checked symbolically, ordered by the hints): a layout
+// a kernel writes in full, e.g. a permuted contiguous tensor.
+bool is_dense(const Sizes& sizes, const Sizes& strides);
+
 // A run of dimensions [begin, end) of `sizes` over which `strides` step uniformly: their element count and the
 // stride of one step. Size-1 dimensions never break a run. nullopt when the run does not collapse.
 std::optional<std::pair<Size, Size>> collapse(const Sizes& sizes, const Sizes& strides, size_t begin, size_t end);

@@ -80,9 +80,11 @@ class ObservedRehearsal : public runtime::Executable {
     PyRef args = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(ninputs)));
     if (!args) return nullptr;
     for (size_t i = 0; i < ninputs; ++i) PyTuple_SET_ITEM(args.get(), i, Py_NewRef(inputs[i]));
-    PyRef text = PyRef::steal(PyUnicode_FromStringAndSize(plan_json_.data(), static_cast<Py_ssize_t>(plan_json_.size())));
-    if (!text) return nullptr;
-    PyRef seen = PyRef::steal(PyObject_CallFunctionObjArgs(observer, text.get(), args.get(), result.get(), nullptr));
+    if (!plan_text_) {  // made once: a plan is observed on every call
+      plan_text_ = PyRef::steal(PyUnicode_FromStringAndSize(plan_json_.data(), Py_ssize_t(plan_json_.size())));
+      if (!plan_text_) return nullptr;
+    }
+    PyRef seen = PyRef::steal(PyObject_CallFunctionObjArgs(observer, plan_text_.get(), args.get(), result.get(), nullptr));
     if (!seen) return nullptr;
     return result.release();
   }
@@ -91,6 +93,7 @@ class ObservedRehearsal : public runtime::Executable {
  private:
   std::unique_ptr<runtime::Executable> runner_;
   std::string plan_json_;
+  PyRef plan_text_;  // plan_json_ as a Python str
 };
 
 }  // namespace

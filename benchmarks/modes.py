@@ -130,9 +130,9 @@ MODES: dict[str, Mode] = {m.name: m for m in [
     _torch_mode("tc-eager", 'torch.compile(backend="eager"): Dynamo capture only', False, backend="eager"),
     _fastcomp_mode("fc", "fastcomp.compile()"),
     _fastcomp_mode("fc-ro", 'fastcomp.compile(mode="reduce-overhead")', mode="reduce-overhead"),
-    # fastcomp.config.fused_attention (off by default until measured): the A/B of the attention kernels.
-    _fastcomp_mode("fc-attn", "fastcomp.compile() with fastcomp.config.fused_attention",
-                   config={"fused_attention": True}),
-    _fastcomp_mode("fc-ro-attn", 'fastcomp.compile(mode="reduce-overhead") with fastcomp.config.fused_attention',
-                   config={"fused_attention": True}, mode="reduce-overhead"),
+    # fastcomp.config.fused_attention off: the A/B of the attention kernels.
+    _fastcomp_mode("fc-noattn", "fastcomp.compile() without fastcomp.config.fused_attention",
+                   config={"fused_attention": False}),
+    _fastcomp_mode("fc-ro-noattn", 'fastcomp.compile(mode="reduce-overhead") without fastcomp.config.fused_attention',
+                   config={"fused_attention": False}, mode="reduce-overhead"),
 ]}

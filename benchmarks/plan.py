@@ -95,9 +95,9 @@ def make_plan(sections, workloads, overhead_cases, modes, device: str, scale: fl
 # starting Python and torch, building the case, timing it; plus the compiler's cold and warm starts (on the
 # H200 host in November 2026, torch.compile's warm start cost nearly what its cold one did).
 PROCESS_S = {"cpu": 3.0, "cuda": 5.0}
-COLD_COMPILE_S = {"eager": 0.0, "tc": 14.0, "tc-ro": 16.0, "tc-eager": 2.5, "fc": 0.5, "fc-ro": 0.5, "fc-attn": 0.5,
-                  "fc-ro-attn": 0.5}
-WARM_COMPILE_S = {"tc": 12.0, "tc-ro": 14.0, "fc": 0.2, "fc-ro": 0.2, "fc-attn": 0.2, "fc-ro-attn": 0.2}
+COLD_COMPILE_S = {"eager": 0.0, "tc": 14.0, "tc-ro": 16.0, "tc-eager": 2.5, "fc": 0.5, "fc-ro": 0.5, "fc-noattn": 0.5,
+                  "fc-ro-noattn": 0.5}
+WARM_COMPILE_S = {"tc": 12.0, "tc-ro": 14.0, "fc": 0.2, "fc-ro": 0.2, "fc-noattn": 0.2, "fc-ro-noattn": 0.2}
 
 
 def estimated_seconds(job: Job) -> float:

@@ -43,7 +43,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                                            "workloads,overhead on a GPU, cpu,overhead otherwise)")
     parser.add_argument("--workloads", help="comma-separated ids, e.g. W1,W5 (default: all)")
     parser.add_argument("--overhead-cases", help=f"comma-separated, from {','.join(OVERHEAD_CASES)}")
-    parser.add_argument("--modes", help="comma-separated, from eager,tc,tc-ro,tc-eager,fc,fc-ro,fc-attn,fc-ro-attn "
+    parser.add_argument("--modes", help="comma-separated, from eager,tc,tc-ro,tc-eager,fc,fc-ro,fc-noattn,fc-ro-noattn "
                                         "(default: eager,tc,tc-ro,fc,fc-ro on a GPU, eager,tc-eager,fc on the CPU)")
     parser.add_argument("--device", help="cuda, cuda:1, cpu (default: cuda when available; cpu with --quick)")
     parser.add_argument("--scale", type=float, help="size factor for W2–W9 (default: 1 on a GPU, each "

@@ -25,8 +25,8 @@ def test_workload_on_cuda_at_full_size(wid):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("wid", ["W7", "W10"])
-def test_workload_with_fused_attention_on_cuda(wid):
-    with fastcomp.config.patch(fused_attention=True):
+def test_workload_without_fused_attention_on_cuda(wid):
+    with fastcomp.config.patch(fused_attention=False):
         check_workload(wid, False, "cuda")
 
 

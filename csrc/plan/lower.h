@@ -17,7 +17,7 @@ struct LowerOptions {
   bool require_cuda = true;  // false: plan CPU graphs too (tests without a GPU check lowering and codegen)
   // nn.MultiheadAttention's heads as one attention kernel where they fit (fastcomp.config.fused_attention),
   // instead of a head-splitting kernel, two batched GEMMs and a softmax kernel.
-  bool fused_attention = false;
+  bool fused_attention = true;
 };
 
 // The graph cannot run on the CUDA backend at all (e.g. a complex dtype on a kernel path); the caller uses the

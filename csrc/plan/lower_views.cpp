@@ -21,6 +21,15 @@ bool splits(const std::string& op) {
   return op == "split" || op == "chunk" || op == "unbind" || op == "tensor_split" || op == "split_with_sizes";
 }
 
+// x.T and x.mT: the tracer records tensor-valued attributes as getattr(x, name) calls. (mH and H conjugate,
+// which only a complex tensor notices; the backend has no complex kernels, so they stay calls into torch.)
+bool transposing_attribute(const graph::Node& n) {
+  if (n.args.size() != 2 || n.args[1].kind != graph::Arg::Kind::Const) return false;
+  PyObject* name = n.args[1].value.get();
+  return PyUnicode_Check(name) &&
+         (PyUnicode_CompareWithASCIIString(name, "T") == 0 || PyUnicode_CompareWithASCIIString(name, "mT") == 0);
+}
+
 // An index made only of ints, slices (step > 0), None and Ellipsis: torch returns a view.
 bool basic_index(const graph::Arg& a) {
   if (a.kind == graph::Arg::Kind::Tuple || a.kind == graph::Arg::Kind::List) {
@@ -105,7 +114,8 @@ bool lower_view_op(Lowerer& L, const graph::Node& n, const std::string& op) {
   if (n.type != graph::ValueType::Tensor) return false;
   const bool reshape = op == "reshape" || op == "flatten" || op == "contiguous" || op == "reshape_as";
   const bool getitem = op == "getitem" && n.args.size() == 2 && basic_index(n.args[1]);
-  if (!always_view(op) && !reshape && !getitem) return false;
+  const bool attribute = op == "getattr" && transposing_attribute(n);
+  if (!always_view(op) && !reshape && !getitem && !attribute) return false;
   if (op == "contiguous" && n.args.size() > 1) return false;  // a memory_format
   if (L.graph().is_dynamic() && offset_moves(op) && (L.node(input).meta.is_dynamic() || n.meta.is_dynamic()))
     return L.decline(op + " of a dynamic tensor: its storage offset may depend on the sizes");

@@ -14,7 +14,7 @@ struct Config {
   bool rehearse_cuda_backend = false;  // tests: lower CPU graphs, compile their CUDA C to PTX, run them on torch
   int nvrtc_threads = 0;            // threads one NVRTC compile may use (--split-compile); 0: runtime::cuda decides
   bool matmul_tuning = true;        // time cuBLASLt's candidate algorithms on a product's first run (MatmulPlan)
-  bool fused_attention = false;     // nn.MultiheadAttention's heads as one kernel where they fit (plan::LowerOptions)
+  bool fused_attention = true;      // nn.MultiheadAttention's heads as one kernel where they fit (plan::LowerOptions)
   std::string dump_dir;             // non-empty: every compile writes its artifacts (graph, plan, .cu) here
   // Code under these directories (torch, the standard library, fastcomp) is never compiled as a frame of its
   // own when the CPython part of a compiled function calls it. Set by the Python package at import.

@@ -33,9 +33,9 @@ _DEFAULTS = {
     "dump_dir": os.environ.get("FASTCOMP_DUMP_DIR", ""),
     "nvrtc_threads": int(os.environ.get("FASTCOMP_NVRTC_THREADS", "0")),
     "matmul_tuning": os.environ.get("FASTCOMP_MATMUL_TUNING", "1") == "1",
-    # Off until its GPU tests have run (tests/codegen/test_emit_attention.py, the op suite's mha_fused_* and
-    # sdpa_fused_* cases, tests/test_workloads.py's W7/W10 with fused attention).
-    "fused_attention": os.environ.get("FASTCOMP_FUSED_ATTENTION", "0") == "1",
+    # Self-attention heads as one kernel where K and V fit in shared memory (csrc/plan/lower_attention.cpp).
+    # On since its H100 A/B (benchmarks/results/2026-11-25_nvidia-h100_fused-attention.md); "0" turns it off.
+    "fused_attention": os.environ.get("FASTCOMP_FUSED_ATTENTION", "1") == "1",
 }
 
 

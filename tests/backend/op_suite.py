@@ -99,6 +99,7 @@ case("expand", lambda x: x[:, :1].expand(-1, 8) * 2, shapes=((3, 1025), (64, 409
 case("view_reshape", lambda x: (x.view(-1) * 2).reshape(x.shape[0], -1) + 1, shapes=((3, 1025), (64, 4096)),
      plan=(2, 0, 0))
 case("permute", lambda x: x.permute(2, 0, 1) * 2, shapes=((2, 3, 5), (8, 64, 33)))
+case("transpose_attributes", lambda x: x.mT * 2 + x[0].T, shapes=((2, 3, 3), (8, 33, 33)), plan=(1, 0, 0))
 case("split_halves", lambda x: x.chunk(2, dim=-1)[0] * x.chunk(2, dim=-1)[1], shapes=((3, 1024), (64, 4096)))
 case("contiguous_copy", lambda x: x.t().contiguous(), shapes=((3, 1025), (64, 4096)))
 
@@ -249,22 +250,23 @@ def mha_weights_used(x, attn):
 
 # QKV projection, one kernel splitting heads, scores, softmax kernel, values, output projection; the module's
 # three mask/dtype helper calls are computed while tracing (constant arguments), and the transpose back to
-# batch-first that is returned stays an extern op.
-case("mha_batch_first", lambda x, attn: attn(x, x, x)[0], mha_args(True), MHA_SHAPES, plan=(2, 4, 1))
-case("mha_seq_first", lambda x, attn: attn(x, x, x, need_weights=False)[0] * 2, mha_args(False), MHA_SHAPES,
-     plan=(3, 4, 0))
-# fastcomp.config.fused_attention: the heads are one attention kernel between the two projections (the shapes'
-# heads all fit in shared memory, T=91 of width 64 just). Each case its own function, so its cache entry is its own.
-FUSED = {"fused_attention": True}
-case("mha_fused_batch_first", lambda x, attn: attn(x, x, x)[0], mha_args(True), MHA_SHAPES, plan=(1, 2, 1),
-     config=FUSED)
+# batch-first that is returned stays an extern op. (fastcomp.config.fused_attention off: the path for heads too
+# long for the attention kernel.) Each case its own function, so its cache entry is its own.
+UNFUSED = {"fused_attention": False}
+case("mha_unfused_batch_first", lambda x, attn: attn(x, x, x)[0], mha_args(True), MHA_SHAPES, plan=(2, 4, 1),
+     config=UNFUSED)
+case("mha_unfused_seq_first", lambda x, attn: attn(x, x, x, need_weights=False)[0] * 2, mha_args(False),
+     MHA_SHAPES, plan=(3, 4, 0), config=UNFUSED)
+# By default the heads are one attention kernel between the two projections (the shapes' heads all fit in shared
+# memory, T=91 of width 64 just).
+case("mha_fused_batch_first", lambda x, attn: attn(x, x, x)[0], mha_args(True), MHA_SHAPES, plan=(1, 2, 1))
 case("mha_fused_seq_first", lambda x, attn: attn(x, x, x, need_weights=False)[0] * 2, mha_args(False),
-     MHA_SHAPES + ((2, 91, 128, 2),), plan=(2, 2, 0), config=FUSED)
+     MHA_SHAPES + ((2, 91, 128, 2),), plan=(2, 2, 0))
 # Keys that do not fit in shared memory (T=92, D=64): the four steps of the unfused heads.
 case("mha_fused_too_long_keeps_the_steps", lambda x, attn: attn(x, x, x, need_weights=False)[0] * 2,
-     mha_args(False), ((2, 92, 128, 2),), plan=(3, 4, 0), config=FUSED)
-# F.scaled_dot_product_attention with fastcomp.config.fused_attention: one attention kernel reading q, k, v in place
-# (then the pointwise * 2); (B, H, T, D), the last one the longest T of width 64 that fits in shared memory.
+     mha_args(False), ((2, 92, 128, 2),), plan=(3, 4, 0))
+# F.scaled_dot_product_attention: one attention kernel reading q, k, v in place (then the pointwise * 2);
+# (B, H, T, D), the last one the longest T of width 64 that fits in shared memory. Off, torch's kernel.
 SDPA_SHAPES = ((2, 3, 5, 8), (1, 1, 1, 16), (2, 4, 33, 64), (1, 2, 91, 64))
 
 
@@ -279,16 +281,18 @@ def sdpa_head_views(shape, dtype, device):
 
 
 case("sdpa_fused", lambda q, k, v: F.scaled_dot_product_attention(q, k, v) * 2, sdpa_args, SDPA_SHAPES,
-     plan=(2, 0, 0), config=FUSED)
+     plan=(2, 0, 0))
 case("sdpa_fused_causal_scaled", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3) * 2,
-     sdpa_head_views, SDPA_SHAPES, plan=(2, 0, 0), config=FUSED)
+     sdpa_head_views, SDPA_SHAPES, plan=(2, 0, 0))
 case("sdpa_fused_same_tensor", lambda x: F.scaled_dot_product_attention(x, x, x, is_causal=True) - x, one,
-     SDPA_SHAPES, plan=(2, 0, 0), config=FUSED)
+     SDPA_SHAPES, plan=(2, 0, 0))
 # A mask tensor, or keys that do not fit in shared memory: torch's own kernel.
 case("sdpa_fused_with_a_mask_is_extern",
-     lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=q[..., :1] > 0) * 2, sdpa_args,
-     ((2, 3, 5, 8),), plan=(2, 0, 1), config=FUSED)
+     lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=q[..., :1] > k[..., :1].mT) * 2, sdpa_args,
+     ((2, 3, 5, 8),), plan=(2, 0, 1))
+case("sdpa_unfused_is_extern", lambda q, k, v: F.scaled_dot_product_attention(q, k, v) * 2, sdpa_args,
+     ((2, 3, 5, 8),), plan=(1, 0, 1), config=UNFUSED)
 case("sdpa_fused_too_long_is_extern", lambda q, k, v: F.scaled_dot_product_attention(q, k, v) * 2, sdpa_args,
-     ((1, 2, 92, 64),), plan=(1, 0, 1), config=FUSED)
+     ((1, 2, 92, 64),), plan=(1, 0, 1))
 # The averaged weights are needed: torch's own multi_head_attention_forward runs (the sum and the add are kernels).
 case("mha_weights_used_is_extern", mha_weights_used, mha_args(True), MHA_SHAPES, plan=(2, 0, 4))

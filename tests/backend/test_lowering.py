@@ -46,10 +46,11 @@ def test_op_plan(case):
         assert 'extern "C" __global__' in record["cuda_source"]
 
 
-# Seed workloads: (kernels, cuBLAS calls, extern ops). W7's attention is 4 cuBLAS calls and 2 kernels (heads
-# apart, softmax); nn.MultiheadAttention's mask/dtype helpers are computed while tracing (constant arguments),
-# so no extern op is left. W9's rotary line, cat included, is one kernel (test_w9_rope_line_is_one_kernel), then
-# the two projections and the SwiGLU kernel.
+# Seed workloads: (kernels, cuBLAS calls, extern ops). W7's heads are one attention kernel between the QKV and
+# output projections (then the FF's two GEMMs and three kernels: add+norm, GELU, add+norm); nn.MultiheadAttention's
+# mask/dtype helpers are computed while tracing (constant arguments), so no extern op is left. W9's rotary line,
+# cat included, is one kernel (test_w9_rope_line_is_one_kernel), then the two projections and the SwiGLU kernel.
+# W10 is four W7-like layers.
 WORKLOAD_PLANS = {
     "W1": (1, 0, 0),
     "W2": (1, 0, 0),
@@ -57,28 +58,32 @@ WORKLOAD_PLANS = {
     "W4": (2, 1, 0),
     "W5": (1, 2, 0),
     "W6": (1, 5, 0),
-    "W7": (5, 6, 0),
+    "W7": (4, 4, 0),
     "W8": (1, 0, 0),
     "W9": (2, 2, 0),
+    "W10": (16, 16, 0),
 }
+ATTENTION_KERNELS = {"W7": 1, "W10": 4}
 
 
-# With fastcomp.config.fused_attention, W7's and W10's heads are one attention kernel each: W7 loses the
-# head-splitting and softmax kernels and the two batched GEMMs; W10 (4 such layers) four times that.
-FUSED_ATTENTION_PLANS = {"W7": (4, 4, 0), "W10": (16, 16, 0)}
+# With fastcomp.config.fused_attention off, each layer's heads are 2 kernels (heads apart, softmax) and 4 cuBLAS
+# calls (scores and values, two batched GEMMs each way round the head split).
+UNFUSED_ATTENTION_PLANS = {"W7": (5, 6, 0), "W10": (20, 24, 0)}
 
 
-@pytest.mark.parametrize("wid", sorted(FUSED_ATTENTION_PLANS))
-def test_workload_plan_with_fused_attention(wid):
-    with fastcomp.config.patch(fused_attention=True):
+@pytest.mark.parametrize("wid", sorted(UNFUSED_ATTENTION_PLANS))
+def test_workload_plan_without_fused_attention(wid):
+    with fastcomp.config.patch(fused_attention=False):
         record = workload_record(wid)
-    assert plan_counts(record) == FUSED_ATTENTION_PLANS[wid], record["plan"]
-    assert len(re.findall(r"kernel k\d+ attention shape", record["plan"])) == FUSED_ATTENTION_PLANS[wid][0] // 4
+    assert plan_counts(record) == UNFUSED_ATTENTION_PLANS[wid], record["plan"]
+    assert "attention shape" not in record["plan"]
 
 
 @pytest.mark.parametrize("wid", sorted(WORKLOAD_PLANS))
 def test_workload_plan(wid):
-    assert plan_counts(workload_record(wid)) == WORKLOAD_PLANS[wid]
+    record = workload_record(wid)
+    assert plan_counts(record) == WORKLOAD_PLANS[wid], record["plan"]
+    assert len(re.findall(r"kernel k\d+ attention shape", record["plan"])) == ATTENTION_KERNELS.get(wid, 0)
 
 
 def workload_record(wid):

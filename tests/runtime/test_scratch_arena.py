@@ -161,8 +161,8 @@ def test_transformer_intermediates_share_a_few_slots(rehearse):
     buffers = buffer_lines(plan)
     scratch = [b for s in slots for b in s]
     assert all(buffers[b].startswith("alloc ") for b in scratch), plan
-    # Four layers' dozens of intermediates, but only a handful alive at once.
-    assert len(scratch) >= 40 and len(slots) <= 8, slots
+    # Four layers' dozens of intermediates (31 with the attention kernels), but only a handful alive at once.
+    assert len(scratch) >= 30 and len(slots) <= 8, slots
     assert size.endswith(" bytes")
     total = 0
     for b in scratch:

@@ -11,6 +11,9 @@
 // j + 32, ... (up to the row's own position under a causal mask), the row's max and sum by warp shuffles, the
 // probabilities, then lane d's outputs for columns d, d + 32, ... with each probability broadcast by a shuffle.
 // The scores never leave registers.
+//
+// Under dynamic shapes the batch B may be a symbol (H, T and D stay constants: they size the shared arrays and
+// loops); then the grid, and the strides and offsets that depend on B, are size parameters of the kernel.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -20,11 +23,15 @@
 
 #include "codegen/emit_internal.h"
 #include "codegen/expr_emitter.h"
+#include "codegen/layout.h"
 
 namespace fastcomp::codegen::detail {
 namespace {
 
 constexpr int kWarps = 8;  // warps per block; each takes every 8th query row of the block's run
+// A symbolic batch launches exactly B * H * row_blocks blocks per call (kernel_ir.h's grid_items); this is the
+// "most blocks" that clamps it, CUDA's limit on gridDim.x, so no block is ever dropped.
+constexpr int64_t kMaxGridX = 2147483647;
 
 // The kernel, with ${...} fields filled in by emit_attention. Unrolled: the K/V copy by 2 (four loads in flight
 // a thread), the scores' dot products by 4, the probabilities' loop not at all: NVRTC's time for this kernel
@@ -36,7 +43,7 @@ extern "C" __global__ void __launch_bounds__(${block}) ${name}(${params}) {
   __shared__ float ks[T][D + 1];
   __shared__ float vs[T][D];
   __shared__ float qs[${warps}][D];
-  const int64_t head = blockIdx.x / ${row_blocks}, b = head / ${H}, h = head % ${H};
+${grid_guard}  const int64_t head = blockIdx.x / ${row_blocks}, b = head / ${H}, h = head % ${H};
   const int t0 = (blockIdx.x % ${row_blocks}) * kRows, t_end = min(t0 + kRows, T);
   const ${elem}* __restrict__ q = in0 + (${q_base});
   const ${elem}* __restrict__ k = in1 + (${k_base});
@@ -97,14 +104,15 @@ ${round_scores}        m = fc_max(m, acc);
 }
 )cuda";
 
-// (element offset of the head's (0, 0) element as C++ text over `b` and `h`, its t stride, its d stride)
+// (element offset of the head's (0, 0) element as C++ text over `b` and `h`, its t stride, its d stride): literals,
+// or size parameters where they depend on a symbolic batch.
 struct HeadLayout {
-  std::string base;
-  int64_t t_stride, d_stride;
+  std::string base, t_stride, d_stride;
 };
-HeadLayout head_layout(const Operand& o) {
-  return {fmt::format("{} + b * {} + h * {}", o.storage_offset.hint(), o.strides[0].hint(), o.strides[1].hint()),
-          o.strides[2].hint(), o.strides[3].hint()};
+HeadLayout head_layout(const Operand& o, SizeParams& params) {
+  return {fmt::format("{} + b * {} + h * {}", params.text(o.storage_offset), params.text(o.strides[0]),
+                      params.text(o.strides[1])),
+          params.text(o.strides[2]), params.text(o.strides[3])};
 }
 
 // The operands' dtype in the kernel's text: loads widen to f32, stores narrow, and round() rounds an f32 value to
@@ -129,18 +137,22 @@ KernelSource emit_attention(const Kernel& k, const DeviceLimits& limits) {
   const bool every_step = k.attention_rounding == Kernel::AttentionRounding::EveryStep;
   // The keys a query row sees: all T, or with a causal mask those up to its own position.
   const char* keys = k.attention_causal ? "t + 1" : "T";
-  const int64_t B = k.shape[0].hint(), H = k.shape[1].hint(), T = k.shape[2].hint(), D = k.shape[3].hint();
-  const int64_t heads = B * H;
-  // Blocks for about two waves of the GPU: small batches split each head's queries over several blocks (each
-  // copies the head's keys and values again, from L2), large ones take a head a block.
-  int64_t row_blocks = std::clamp<int64_t>(ceil_div(2 * limits.sm_count, std::max<int64_t>(heads, 1)), 1,
+  const Size& B = k.shape[0];
+  const int64_t H = k.shape[1].hint(), T = k.shape[2].hint(), D = k.shape[3].hint();
+  // Blocks for about two waves of the GPU (at the trace-time batch when it is a symbol): small batches split each
+  // head's queries over several blocks (each copies the head's keys and values again, from L2), large ones take
+  // a head a block.
+  int64_t row_blocks = std::clamp<int64_t>(ceil_div(2 * limits.sm_count, std::max<int64_t>(B.hint() * H, 1)), 1,
                                            ceil_div(T, kWarps));
   const int64_t rows = ceil_div(T, row_blocks);
   row_blocks = ceil_div(T, rows);
-  KernelSource src = source_for(k, kWarps * 32, std::max<int64_t>(heads * row_blocks, 1));
+  const Size blocks = B * Size(H * row_blocks);
+  KernelSource src = source_for(k, kWarps * 32, B.is_static() ? std::max<int64_t>(blocks.hint(), 1) : kMaxGridX);
+  if (!B.is_static()) src.grid_items = blocks.sym();
   const int64_t key_chunks = ceil_div(T, 32), column_chunks = ceil_div(D, 32);
-  const HeadLayout q = head_layout(k.inputs[0]), key = head_layout(k.inputs[1]), v = head_layout(k.inputs[2]),
-                   o = head_layout(k.outputs[0]);
+  SizeParams params;
+  const HeadLayout q = head_layout(k.inputs[0], params), key = head_layout(k.inputs[1], params),
+                   v = head_layout(k.inputs[2], params), o = head_layout(k.outputs[0], params);
 
   // torch scales q before the product (F.multi_head_attention_forward's q * D^-1/2, rounded).
   const std::string scaled_q = fmt::format(
@@ -148,6 +160,9 @@ KernelSource emit_attention(const Kernel& k, const DeviceLimits& limits) {
       literal(DType::F32, k.attention_scale));
   const std::pair<const char*, std::string> fields[] = {
       {"${name}", k.name},
+      // A symbolic batch's grid is at least one block, even for B = 0.
+      {"${grid_guard}", B.is_static() ? std::string()
+                                      : fmt::format("  if (blockIdx.x >= {}) return;\n", params.text(blocks))},
       {"${causal}", k.attention_causal ? "causal " : ""},
       {"${shape}", join(k.shape)},
       {"${shared_bytes}", std::to_string(attention_shared_bytes(T, D))},
@@ -174,12 +189,13 @@ KernelSource emit_attention(const Kernel& k, const DeviceLimits& limits) {
                               ? fmt::format("        acc = {};  // the scores GEMM's output\n", vt.round("acc"))
                               : std::string()},
       {"${p_lane}", vt.round("s[c] / l")},
-      {"${o_t_stride}", std::to_string(o.t_stride)},
-      {"${o_d_stride}", std::to_string(o.d_stride)},
+      {"${o_t_stride}", o.t_stride},
+      {"${o_d_stride}", o.d_stride},
       {"${o_value}", vt.from_float("acc[i]")},
   };
   src.code = kAttentionKernel;
   for (const auto& [marker, value] : fields) replace_all(src.code, marker, value);
+  src.size_params = params.exprs();
   return src;
 }
 

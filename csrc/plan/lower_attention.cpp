@@ -205,7 +205,7 @@ bool lower_self_attention(Lowerer& L, const graph::Node& n) {
   const Sizes qkv_strides = {rows->t_major ? Size(row) : T * row, D, rows->t_major ? B * row : Size(row), 1};
   const Sizes head_space = {B, *H, T, D};
   const double scale = std::sqrt(1.0 / D);
-  if (L.options().fused_attention && T.is_static() && B.is_static() &&
+  if (L.options().fused_attention && T.is_static() &&
       codegen::attention_shared_bytes(T.hint(), D) <= codegen::kAttentionSharedBytes) {
     // One kernel for the heads (emit_attention.cpp), o written straight into [T, B, E]: element (b, h, t, d) at
     // t*B*E + b*E + h*D + d.
@@ -290,10 +290,10 @@ bool lower_self_attention(Lowerer& L, const graph::Node& n) {
 
 // F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
 // enable_gqa=False) with fastcomp.config.fused_attention: self-attention heads [B, H, T, D] (q, k, v and the
-// output of one shape, static) whose keys and values fit in shared memory, without a mask tensor or dropout, run
-// as one attention kernel reading q, k and v in place and writing the output in eager's layout. Rounded as the
-// fused SDPA kernels round (scores and softmax in f32, the probabilities in the dtype for the product with v).
-// Anything else stays the extern call (torch's flash or memory-efficient kernel).
+// output of one shape; H, T and D static, the batch may be a symbol) whose keys and values fit in shared memory,
+// without a mask tensor or dropout, run as one attention kernel reading q, k and v in place and writing the
+// output in eager's layout. Rounded as the fused SDPA kernels round (scores and softmax in f32, the probabilities
+// in the dtype for the product with v). Anything else stays the extern call (torch's flash or memory-efficient kernel).
 bool lower_scaled_dot_product_attention(Lowerer& L, const graph::Node& n) {
   if (!L.options().fused_attention || n.type != graph::ValueType::Tensor) return false;
   CallArgs args(n);
@@ -314,10 +314,10 @@ bool lower_scaled_dot_product_attention(Lowerer& L, const graph::Node& n) {
   const DType t = L.node_dtype(n.id);
   if (t != DType::F32 && t != DType::F16 && t != DType::BF16) return false;
   const Sizes shape = meta_sizes(n.meta);
-  if (shape.size() != 4 || !codegen::all_static(shape)) return false;
+  // The batch may be a symbol; H, T and D size the kernel's shared arrays and loops.
+  if (shape.size() != 4 || !codegen::all_static({shape[1], shape[2], shape[3]})) return false;
   for (const graph::Arg* a : {q, k, v})
-    if (!L.value(a->node).tensor || L.node_dtype(a->node) != t || meta_sizes(L.node(a->node).meta) != shape ||
-        !codegen::all_static(meta_strides(L.node(a->node).meta)))
+    if (!L.value(a->node).tensor || L.node_dtype(a->node) != t || meta_sizes(L.node(a->node).meta) != shape)
       return false;
   const int64_t T = shape[2].hint(), D = shape[3].hint();
   if (T * D == 0 || shape[0].hint() * shape[1].hint() == 0 ||
@@ -330,7 +330,7 @@ bool lower_scaled_dot_product_attention(Lowerer& L, const graph::Node& n) {
     scale = *x;
   }
   const Sizes out_strides = meta_strides(n.meta);
-  if (!codegen::all_static(out_strides) || !is_dense(shape, out_strides)) return false;
+  if (!is_dense(shape, out_strides)) return false;
 
   // From here on the node is lowered.
   const int qb = L.buffer_for(q->node), kb = L.buffer_for(k->node), vb = L.buffer_for(v->node);

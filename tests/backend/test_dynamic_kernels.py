@@ -116,6 +116,21 @@ def test_w7_with_dynamic_batch_and_sequence_keeps_the_static_plan(rehearse):
     assert re.search(r"// k2: row reduce over \[s0, s1, 512\], s0\*s1 rows of 512, .* in registers", rec["cuda_source"])
 
 
+def test_w7_with_a_dynamic_batch_keeps_its_attention_kernel(rehearse):
+    torch.manual_seed(0)
+    layer = TransformerLayer().eval()
+    records = rehearse_compile(layer, [(torch.randn(b, 16, 512),) for b in (2, 3, 5)])
+    assert len(records) == 2  # the second batch size recompiles with the batch a symbol
+    rec = records[1]
+    assert rec["backend"].endswith("dynamic shapes (s0)"), rec["backend"]
+    # The static W7's plan: one attention kernel for the heads, between the QKV and output projections.
+    assert backend_counts(records[0]["backend"]) == backend_counts(rec["backend"]) == (4, 4, 0)
+    assert "kernel k0 attention shape=[s0,8,16,64]" in rec["plan"], rec["plan"]
+    # t-major rows: q/k/v's t stride (3 * 512 * B) and o's (512 * B) and the grid follow the batch
+    code = rec["cuda_source"].split("// k0: attention over [B, H, T, D] = [s0, 8, 16, 64]")[1].split("\n}\n")[0]
+    assert "int64_t p0" in code and "if (blockIdx.x >= " in code, code
+
+
 def test_one_kernel_set_serves_every_size_in_rehearsal(rehearse):
     torch.manual_seed(0)
     model = MLP(d=64, hidden=128).eval()
@@ -222,7 +237,10 @@ def test_w7_over_many_batch_sizes_on_cuda(dynamic):
     records = check_one_kernel_set(layer, make, first, 1e-4, 1e-4, dynamic)
     assert len(records) == (2 if dynamic is None else 1), [r["recompile_reasons"] for r in records]
     assert_dynamic_on_cuda(records[-1], symbols="s0" if dynamic is None else "s0, s1")
-    assert backend_counts(records[-1]["backend"]) == backend_counts(records[0]["backend"]) == (5, 6, 0)
+    # A symbolic batch keeps the attention kernel; a symbolic sequence (dynamic=True) decomposes the heads.
+    counts = (4, 4, 0) if dynamic is None else (5, 6, 0)
+    assert backend_counts(records[-1]["backend"]) == counts
+    assert backend_counts(records[0]["backend"]) == (4, 4, 0)
 
 
 @pytest.mark.gpu
@@ -281,6 +299,18 @@ def test_sdpa_block_over_many_sequence_lengths_on_cuda():
     assert len(records) == 2, [r["recompile_reasons"] for r in records]
     assert_dynamic_on_cuda(records[-1])
     assert "scaled_dot_product_attention" in records[-1]["plan"]
+
+
+@pytest.mark.gpu
+def test_sdpa_block_over_many_batch_sizes_keeps_its_attention_kernel_on_cuda():
+    torch.manual_seed(0)
+    block = SdpaBlock().cuda().eval()  # 4 heads of 64 over 32 tokens: keys and values fit in shared memory
+    make = lambda b: torch.randn(b, 32, 256, device="cuda")  # noqa: E731
+    records = check_one_kernel_set(block, make, [8, 12], 1e-4, 1e-4, None)
+    assert len(records) == 2, [r["recompile_reasons"] for r in records]
+    assert_dynamic_on_cuda(records[-1])
+    assert "attention shape=[s0,4,32,64]" in records[-1]["plan"], records[-1]["plan"]
+    assert "scaled_dot_product_attention" not in records[-1]["plan"]
 
 
 @pytest.mark.gpu

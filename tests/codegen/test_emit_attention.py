@@ -68,7 +68,7 @@ def test_shared_memory_bound_is_the_static_limit():
     (lambda d: d.update(shape=[2, 2, 4]), r"\[B, H, T, D\]"),
     (lambda d: d.update(shape=[1, 1, 128, 64]), "shared memory"),
     (lambda d: d["exprs"].append(dict(op="constant", dtype="f32", value=1.0)), "no expressions"),
-    (lambda d: d["outputs"][0].update(strides=[1, 1, 1]), "4 static strides"),
+    (lambda d: d["outputs"][0].update(strides=[1, 1, 1]), "4 strides"),
     (lambda d: d.update(scale=float("inf")), "not finite"),
 ])
 def test_malformed_attention_kernels_are_rejected(mutate, message):

@@ -19,6 +19,7 @@
 
 #include "frontend/trace/torch_refs.h"
 #include "runtime/arg_values.h"
+#include "runtime/cublas_workspace.h"
 #include "runtime/cuda/arch.h"
 #include "runtime/cuda/cublaslt.h"
 #include "runtime/cuda/driver.h"
@@ -37,7 +38,6 @@ namespace cuda = runtime::cuda;
 using plan::Buffer;
 using plan::Step;
 
-constexpr size_t kCublasWorkspaceBytes = 4 << 20;
 constexpr size_t kMatmulPlansPerStep = 8;  // dynamic shapes: cuBLASLt plans kept per matmul, most recent first
 constexpr const char* kProgramName = "fastcomp_graph";
 
@@ -173,16 +173,6 @@ class CudaExecutable final : public Executable {
       }
       a.dtype = torch_dtype(buf.dtype);
     }
-    if (!matmuls_.empty()) {
-      PyRef empty = PyRef::steal(PyObject_GetAttrString(T.torch.get(), "empty"));
-      PyRef args = PyRef::steal(Py_BuildValue("(n)", static_cast<Py_ssize_t>(kCublasWorkspaceBytes)));
-      PyRef kwargs = PyRef::steal(PyDict_New());
-      PyDict_SetItemString(kwargs.get(), "dtype", torch_dtype(codegen::DType::U8).get());
-      PyDict_SetItemString(kwargs.get(), "device", device_.get());
-      workspace_ = PyRef::steal(PyObject_Call(empty.get(), args.get(), kwargs.get()));
-      if (!workspace_) throw std::runtime_error("fastcomp: cannot allocate the cuBLASLt workspace: " + take_error_message());
-      workspace_ptr_ = tensor_data_ptr(workspace_.get());
-    }
     empty_ = PyRef::steal(PyObject_GetAttrString(T.torch.get(), "empty"));
     u8_ = torch_dtype(codegen::DType::U8);
     if (!empty_ || !u8_) throw std::runtime_error("fastcomp: torch.empty or torch.uint8 is missing");
@@ -238,6 +228,7 @@ class CudaExecutable final : public Executable {
     std::vector<void*> params;  // one kernel's parameter slots, reused by every launch of this call
     try {
       cuda::ContextGuard guard(program_.device);
+      void* const workspace = matmuls_.empty() ? nullptr : cublas_workspace(stream);
       for (size_t si = 0; si < program_.steps.size(); ++si) {
         const Step& s = program_.steps[si];
         if (int(si) == memory_.arena_first && !allocate_arena(&arena, ptr, values)) return nullptr;
@@ -273,7 +264,7 @@ class CudaExecutable final : public Executable {
             const plan::MatmulStep& m = program_.matmul_steps[s.index];
             const cuda::MatmulPlan& plan = matmul_plan(s.index, values);
             plan.run(address(m.a, ptr, values), address(m.b, ptr, values), nullptr, address(m.d, ptr, values),
-                     m.bias >= 0 ? address(m.bias, ptr, values) : nullptr, workspace_ptr_, stream);
+                     m.bias >= 0 ? address(m.bias, ptr, values) : nullptr, workspace, stream);
             break;
           }
           case Step::Kind::Extern:
@@ -296,6 +287,20 @@ class CudaExecutable final : public Executable {
   }
 
  private:
+  // The cuBLASLt workspace for this call's matrix products (cublas_workspace.h): the stream's shared one, or
+  // while a CUDA graph is being captured, this executable's own.
+  void* cublas_workspace(cuda::CUstream stream) {
+    if (cuda::stream_capturing(stream)) {
+      if (!private_workspace_) private_workspace_ = private_cublas_workspace(device_.get());
+      return private_workspace_->data;
+    }
+    if (!shared_workspace_ || stream != workspace_stream_) {
+      shared_workspace_ = shared_cublas_workspace(program_.device, device_.get(), stream);
+      workspace_stream_ = stream;
+    }
+    return shared_workspace_->data;
+  }
+
   // An operand the kernel accesses `bytes` at a time (codegen::KernelSource::vector_operands): kernel parameter
   // `param`'s pointer plus `first` elements must be aligned to `bytes`.
   struct VectorOperand {
@@ -529,8 +534,9 @@ class CudaExecutable final : public Executable {
   std::vector<Matmul> matmuls_;   // per matmul step
   std::vector<AllocArgs> allocs_;
   std::vector<SizeSlots::Ref> offsets_;  // per buffer: its offset from its root
-  PyRef device_, alloc_kwnames_, workspace_, current_stream_, device_index_;
-  void* workspace_ptr_ = nullptr;
+  PyRef device_, alloc_kwnames_, current_stream_, device_index_;
+  std::shared_ptr<CublasWorkspace> shared_workspace_, private_workspace_;  // see cublas_workspace()
+  cuda::CUstream workspace_stream_ = nullptr;                            // shared_workspace_'s stream
   std::vector<std::vector<int>> allocs_before_, frees_after_, node_frees_after_;
   MemoryPlan memory_;
   PyRef empty_, u8_;                    // torch.empty, torch.uint8: the scratch arena's allocation

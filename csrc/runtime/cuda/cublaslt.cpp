@@ -111,11 +111,6 @@ struct EventPair {
   EventPair& operator=(const EventPair&) = delete;
 };
 
-bool capturing(CUstream stream) {
-  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  return driver().cuStreamIsCapturing(stream, &status) != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_NONE;
-}
-
 cudaDataType_t data_type(ScalarType type) {
   switch (type) {
     case ScalarType::F16: return CUDA_R_16F;
@@ -529,8 +524,8 @@ void MatmulPlan::run(const void* a, const void* b, const void* c, void* d, const
     // With C, the timed launches would add to D again and again (C may be D), so such products are not tuned.
     // Plans are built before any runs (W10 builds 24 plans of 6 products at once), so another plan of this
     // product may have decided since this one was built.
-    if (!tuned_ && alignment == kPlannedAlignment && !desc_.has_c && config().matmul_tuning && !capturing(stream) &&
-        !adopt_decision(/*look_on_disk=*/false)) {
+    if (!tuned_ && alignment == kPlannedAlignment && !desc_.has_c && config().matmul_tuning &&
+        !stream_capturing(stream) && !adopt_decision(/*look_on_disk=*/false)) {
       tuned_ = true;
       try {
         tune(a, b, c, d, workspace, stream);

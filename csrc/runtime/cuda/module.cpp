@@ -84,6 +84,11 @@ void copy_async(void* dst, const void* src, size_t bytes, CUstream stream) {
 
 void launch_graph(CUgraphExec exec, CUstream stream) { FC_CU_CHECK(cuGraphLaunch(exec, stream)); }
 
+bool stream_capturing(CUstream stream) {
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return driver().cuStreamIsCapturing(stream, &status) != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
 void synchronize(CUstream stream) { FC_CU_CHECK(cuStreamSynchronize(stream)); }
 
 }  // namespace fastcomp::runtime::cuda

@@ -58,6 +58,9 @@ void copy_async(void* dst, const void* src, size_t bytes, CUstream stream);
 // Queues an instantiated CUDA graph (e.g. torch.cuda.CUDAGraph.raw_cuda_graph_exec()) on `stream`.
 void launch_graph(CUgraphExec exec, CUstream stream);
 
+// Whether `stream` is recording a CUDA graph (or cannot say).
+bool stream_capturing(CUstream stream);
+
 // Waits for everything queued on `stream`; a kernel's asynchronous fault surfaces here as a CudaError.
 void synchronize(CUstream stream);
 

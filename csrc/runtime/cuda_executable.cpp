@@ -180,6 +180,14 @@ class CudaExecutable final : public Executable {
     current_stream_ = PyRef::steal(PyObject_GetAttrString(c.get(), "_cuda_getCurrentRawStream"));
     if (!current_stream_) throw std::runtime_error("fastcomp: torch._C._cuda_getCurrentRawStream is missing");
     device_index_ = PyRef::steal(PyLong_FromLong(device));
+    if (!matmuls_.empty()) {
+      // The current stream's workspace now, so that failing to allocate it sends the graph to torch (the
+      // caller's fallback) rather than failing a call; a call on another stream takes that stream's.
+      PyRef stream = PyRef::steal(PyObject_CallOneArg(current_stream_.get(), device_index_.get()));
+      if (!stream) throw std::runtime_error("fastcomp: cannot read torch's current stream: " + take_error_message());
+      workspace_stream_ = reinterpret_cast<cuda::CUstream>(PyLong_AsVoidPtr(stream.get()));
+      shared_workspace_ = shared_cublas_workspace(device, device_.get(), workspace_stream_);
+    }
     plan_lifetimes();
     plan_arena();
     FC_LOG(compile, debug, "cuda executable: loaded {} kernels and planned {} cuBLASLt calls in {:.1f} ms{}; {}",

@@ -4,10 +4,11 @@
 // workspace of its own instead: the graph's replays may later run beside other work of the capture stream.
 #pragma once
 #include <cstddef>
+#include <functional>
 #include <memory>
 
-#include "runtime/cuda/cuda_api.h"
 #include "cpython/pyref.h"
+#include "runtime/cuda/cuda_api.h"
 
 namespace fastcomp::runtime {
 
@@ -16,15 +17,13 @@ namespace fastcomp::runtime {
 inline constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 
 struct CublasWorkspace {
-  PyRef tensor;  // torch.empty(kCublasWorkspaceBytes, dtype=torch.uint8, device=...)
+  PyRef tensor;  // a torch tensor of kCublasWorkspaceBytes bytes
   void* data = nullptr;
 };
 
-// The workspace of `stream` on CUDA device `device` (`device_obj` is its torch.device), allocated through torch's
-// caching allocator on first use. Needs the GIL; throws std::runtime_error when torch cannot allocate it.
-std::shared_ptr<CublasWorkspace> shared_cublas_workspace(int device, PyObject* device_obj, cuda::CUstream stream);
-
-// A workspace no other executable uses.
-std::shared_ptr<CublasWorkspace> private_cublas_workspace(PyObject* device_obj);
+// The workspace of `stream` on CUDA device `device`; `allocate` makes it when the stream has none alive. Needs
+// the GIL.
+std::shared_ptr<CublasWorkspace> shared_cublas_workspace(int device, cuda::CUstream stream,
+                                                         const std::function<std::shared_ptr<CublasWorkspace>()>& allocate);
 
 }  // namespace fastcomp::runtime

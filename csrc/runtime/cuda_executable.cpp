@@ -183,10 +183,10 @@ class CudaExecutable final : public Executable {
     if (!matmuls_.empty()) {
       // The current stream's workspace now, so that failing to allocate it sends the graph to torch (the
       // caller's fallback) rather than failing a call; a call on another stream takes that stream's.
-      PyRef stream = PyRef::steal(PyObject_CallOneArg(current_stream_.get(), device_index_.get()));
-      if (!stream) throw std::runtime_error("fastcomp: cannot read torch's current stream: " + take_error_message());
-      workspace_stream_ = reinterpret_cast<cuda::CUstream>(PyLong_AsVoidPtr(stream.get()));
-      shared_workspace_ = shared_cublas_workspace(device, device_.get(), workspace_stream_);
+      cuda::CUstream stream = nullptr;
+      if (!current_stream(&stream)) throw std::runtime_error("fastcomp: cannot read torch's current stream: " +
+                                                              take_error_message());
+      cublas_workspace(stream);
     }
     plan_lifetimes();
     plan_arena();
@@ -229,9 +229,8 @@ class CudaExecutable final : public Executable {
     }
     const std::vector<int64_t>* syms = program_.is_dynamic() ? &symbols : nullptr;
 
-    PyRef stream_obj = PyRef::steal(PyObject_CallOneArg(current_stream_.get(), device_index_.get()));
-    if (!stream_obj) return nullptr;
-    auto stream = reinterpret_cast<cuda::CUstream>(PyLong_AsVoidPtr(stream_obj.get()));
+    cuda::CUstream stream = nullptr;
+    if (!current_stream(&stream)) return nullptr;
 
     std::vector<void*> params;  // one kernel's parameter slots, reused by every launch of this call
     try {
@@ -295,15 +294,38 @@ class CudaExecutable final : public Executable {
   }
 
  private:
+  // torch's current stream on this executable's device; false with a Python error set.
+  bool current_stream(cuda::CUstream* stream) const {
+    PyRef s = PyRef::steal(PyObject_CallOneArg(current_stream_.get(), device_index_.get()));
+    if (!s) return false;
+    *stream = reinterpret_cast<cuda::CUstream>(PyLong_AsVoidPtr(s.get()));
+    return true;
+  }
+
+  // torch.empty(nbytes, dtype=torch.uint8, device=...): scratch arenas and cuBLASLt workspaces. A new reference,
+  // or null with a Python error set.
+  PyObject* byte_tensor(PyObject* nbytes) const {
+    PyObject* argv[] = {nullptr, nbytes, u8_.get(), device_.get()};
+    return PyObject_Vectorcall(empty_.get(), argv + 1, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, alloc_kwnames_.get());
+  }
+
   // The cuBLASLt workspace for this call's matrix products (cublas_workspace.h): the stream's shared one, or
   // while a CUDA graph is being captured, this executable's own.
   void* cublas_workspace(cuda::CUstream stream) {
+    auto allocate = [this] {
+      auto w = std::make_shared<CublasWorkspace>();
+      PyRef nbytes = PyRef::steal(PyLong_FromSize_t(kCublasWorkspaceBytes));
+      w->tensor = PyRef::steal(nbytes ? byte_tensor(nbytes.get()) : nullptr);
+      if (!w->tensor || !(w->data = tensor_data_ptr(w->tensor.get())))
+        throw std::runtime_error("fastcomp: cannot allocate the cuBLASLt workspace: " + take_error_message());
+      return w;
+    };
     if (cuda::stream_capturing(stream)) {
-      if (!private_workspace_) private_workspace_ = private_cublas_workspace(device_.get());
+      if (!private_workspace_) private_workspace_ = allocate();
       return private_workspace_->data;
     }
     if (!shared_workspace_ || stream != workspace_stream_) {
-      shared_workspace_ = shared_cublas_workspace(program_.device, device_.get(), stream);
+      shared_workspace_ = shared_cublas_workspace(program_.device, stream, allocate);
       workspace_stream_ = stream;
     }
     return shared_workspace_->data;
@@ -525,8 +547,7 @@ class CudaExecutable final : public Executable {
     }
     char* base = nullptr;
     if (nbytes > 0) {
-      PyObject* argv[] = {nullptr, size.get(), u8_.get(), device_.get()};
-      *arena = PyObject_Vectorcall(empty_.get(), argv + 1, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, alloc_kwnames_.get());
+      *arena = byte_tensor(size.get());
       if (!*arena || (!(base = tensor_data_ptr(*arena)) && PyErr_Occurred())) return false;
     }
     for (size_t i = 0; i < memory_.scratch.size(); ++i) ptr[memory_.scratch[i]] = base ? base + (*offsets)[i] : nullptr;

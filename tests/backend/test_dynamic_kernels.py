@@ -272,7 +272,8 @@ def test_cat_along_a_symbolic_dimension_over_many_sizes_on_cuda():
 
 
 class SdpaBlock(nn.Module):
-    """Attention through F.scaled_dot_product_attention (an extern op) with reshapes of symbolic sizes."""
+    """Attention through F.scaled_dot_product_attention (an attention kernel, or torch's for a symbolic sequence)
+    with reshapes of symbolic sizes."""
 
     def __init__(self, d=256, heads=4):
         super().__init__()

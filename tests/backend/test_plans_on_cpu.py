@@ -9,6 +9,7 @@ import fastcomp
 from fastcomp import _C
 from tests.backend import plan_on_cpu
 from tests.backend.op_suite import CASES
+from tests.backend.test_dynamic_kernels import SdpaBlock
 
 pytestmark = pytest.mark.skipif(plan_on_cpu.cpu_launch.compiler() is None, reason="no host C++ compiler")
 
@@ -119,25 +120,11 @@ def test_dynamic_plan_computes_what_torch_does_at_every_size(make_fn, make_input
     assert all(plan["symbols"] for plan, *_ in observer.runs)
 
 
-class _SdpaHeads(torch.nn.Module):
-    """A projection split into heads for F.scaled_dot_product_attention (causal), merged back and added to x."""
-
-    def __init__(self, d=64, heads=4):
-        super().__init__()
-        self.heads, self.qkv = heads, torch.nn.Linear(d, 3 * d)
-
-    def forward(self, x):
-        b, s, d = x.shape
-        q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2) for t in self.qkv(x).chunk(3, -1))
-        o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return x + o.transpose(1, 2).reshape(b, s, d)
-
-
 # A batch that changes between calls becomes a symbol (the second call recompiles): the attention kernels take it,
 # their grids and the strides that follow it, as size parameters.
 @pytest.mark.parametrize("make_fn, make_inputs", [
     (_layer, lambda b: (torch.randn(b, 16, 512),)),
-    (_SdpaHeads, lambda b: (torch.randn(b, 24, 64),)),
+    (SdpaBlock, lambda b: (torch.randn(b, 24, 256),)),
 ], ids=["w7_layer", "sdpa"])
 def test_attention_plan_with_a_dynamic_batch_computes_what_torch_does(make_fn, make_inputs, observer):
     torch.manual_seed(0)

@@ -2,7 +2,8 @@
 // tests can drive emit_cuda / emit_program without the lowering pass.
 //
 // A kernel spec is a dict:
-//   {"name": str, "kind": "pointwise" | "row_reduce" | "attention", "shape": [int],
+//   {"name": str, "kind": "pointwise" | "row_reduce" | "column_reduce" | "attention", "shape": [int],
+//    column_reduce only: "reduced": [dim, ...] (the dimensions it reduces),
 //    attention only: "scale": float, "causal": bool, "rounding": "every_step" | "probabilities",
 //    "inputs" / "outputs": [{"dtype": "f32", "strides": [int], "offset": int (optional),
 //                            "valid": [dim, begin, end] (optional)}],
@@ -60,6 +61,7 @@ cg::Kernel parse_kernel(const py::dict& spec) {
   const std::string kind = spec["kind"].cast<std::string>();
   if (kind == "pointwise") k.kind = cg::Kernel::Kind::Pointwise;
   else if (kind == "row_reduce") k.kind = cg::Kernel::Kind::RowReduce;
+  else if (kind == "column_reduce") k.kind = cg::Kernel::Kind::ColumnReduce;
   else if (kind == "attention") k.kind = cg::Kernel::Kind::Attention;
   else throw py::value_error("unknown kind '" + kind + "'");
   if (spec.contains("scale")) k.attention_scale = spec["scale"].cast<double>();
@@ -71,6 +73,13 @@ cg::Kernel parse_kernel(const py::dict& spec) {
                                              : cg::Kernel::AttentionRounding::Probabilities;
   }
   k.shape = cg::to_sizes(spec["shape"].cast<std::vector<int64_t>>());
+  if (spec.contains("reduced")) {
+    k.reduced_dims.assign(k.shape.size(), false);
+    for (int d : spec["reduced"].cast<std::vector<int>>()) {
+      if (d < 0 || d >= static_cast<int>(k.shape.size())) throw py::value_error("a reduced dimension out of range");
+      k.reduced_dims[d] = true;
+    }
+  }
   k.inputs = parse_operands(spec["inputs"].cast<py::list>());
   k.outputs = parse_operands(spec["outputs"].cast<py::list>());
   for (py::handle h : spec["exprs"].cast<py::list>()) {

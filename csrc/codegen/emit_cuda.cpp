@@ -224,9 +224,10 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 KernelSource emit_cuda(const Kernel& kernel, const DeviceLimits& limits) {
   detail::validate(kernel);
-  KernelSource src = kernel.kind == Kernel::Kind::Pointwise ? detail::emit_pointwise(kernel, limits)
-                     : kernel.kind == Kernel::Kind::RowReduce ? detail::emit_row_reduce(kernel, limits)
-                                                              : detail::emit_attention(kernel, limits);
+  KernelSource src = kernel.kind == Kernel::Kind::Pointwise      ? detail::emit_pointwise(kernel, limits)
+                     : kernel.kind == Kernel::Kind::RowReduce    ? detail::emit_row_reduce(kernel, limits)
+                     : kernel.kind == Kernel::Kind::ColumnReduce ? detail::emit_column_reduce(kernel, limits)
+                                                                 : detail::emit_attention(kernel, limits);
   std::string params, args;
   for (size_t i = 0; i < src.size_params.size(); ++i) {
     params += fmt::format(", const int64_t p{}", i);

@@ -1,5 +1,5 @@
 // What emit_cuda.cpp shares with the per-kind emitters (emit_pointwise.cpp, emit_row_reduce.cpp,
-// emit_attention.cpp).
+// emit_column_reduce.cpp, emit_attention.cpp).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -10,9 +10,10 @@
 
 namespace fastcomp::codegen::detail {
 
-// Both take a validated kernel.
+// Each takes a validated kernel.
 KernelSource emit_pointwise(const Kernel& k, const DeviceLimits& limits);
 KernelSource emit_row_reduce(const Kernel& k, const DeviceLimits& limits);
+KernelSource emit_column_reduce(const Kernel& k, const DeviceLimits& limits);
 KernelSource emit_attention(const Kernel& k, const DeviceLimits& limits);
 
 // Operand o of the kernel, counting inputs then outputs.

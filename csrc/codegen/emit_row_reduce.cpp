@@ -16,7 +16,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <limits>
 #include <stdexcept>
 
 #include "codegen/emit_internal.h"
@@ -66,33 +65,6 @@ struct RowPlan {
   std::vector<bool> touched;         // per operand: read or written by the kernel
   std::vector<std::vector<int>> pass_exprs;  // per pass (reductions 1..passes, then outputs): element exprs
 };
-
-// Reductions accumulate in float (f16/bf16/f32), double, int64 or int (narrower integers and bool).
-DType accumulator(DType t) {
-  if (is_floating(t)) return t == DType::F64 ? DType::F64 : DType::F32;
-  return t == DType::I64 ? DType::I64 : DType::I32;
-}
-
-const char* reduce_functor(ExprOp op) {
-  return op == ExprOp::ReduceSum ? "fc_sum_op()" : op == ExprOp::ReduceMax ? "fc_max_op()" : "fc_min_op()";
-}
-
-// The identity of a reduction in its accumulator: 0, or the lowest/highest value of the dtype.
-std::string reduce_init(ExprOp op, DType t) {
-  const DType acc = accumulator(t);
-  if (op == ExprOp::ReduceSum) return literal(acc, 0);
-  const bool lowest = op == ExprOp::ReduceMax;
-  const double inf = std::numeric_limits<double>::infinity();
-  if (is_floating(t)) return literal(acc, lowest ? -inf : inf);
-  switch (t) {
-    case DType::Bool: return lowest ? "0" : "1";
-    case DType::U8: return lowest ? "0" : "255";
-    case DType::I8: return lowest ? "-128" : "127";
-    case DType::I16: return lowest ? "-32768" : "32767";
-    case DType::I32: return lowest ? "(-2147483647 - 1)" : "2147483647";
-    default: return lowest ? index_literal(INT64_MIN) : index_literal(INT64_MAX);
-  }
-}
 
 // Expressions a pass evaluates per element to get `targets`: the non-uniform ones they depend on, in order.
 std::vector<int> element_exprs(const Kernel& k, const RowPlan& p, const std::vector<int>& targets) {

@@ -5,9 +5,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <stdexcept>
 
 namespace fastcomp::codegen::detail {
@@ -239,10 +241,35 @@ std::string expr_statement(const Kernel& k, int i, const std::string& leaf, cons
     case ExprOp::Cast: value = convert(k.exprs[e.args[0]].dtype, e.dtype, arg(0)); break;
     case ExprOp::Where: value = round_to(e.dtype, arg(0) + " ? " + arg(1) + " : " + arg(2)); break;
     default:
-      if (is_reduce(e.op)) invalid(k, "reductions are emitted by the row-reduce emitter");
+      if (is_reduce(e.op)) invalid(k, "reductions are emitted by the reduction emitters");
       value = round_to(e.dtype, arity(e.op) == 1 ? unary_value(k, e, arg(0)) : binary_value(k, e, arg(0), arg(1)));
   }
   return fmt::format("const {} {} = {};", value_type(e.dtype), value_name(i), value);
+}
+
+DType accumulator(DType t) {
+  if (is_floating(t)) return t == DType::F64 ? DType::F64 : DType::F32;
+  return t == DType::I64 ? DType::I64 : DType::I32;
+}
+
+const char* reduce_functor(ExprOp op) {
+  return op == ExprOp::ReduceSum ? "fc_sum_op()" : op == ExprOp::ReduceMax ? "fc_max_op()" : "fc_min_op()";
+}
+
+std::string reduce_init(ExprOp op, DType t) {
+  const DType acc = accumulator(t);
+  if (op == ExprOp::ReduceSum) return literal(acc, 0);
+  const bool lowest = op == ExprOp::ReduceMax;
+  const double inf = std::numeric_limits<double>::infinity();
+  if (is_floating(t)) return literal(acc, lowest ? -inf : inf);
+  switch (t) {
+    case DType::Bool: return lowest ? "0" : "1";
+    case DType::U8: return lowest ? "0" : "255";
+    case DType::I8: return lowest ? "-128" : "127";
+    case DType::I16: return lowest ? "-32768" : "32767";
+    case DType::I32: return lowest ? "(-2147483647 - 1)" : "2147483647";
+    default: return lowest ? index_literal(INT64_MIN) : index_literal(INT64_MAX);
+  }
 }
 
 std::vector<bool> live_exprs(const Kernel& k) {
@@ -294,10 +321,19 @@ void validate(const Kernel& k) {
   if (k.kind == Kernel::Kind::Attention) return validate_attention(k);
   if (k.kind == Kernel::Kind::RowReduce && (k.shape.empty() || k.shape.back() == 0))
     invalid(k, "a row-reduce kernel needs a non-empty last dimension");
+  const bool column = k.kind == Kernel::Kind::ColumnReduce;
+  if (column) {
+    if (k.reduced_dims.size() != k.shape.size()) invalid(k, "reduced_dims needs one flag per dimension");
+    if (k.shape.empty() || k.reduced_dims.back()) invalid(k, "a column-reduce kernel keeps its last dimension");
+    if (std::find(k.reduced_dims.begin(), k.reduced_dims.end(), true) == k.reduced_dims.end())
+      invalid(k, "a column-reduce kernel reduces at least one dimension");
+  } else if (!k.reduced_dims.empty()) {
+    invalid(k, "only column-reduce kernels have reduced_dims");
+  }
   const bool pointwise = k.kind == Kernel::Kind::Pointwise;
   auto check_range = [&](const DimRange& r, const std::string& what) {
     if (r.dim < 0) return;
-    if (!pointwise) invalid(k, what + " has a range: row-reduce kernels take none");
+    if (!pointwise) invalid(k, what + " has a range: row-reduce and column-reduce kernels take none");
     if (r.dim >= static_cast<int>(k.shape.size())) invalid(k, what + "'s range is on a missing dimension");
     if (!known_ge(r.begin, 0) || !known_ge(r.end, r.begin) || !known_ge(k.shape[r.dim], r.end))
       invalid(k, what + "'s range is not inside its dimension");
@@ -340,8 +376,9 @@ void validate(const Kernel& k) {
       invalid(k, fmt::format("{} is not defined on bool", at));
     if (e.op == ExprOp::Where && k.exprs[e.args[0]].dtype != DType::Bool)
       invalid(k, fmt::format("{} needs a bool condition", at));
-    if (is_reduce(e.op) && k.kind != Kernel::Kind::RowReduce)
-      invalid(k, fmt::format("{} needs a row-reduce kernel", at));
+    if (is_reduce(e.op) && k.kind != Kernel::Kind::RowReduce && !column)
+      invalid(k, fmt::format("{} needs a row-reduce or column-reduce kernel", at));
+    if (e.op == ExprOp::RowIndex && column) invalid(k, fmt::format("{} has no meaning in a column-reduce kernel", at));
   }
   std::vector<bool> written(k.outputs.size(), false);
   for (const Store& s : k.stores) {
@@ -350,10 +387,12 @@ void validate(const Kernel& k) {
     if (written[s.output]) invalid(k, fmt::format("out{} is stored twice", s.output));
     written[s.output] = true;
   }
-  // Two elements writing one address would race; only a per-row value's stride-0 last dimension may repeat.
+  // Two elements writing one address would race; only a per-row value's stride-0 last dimension (a per-column
+  // value's reduced dimensions) may repeat.
   for (size_t o = 0; o < k.outputs.size(); ++o)
     for (size_t d = 0; d < k.shape.size(); ++d) {
-      const bool per_row = k.kind == Kernel::Kind::RowReduce && d + 1 == k.shape.size();
+      const bool per_row = (k.kind == Kernel::Kind::RowReduce && d + 1 == k.shape.size()) ||
+                           (column && k.reduced_dims[d]);
       const bool repeats = k.shape[d].is_static() ? k.shape[d].hint() > 1 : true;
       if (k.outputs[o].strides[d] == 0 && repeats && !per_row)
         invalid(k, fmt::format("out{} repeats elements in dimension {}", o, d));

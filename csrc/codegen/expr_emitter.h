@@ -1,4 +1,4 @@
-// Scalar CUDA C for the expression DAG of a kernel, shared by the pointwise and row-reduce emitters: value
+// Scalar CUDA C for the expression DAG of a kernel, shared by the pointwise and reduction emitters: value
 // types, conversions at loads/stores/casts, literals, and one statement per expression.
 #pragma once
 #include <string>
@@ -34,6 +34,12 @@ std::string value_name(int i);
 std::string expr_statement(const Kernel& k, int i, const std::string& leaf, const std::string& guard = "");
 
 bool is_reduce(ExprOp op);
+// Reductions accumulate in float (f16/bf16/f32), double, int64 or int (narrower integers and bool), combined by
+// the prelude's functor ("fc_sum_op()"), starting from the identity in the accumulator (0, or the lowest/highest
+// value of the dtype).
+DType accumulator(DType t);
+const char* reduce_functor(ExprOp op);
+std::string reduce_init(ExprOp op, DType t);
 
 // Expressions some store needs, directly or through arguments.
 std::vector<bool> live_exprs(const Kernel& k);

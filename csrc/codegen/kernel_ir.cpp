@@ -115,14 +115,23 @@ const char* expr_op_name(ExprOp op) {
   return "?";
 }
 
-// kernel <name> <kind> shape=[...] [scale=<attention scale> [causal] [rounding=probabilities]]
+// kernel <name> <kind> shape=[...] [reduced=[<dim>,...]] [scale=<attention scale> [causal] [rounding=probabilities]]
 //   in<i> <dtype> strides=[...] [offset=<n>] [valid d<dim>=[<begin>,<end>)]
 //   out<i> ...
 //   e<i> = <op> <dtype> [in<operand> | <constant> | d<dim>=[<begin>,<end>) | e<arg> ...]
 //   store e<expr> -> out<output>
 std::string Kernel::to_string() const {
-  const char* kind_text = kind == Kind::Pointwise ? "pointwise" : kind == Kind::RowReduce ? "row_reduce" : "attention";
+  const char* kind_text = kind == Kind::Pointwise      ? "pointwise"
+                          : kind == Kind::RowReduce    ? "row_reduce"
+                          : kind == Kind::ColumnReduce ? "column_reduce"
+                                                       : "attention";
   std::string out = fmt::format("kernel {} {} shape=[{}]", name, kind_text, join_sizes(shape));
+  if (kind == Kind::ColumnReduce) {
+    std::string dims;
+    for (size_t d = 0; d < reduced_dims.size(); ++d)
+      if (reduced_dims[d]) dims += (dims.empty() ? "" : ",") + std::to_string(d);
+    out += " reduced=[" + dims + "]";
+  }
   if (kind == Kind::Attention)
     out += fmt::format(" scale={}{}{}", attention_scale, attention_causal ? " causal" : "",
                        attention_rounding == AttentionRounding::Probabilities ? " rounding=probabilities" : "");

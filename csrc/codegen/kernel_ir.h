@@ -2,10 +2,14 @@
 // over it, and a scalar expression DAG evaluated per element. Lowering (graph -> Kernel) decides fusion;
 // emit_cuda (Kernel -> CUDA C) decides nothing but how to write it fast.
 //
-// Three kernel shapes cover the seed workloads:
+// Four kernel shapes:
 //  - Pointwise: every element of `shape` is independent.
 //  - RowReduce: the last dimension of `shape` is a row; Reduce expressions combine a row into one value that
 //    later expressions (the epilogue) use for every element of that row (softmax, layer_norm, rmsnorm, sums).
+//  - ColumnReduce: the dimensions flagged in `reduced_dims` are combined and the last dimension is kept (x.sum(0)
+//    of [N, M], x.mean((0, 2)) of [A, B, C, D]); Reduce expressions give one value per kept coordinate (a
+//    "column"), which later expressions (the epilogue) use. Each column's elements are read by consecutive
+//    threads along the last dimension, so loads are coalesced.
 //  - Attention: o = softmax(q @ k^T) @ v for every head of a self-attention whose keys fit in shared memory
 //    (nn.MultiheadAttention's heads in W7 and W10): four steps (a kernel splitting the heads, two batched GEMMs
 //    and a softmax kernel) as one. See Kernel::kind.
@@ -33,7 +37,8 @@ enum class ExprOp : uint8_t {
   // leaves
   Load,      // element of input `operand` at the current index (converted like a Cast if dtypes differ)
   Constant,  // `constant` (exactly representable in `dtype`)
-  RowIndex,  // index of the element along the row (RowReduce) or the flat element index (Pointwise), as i64
+  RowIndex,  // index of the element along the row (RowReduce) or the flat element index (Pointwise), as i64;
+             // not in ColumnReduce kernels
   InRange,   // bool: the element's coordinate along `range.dim` lies in `range` (Pointwise only)
   // unary
   // Exp..Silu need a floating dtype; Relu keeps NaN; Not is logical on bool and bitwise (~) on integers.
@@ -44,7 +49,8 @@ enum class ExprOp : uint8_t {
   Add, Sub, Mul, Div, Pow, Max, Min, Lt, Le, Gt, Ge, Eq, Ne, And, Or,
   // ternary
   Where,     // operands: condition, if-true, if-false
-  // row reductions (RowReduce kernels only): reduce operand 0 over the row; result is per row
+  // reductions (RowReduce and ColumnReduce kernels only): reduce operand 0 over the row (over the reduced
+  // dimensions); the result is per row (per column)
   ReduceSum, ReduceMax, ReduceMin,
 };
 const char* expr_op_name(ExprOp op);
@@ -67,7 +73,8 @@ struct Expr {
 
 // A tensor the kernel reads or writes, addressed as base + storage_offset + sum(index[d] * strides[d]) over the
 // kernel's `shape` (a stride of 0 broadcasts). For RowReduce kernels an output of a per-row value has stride
-// 0 in the last dimension. An output may alias an input only element for element (in-place ops).
+// 0 in the last dimension; for ColumnReduce kernels an output of a per-column value has stride 0 in every
+// reduced dimension. An output may alias an input only element for element (in-place ops).
 // Under dynamic shapes sizes, strides and offsets may be expressions over the graph's symbols (codegen/size.h).
 //
 // An input may be readable in only part of the space (`valid`; Pointwise kernels only): a piece of a
@@ -93,7 +100,7 @@ struct Kernel {
   // the keys after the query's own left out when `attention_causal`) @ v, in f32, with the operands' dtype (f32,
   // f16 or bf16, the same for all four) for inputs and output. Rounding to that dtype in between follows
   // `attention_rounding`. No exprs or stores.
-  enum class Kind : uint8_t { Pointwise, RowReduce, Attention } kind = Kind::Pointwise;
+  enum class Kind : uint8_t { Pointwise, RowReduce, ColumnReduce, Attention } kind = Kind::Pointwise;
   enum class AttentionRounding : uint8_t {
     EveryStep,      // as F.multi_head_attention_forward's ops: q * scale, the scores, softmax's output rounded
     Probabilities,  // as scaled_dot_product_attention's fused kernels: only the probabilities, before @ v
@@ -101,6 +108,9 @@ struct Kernel {
   double attention_scale = 1;      // Attention only
   bool attention_causal = false;
   AttentionRounding attention_rounding = AttentionRounding::EveryStep;
+  // ColumnReduce only: per dimension of `shape`, whether Reduce expressions combine along it; the last dimension
+  // is never reduced and at least one is.
+  std::vector<bool> reduced_dims;
   std::string name;                // unique within one program, a valid C identifier not starting with fc_
   Sizes shape;                     // iteration space
   std::vector<Operand> inputs;     // kernel parameters, in order, then outputs

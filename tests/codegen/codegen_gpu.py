@@ -141,9 +141,10 @@ def reference(spec, inputs):
             v = torch.where(args[0], args[1], args[2]).to(t)
         elif op.startswith("reduce_"):
             x = args[0].to(t).expand(shape)
-            v = {"reduce_sum": lambda: torch.sum(x, -1, keepdim=True, dtype=t),
-                 "reduce_max": lambda: torch.amax(x, -1, keepdim=True),
-                 "reduce_min": lambda: torch.amin(x, -1, keepdim=True)}[op]()
+            dims = tuple(spec["reduced"]) if spec["kind"] == "column_reduce" else (-1,)
+            v = {"reduce_sum": lambda: torch.sum(x, dims, keepdim=True, dtype=t),
+                 "reduce_max": lambda: torch.amax(x, dims, keepdim=True),
+                 "reduce_min": lambda: torch.amin(x, dims, keepdim=True)}[op]()
         elif len(args) == 1:
             v = _unary(op, args[0], t)
         elif op == "pow" and exprs[e["args"][1]]["op"] == "constant":

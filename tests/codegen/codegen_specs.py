@@ -13,8 +13,10 @@ def contiguous(shape):
 class Spec:
     """Builds one kernel spec; every method that makes an expression returns its index."""
 
-    def __init__(self, name, shape, kind="pointwise"):
+    def __init__(self, name, shape, kind="pointwise", reduced=None):
         self.d = dict(name=name, kind=kind, shape=list(shape), inputs=[], outputs=[], exprs=[], stores=[])
+        if reduced is not None:
+            self.d["reduced"] = list(reduced)
 
     def input(self, dtype, strides=None, offset=0, valid=None):
         """`valid`: (dim, begin, end), the part of the space where the input may be read."""
@@ -59,6 +61,15 @@ class Spec:
         """An output of one value per row (stride 0 along the row)."""
         shape = self.d["shape"]
         strides = contiguous(shape[:-1]) + [0]
+        self.store(expr, self.output(dtype or self.d["exprs"][expr]["dtype"], strides))
+
+    def per_column_output(self, expr, dtype=None):
+        """A column-reduce output of one value per column (stride 0 along the reduced dimensions), stored as the
+        kept dimensions in order, contiguous."""
+        shape, reduced = self.d["shape"], self.d["reduced"]
+        kept = [n for d, n in enumerate(shape) if d not in reduced]
+        dense = iter(contiguous(kept))
+        strides = [0 if d in reduced else next(dense) for d in range(len(shape))]
         self.store(expr, self.output(dtype or self.d["exprs"][expr]["dtype"], strides))
 
     @property
@@ -224,4 +235,46 @@ def sdpa_attention(b=2, h=3, t=33, d=48, causal=True, name="sdpa_attention"):
     s.input("f32", [t * h * d, d, h * d, 1], offset=5)
     s.input("f32", [h * d * t, d * t, 1, t])
     s.output("f32", [t * h * d, d, h * d, 1])
+    return s.spec
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Column reductions: the lowering's x.sum(0), x.var(0) and x.mean((0, 2)) kernels
+
+
+def column_sum(shape=(300, 64), reduced=(0,), dtype="f32", strides=None, name="column_sum", scale=None):
+    """x.sum(reduced) (times `scale` when given: a fused epilogue) in the accumulator of x's dtype, rounded once."""
+    s = Spec(name, shape, "column_reduce", reduced)
+    acc = "f32" if dtype in ("f16", "bf16", "f32") else dtype
+    total = s.op("reduce_sum", acc, s.op("cast", acc, s.load(s.input(dtype, strides))))
+    if scale is not None:
+        total = s.op("mul", acc, total, s.const(scale, acc))
+    s.per_column_output(s.op("cast", dtype, total))
+    return s.spec
+
+
+def column_var(shape=(300, 64), reduced=(0,), dtype="f32", correction=1, name="column_var"):
+    """x.var(reduced, correction=...) in two passes (the mean, then squared deviations), plus x.amax(reduced)."""
+    s = Spec(name, shape, "column_reduce", reduced)
+    n = 1
+    for d in reduced:
+        n *= shape[d]
+    x = s.op("cast", "f32", s.load(s.input(dtype)))
+    mean = s.op("div", "f32", s.op("reduce_sum", "f32", x), s.const(n))
+    d = s.op("sub", "f32", x, mean)
+    var = s.op("div", "f32", s.op("reduce_sum", "f32", s.op("mul", "f32", d, d)), s.const(max(n - correction, 0)))
+    s.per_column_output(s.op("cast", dtype, var))
+    s.per_column_output(s.op("cast", dtype, s.op("reduce_max", "f32", x)))
+    return s.spec
+
+
+def column_prologue_epilogue(shape=(5, 96), dtype="f32", name="column_fused"):
+    """y = x * w (stored too, element by element); (y.sum(0) + b) as one kernel; w and b vary along the columns."""
+    s = Spec(name, shape, "column_reduce", [0])
+    x = s.load(s.input(dtype))
+    w = s.load(s.input(dtype, [0, 1]))
+    b = s.load(s.input(dtype, [0, 1]))
+    y = s.op("mul", dtype, x, w)
+    s.pointwise_output(y)
+    s.per_column_output(s.op("add", dtype, s.op("reduce_sum", dtype, y), b))
     return s.spec

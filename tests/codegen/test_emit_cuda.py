@@ -355,6 +355,86 @@ def test_row_reduce_reads_strided_rows_with_scalar_loads():
 
 
 # ---------------------------------------------------------------------------------------------------------
+# Column reductions: the kept innermost dimension across threads, the reduced ones along each thread's loop
+
+
+def test_column_reduce_text_names_its_reduced_dimensions():
+    assert T.kernel_text(S.column_sum((2, 3, 5, 7), (0, 2))).startswith(
+        "kernel column_sum column_reduce shape=[2,3,5,7] reduced=[0,2]\n")
+
+
+def test_column_reduce_reads_columns_coalesced_and_vectorized():
+    code, grid, block, shared = emit(S.column_sum((300, 4096)))
+    assert "[] x [4096] columns of [300]" in code and "4 columns per thread" in code
+    assert "fc_load<4, kVector>(in0 + b0 + q0 * 4096, y0);" in code  # 16 bytes of consecutive columns per thread
+    assert [(o, b) for o, _, b in T.vector_operands(S.column_sum((300, 4096)))] == [(0, 16), (1, 16)]
+    code, *_ = emit(S.column_sum((300, 4096), dtype="bf16"))
+    assert "8 columns per thread" in code and "float a2[8];" in code  # bf16 sums accumulate in float
+
+
+def test_column_reduce_splits_the_reduced_dimension_only_when_columns_are_few():
+    # 2^21 columns of f32 (2^19 threads of 4) are over 2 waves of an H100's threads: one R-slice, 256 threads.
+    code, grid, block, _ = emit(S.column_sum((64, 1 << 21)))
+    assert "256 x 1 threads per block" in code and "__shared__" not in code and "__syncthreads" not in code
+    assert (grid, block) == (2048, 256)
+    code, *_ = emit(S.column_sum((64, 1 << 20)))  # half as many: two R-slices
+    assert "128 x 2 threads per block" in code
+    # 64 columns: R is split across the block, a warp still reads whole 128-byte lines (8 threads x 16 bytes).
+    code, grid, block, _ = emit(S.column_sum((4096, 64)))
+    assert "8 x 128 threads per block (columns x R-slices)" in code and (grid, block) == (2, 1024)
+    assert "__shared__ float s2[128][4][8];" in code
+    assert "for (idx_t r = ty; active && r < 4096; r += 128)" in code
+    assert code.count("__syncthreads();") == 2  # the slots are written, then one barrier per tree step
+    # Short columns keep at least 8 elements per slice.
+    code, *_ = emit(S.column_sum((20, 64)))
+    assert "x 2 threads per block" in code
+
+
+def test_column_reduce_passes_follow_reduction_dependencies():
+    code, *_ = emit(S.column_var())
+    assert "2 passes" in code and code.count("for (idx_t r = ty;") == 2
+    assert code.index("v4[u] = e4;") < code.index("a7[u] = fc_sum_op()(a7[u], e6);")  # the mean, then deviations
+    # The mean is read back by every thread for the second pass; the last pass's result only by ty 0, which stores.
+    assert "a2[u] = s2[0][u][tx];" in code and "a7[u] = s7[0][u][tx];" not in code
+    assert "if (active && ty == 0) {" in code
+
+
+def test_column_reduce_indexes_reduced_dimensions_apart_and_strided_columns():
+    code, *_ = emit(S.column_sum((2, 3, 5, 7), (0, 2)))
+    assert "[3] x [7] columns of [2, 5]" in code
+    assert "const idx_t q0 = r / 5;" in code and "in0[b0 + q0 * 105 + q1 * 7]" in code
+    spec = S.column_sum((64, 40), strides=[1, 64], name="transposed")
+    code, *_ = emit(spec)
+    assert "1 column per thread" in code and T.vector_operands(spec) == []
+
+
+def test_column_reduce_stores_prologue_values_per_element_and_reads_epilogue_inputs_once():
+    code, *_ = emit(S.column_prologue_epilogue())
+    assert "fc_store<4, kVector>(out0 + b3 + q0 * 96, z0);" in code  # y = x * w, in the reduction's own pass
+    assert code.count("fc_load<4, kVector>(in1 + b1, w1);") == 1 and "1 pass," in code
+
+
+def test_column_reduce_of_a_varying_value_per_column_is_rejected():
+    s = S.Spec("bad_column", [4, 8], "column_reduce", [0])
+    s.per_column_output(s.load(s.input("f32")))
+    with pytest.raises(ValueError, match="varies along the reduced dimensions"):
+        T.emit_kernel(s.spec)
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d.update(reduced=[1]), "keeps its last dimension"),
+    (lambda d: d.update(reduced=[]), "at least one"),
+    (lambda d: d.update(kind="row_reduce"), "only column-reduce kernels"),
+    (lambda d: d["exprs"].append(dict(op="row_index", dtype="i64")), "no meaning in a column-reduce"),
+])
+def test_malformed_column_kernels_are_rejected(mutate, message):
+    spec = S.column_sum((4, 8))
+    mutate(spec)
+    with pytest.raises(ValueError, match=message):
+        T.emit_kernel(spec)
+
+
+# ---------------------------------------------------------------------------------------------------------
 # Ranges: inputs readable in part of the space and InRange (how lowering writes torch.cat)
 
 
@@ -570,6 +650,32 @@ def test_compiles_reductions_of_every_kind_and_dtype(nvrtc):
     compile_ptx(nvrtc, specs)
 
 
+def column_specs():
+    """Column reductions of every kind and dtype, odd and big shapes, strided columns, fusion."""
+    specs = []
+    for dt in ("f16", "bf16", "f32", "f64", "u8", "i8", "i16", "i32", "i64"):
+        for op in ("reduce_sum", "reduce_max", "reduce_min"):
+            s = S.Spec(f"col_{op}_{dt}", [700, 6], "column_reduce", [0])
+            x = s.load(s.input(dt))
+            r = s.op(op, dt, x)
+            s.per_column_output(r)
+            s.per_column_output(s.op("add", dt, r, s.load(s.input(dt, [0, 1]))))
+            specs.append(s.spec)
+    specs += [S.column_sum((3, 1025), name="col_odd"), S.column_sum((65537, 3), name="col_long"),
+              S.column_sum((1, 1), name="col_one"), S.column_sum((3, 65537), dtype="f16", name="col_wide"),
+              S.column_sum((2, 3, 5, 7), (0, 2), name="col_apart"), S.column_sum((8, 9, 10, 64), (1, 2), "bf16",
+                                                                                  name="col_middle"),
+              S.column_sum((64, 40), strides=[1, 64], name="col_transposed"), S.column_var(),
+              S.column_var((7, 3, 24), (0, 1), "bf16", correction=0, name="col_var_bf16"),
+              S.column_prologue_epilogue(), S.column_sum((1 << 16, 1 << 15), name="col_big"),
+              S.column_sum((3, 1 << 30), name="col_64_bit")]
+    return specs
+
+
+def test_compiles_column_reductions(nvrtc):
+    compile_ptx(nvrtc, column_specs())
+
+
 # ---------------------------------------------------------------------------------------------------------
 # GPU: results against eager torch (run by scripts/gpu-test.sh on a GPU machine)
 
@@ -653,6 +759,15 @@ def test_gpu_row_reduce_matches_torch_expressions(make):
     import codegen_gpu as G
 
     spec = make()
+    G.check(spec, G.random_inputs(spec), tolerance=None)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("spec", [s for s in column_specs() if s["name"] not in ("col_big", "col_64_bit")],
+                         ids=lambda s: s["name"])
+def test_gpu_column_reduce_matches_torch_expressions(spec):
+    import codegen_gpu as G
+
     G.check(spec, G.random_inputs(spec), tolerance=None)
 
 

@@ -87,6 +87,7 @@ bool Cluster::store(int expr, int buffer, DType dtype, const codegen::Sizes& str
 std::vector<int> Cluster::absorb(const Cluster& other) {
   if (sealed_ || other.sealed_) throw std::logic_error("Cluster::absorb: a sealed cluster cannot merge");
   row_reduce_ |= other.row_reduce_;
+  if (other.column_reduce()) reduced_dims_ = other.reduced_dims_;  // the lowering merges like reductions only
   std::vector<int> remap(other.exprs_.size(), -1);
   for (size_t i = 0; i < other.exprs_.size(); ++i) {
     const codegen::Expr& e = other.exprs_[i];
@@ -112,7 +113,10 @@ std::vector<int> Cluster::absorb(const Cluster& other) {
 
 codegen::Kernel Cluster::kernel(const std::string& name, std::vector<int>* args) const {
   codegen::Kernel k;
-  k.kind = row_reduce_ ? codegen::Kernel::Kind::RowReduce : codegen::Kernel::Kind::Pointwise;
+  k.kind = row_reduce_        ? codegen::Kernel::Kind::RowReduce
+           : column_reduce() ? codegen::Kernel::Kind::ColumnReduce
+                             : codegen::Kernel::Kind::Pointwise;
+  k.reduced_dims = reduced_dims_;
   k.name = name;
   k.shape = space_;
   k.exprs = exprs_;

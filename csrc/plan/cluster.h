@@ -1,6 +1,7 @@
 // A cluster is one fused kernel while lowering builds it: an iteration space, the buffers it loads, and an
 // expression DAG with common subexpressions shared. Values of a cluster are either per element of the space
-// ("full") or per row (RowReduce clusters: the same for every element of a row, e.g. a row's sum).
+// ("full") or per row (RowReduce clusters: the same for every element of a row, e.g. a row's sum; ColumnReduce
+// clusters: the same along every reduced dimension, e.g. x.sum(0)'s value of a column).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -22,6 +23,11 @@ class Cluster {
   const codegen::Sizes& space() const { return space_; }
   bool row_reduce() const { return row_reduce_; }
   void make_row_reduce() { row_reduce_ = true; }
+  // A column-reduce kernel (kernel_ir.h) reducing the dimensions of the space flagged in `reduced`.
+  void make_column_reduce(std::vector<bool> reduced) { reduced_dims_ = std::move(reduced); }
+  bool column_reduce() const { return !reduced_dims_.empty(); }
+  const std::vector<bool>& reduced_dims() const { return reduced_dims_; }
+  bool reduces() const { return row_reduce_ || column_reduce(); }
   // An attention kernel (kernel_ir.h) over a [B, H, T, D] space: q, k and v are Load expressions of the cluster
   // (one load may serve several, e.g. attention(x, x, x)) and its one store names o's buffer and layout (the
   // stored expression is not used: the kernel computes o).
@@ -47,7 +53,7 @@ class Cluster {
   // What Load expression `id` reads: its buffer and how it is addressed.
   int load_buffer(int id) const { return loads_[exprs_[id].operand].buffer; }
   const codegen::Operand& load_operand(int id) const { return loads_[exprs_[id].operand].operand; }
-  // Some load has a validity range or some expression is an InRange: row-reduce kernels take neither.
+  // Some load has a validity range or some expression is an InRange: reduction kernels take neither.
   bool has_ranges() const;
 
   // Writes `expr` to `buffer` with `strides` over the space; returns whether it was new (a value stored once).
@@ -74,6 +80,7 @@ class Cluster {
   };
   codegen::Sizes space_;
   bool row_reduce_ = false;
+  std::vector<bool> reduced_dims_;  // a column reduce's; empty otherwise
   bool attention_ = false;
   std::vector<int> attention_loads_;  // q, k, v
   double attention_scale_ = 1;

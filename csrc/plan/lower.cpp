@@ -123,25 +123,41 @@ void Lowerer::seal(int c) {
 }
 
 Sizes Lowerer::strides_in_space(const Sizes& sizes, const Sizes& strides, const Sizes& out_shape, bool row,
-                                const Sizes& space) const {
+                                const Cluster& c) const {
   Sizes s(out_shape.size(), 0);
   const size_t lead = out_shape.size() - sizes.size();  // broadcasting aligns trailing dimensions
   for (size_t d = 0; d < sizes.size(); ++d)
     s[lead + d] = sizes[d] == 1 ? 0 : strides[d];
   if (!row) return s;
+  const Sizes& space = c.space();
+  if (c.column_reduce()) {
+    // A per-column value has the space's kept dimensions, in order (and the reduced ones as 1s with keepdim).
+    const std::vector<bool>& reduced = c.reduced_dims();
+    if (out_shape.size() == space.size()) {
+      for (size_t d = 0; d < space.size(); ++d)
+        if (reduced[d]) s[d] = 0;
+      return s;
+    }
+    Sizes full;
+    size_t kept = 0;
+    for (size_t d = 0; d < space.size(); ++d) full.push_back(reduced[d] ? Size(0) : s[kept++]);
+    return full;
+  }
   if (out_shape.size() == space.size()) s.back() = 0;  // [..., 1]: the row's single value
   else s.push_back(0);                                  // keepdim=False: one value per row
   return s;
 }
 
 bool Lowerer::lazy_fits(const Value& v, graph::NodeId id, const Sizes& out_shape, bool* row) const {
-  const Sizes& space = clusters_[v.cluster]->space();
+  const Cluster& c = *clusters_[v.cluster];
+  const Sizes& space = c.space();
   *row = false;
   if (!v.row) return out_shape == space;
   // A per-row value of logical shape [..., 1] (keepdim) or [...] is either broadcast along its rows (the op
-  // covers the whole space) or combined with other per-row values (the op has the value's own shape).
+  // covers the whole space) or combined with other per-row values (the op has the value's own shape). A
+  // per-column value is only combined: a column kernel writes nothing per element after its reductions.
   const Sizes shape = meta_sizes(graph_.nodes[id].meta);
-  if (out_shape == space) return shape.size() == space.size() && shape.back() == 1;
+  if (out_shape == space) return !c.column_reduce() && shape.size() == space.size() && shape.back() == 1;
   *row = true;
   return out_shape == shape;
 }
@@ -159,8 +175,7 @@ int Lowerer::materialize(graph::NodeId id) {
   const Sizes strides = meta_strides(meta);
   b.strides = is_dense(b.sizes, strides) ? strides : contiguous_strides(b.sizes);
   const int c = cluster_of(v.cluster);
-  const Sizes space = clusters_[c]->space();
-  Sizes in_space = strides_in_space(b.sizes, b.strides, b.sizes, v.row, space);
+  Sizes in_space = strides_in_space(b.sizes, b.strides, b.sizes, v.row, *clusters_[c]);
   if (!v.row) in_space = b.strides;
   const int id_b = add_buffer(b);
   clusters_[c]->store(v.expr, id_b, b.dtype, in_space, 0);
@@ -199,7 +214,7 @@ int Lowerer::new_cluster(const Sizes& space) {
 
 int Lowerer::load_buffer(Cluster& c, int buffer, const Sizes& out_shape, bool row) const {
   const Buffer& b = program_.buffers[buffer];
-  return c.load(b.root, b.dtype, strides_in_space(b.sizes, b.strides, out_shape, row, c.space()), b.offset);
+  return c.load(b.root, b.dtype, strides_in_space(b.sizes, b.strides, out_shape, row, c), b.offset);
 }
 
 void Lowerer::add_kernel(const Sizes& space, const std::vector<int>& inputs,
@@ -372,7 +387,8 @@ bool Lowerer::row_reduce(const graph::Node& n, graph::NodeId x, const std::vecto
   int target = -1;
   if (vx.cluster >= 0) {
     const int c = cluster_of(vx.cluster);
-    if (!clusters_[c]->sealed() && !vx.row && clusters_[c]->space() == space && !clusters_[c]->has_ranges())
+    if (!clusters_[c]->sealed() && !vx.row && clusters_[c]->space() == space && !clusters_[c]->has_ranges() &&
+        !clusters_[c]->column_reduce())
       target = c;
   }
   for (const Operand& o : extra)
@@ -462,7 +478,7 @@ const Cluster* Lowerer::lazy_cluster(graph::NodeId id) {
 void Lowerer::value_in_space(const graph::Node& n, const Sizes& space, const std::function<int(Cluster&)>& build) {
   int target = -1;
   for (size_t c = clusters_.size(); c-- > 0 && target < 0;)
-    if (merged_into_[c] < 0 && !clusters_[c]->sealed() && !clusters_[c]->row_reduce() &&
+    if (merged_into_[c] < 0 && !clusters_[c]->sealed() && !clusters_[c]->reduces() &&
         clusters_[c]->space() == space)
       target = static_cast<int>(c);
   if (target < 0) target = new_cluster(space);
@@ -477,7 +493,10 @@ void Lowerer::value_in_space(const graph::Node& n, const Sizes& space, const std
 bool Lowerer::can_merge(int a, int b) const {
   const Cluster& x = *clusters_[a];
   const Cluster& y = *clusters_[b];
-  return !(x.row_reduce() && y.has_ranges()) && !(y.row_reduce() && x.has_ranges());
+  if ((x.reduces() && y.has_ranges()) || (y.reduces() && x.has_ranges())) return false;
+  // Row and column reductions are different kernels; columns of one kernel reduce the same dimensions.
+  if ((x.row_reduce() && y.column_reduce()) || (x.column_reduce() && y.row_reduce())) return false;
+  return !(x.column_reduce() && y.column_reduce() && x.reduced_dims() != y.reduced_dims());
 }
 
 bool Lowerer::lower_call(const graph::Node& n) {

@@ -1,10 +1,14 @@
 // Reductions over the last dimension, with their prologue and epilogue in one row-reduce kernel: sum, mean,
 // amax/amin, var/std, logsumexp, softmax/log_softmax and layer_norm. They accumulate where torch does (f32 for
 // f16/bf16, i64 for integer sums) and round once at the end. sum/mean/amax/amin/var/std also reduce the last
-// several dimensions together (x.mean((2, 3)) of an NCHW tensor) as one row, from a materialised x. Other
-// dimensions and whole-tensor reductions stay calls into torch.
+// several dimensions together (x.mean((2, 3)) of an NCHW tensor) as one row, from a materialised x, and any
+// dimensions that keep the last one (x.sum(0), x.var((0, 2))) in a column-reduce kernel
+// (lower_column_reduce.cpp). Whole-tensor reductions and reductions over the last dimension together with
+// others that are not the trailing ones (x.sum((0, 2)) of a 3-d x) stay calls into torch.
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "plan/lowering.h"
 
@@ -39,11 +43,57 @@ int trailing_dims(const graph::Arg* dims, size_t rank) {
   return static_cast<int>(d->size());
 }
 
-// The number of elements a reduction over the last `k` dimensions of `sizes` combines.
-double row_length(const std::vector<int64_t>& sizes, int k) {
+// The dimensions `dims` names, one flag per dimension of a rank-`rank` tensor, when they are constants, each
+// named once and the last one is not among them (a column reduction); nullopt otherwise.
+std::optional<std::vector<bool>> column_dims(const graph::Arg* dims, size_t rank) {
+  if (rank < 2 || is_none(dims)) return std::nullopt;
+  auto d = const_int_list(dims);
+  if (!d || d->empty()) return std::nullopt;
+  std::vector<bool> reduced(rank, false);
+  for (int64_t v : *d) {
+    if (v < 0) v += static_cast<int64_t>(rank);
+    if (v < 0 || v >= static_cast<int64_t>(rank) || reduced[v]) return std::nullopt;
+    reduced[v] = true;
+  }
+  if (reduced.back()) return std::nullopt;
+  return reduced;
+}
+
+// Which dimensions a reduction over `dims` combines: the trailing `k` (a row reduction, k > 0) or those a column
+// reduction flags (k == 0); empty when neither kernel takes it.
+struct ReducedDims {
+  int k = 0;
+  std::vector<bool> flags;
+};
+
+ReducedDims reduced_dims(const graph::Arg* dims, size_t rank) {
+  ReducedDims r;
+  r.k = trailing_dims(dims, rank);
+  if (r.k > 0) {
+    r.flags.assign(rank, false);
+    std::fill(r.flags.end() - r.k, r.flags.end(), true);
+  } else if (auto c = column_dims(dims, rank)) {
+    r.flags = std::move(*c);
+  }
+  return r;
+}
+
+// The number of elements a reduction over the flagged dimensions of `sizes` combines, and whether it is the same
+// for every size (no flagged dimension is symbolic).
+std::pair<double, bool> reduced_length(const Sizes& sizes, const std::vector<bool>& flags) {
   double n = 1;
-  for (size_t i = sizes.size() - k; i < sizes.size(); ++i) n *= static_cast<double>(sizes[i]);
-  return n;
+  bool fixed = true;
+  for (size_t i = 0; i < sizes.size(); ++i)
+    if (flags[i]) {
+      n *= static_cast<double>(sizes[i].hint());
+      fixed = fixed && sizes[i].is_static();
+    }
+  return {n, fixed};
+}
+
+// The row-reduce or column-reduce kernel for `r`.
+bool reduce_over(Lowerer& L, const graph::Node& n, graph::NodeId x, const ReducedDims& r, const Lowerer::RowFn& fn) {
+  return r.k > 0 ? L.row_reduce(n, x, {}, fn, r.k) : L.column_reduce(n, x, r.flags, fn);
 }
 
 Operand node_operand(graph::NodeId id) {
@@ -84,28 +134,30 @@ bool lower_reduction_op(Lowerer& L, const graph::Node& n, const std::string& op)
   CallArgs args(n);
 
   if (op == "sum" || op == "mean" || op == "amax" || op == "amin") {
-    const int k = trailing_dims(args.get(1, "dim"), rank);
-    if (!args.only_keywords({"dim", "keepdim", "dtype"}) || k == 0) return false;
+    const ReducedDims red = reduced_dims(args.get(1, "dim"), rank);
+    if (!args.only_keywords({"dim", "keepdim", "dtype"}) || red.flags.empty()) return false;
     if (args.get(2, "keepdim") && !const_bool(args.get(2, "keepdim"))) return false;
     if (op == "mean" && !is_floating(out)) return false;
-    if (op == "mean" && symbolic_len) return L.decline("a mean over a symbolic row length");
+    const auto [n_len, fixed_len] = reduced_length(meta_sizes(L.node(x).meta), red.flags);
+    if (op == "mean" && !fixed_len)
+      return L.decline(red.k > 0 ? "a mean over a symbolic row length" : "a mean over symbolic reduced dimensions");
     if (out == DType::Bool) return false;
     const DType acc = is_floating(out) ? opmath(out) : DType::I64;
     const ExprOp reduce = op == "amax" ? ExprOp::ReduceMax : op == "amin" ? ExprOp::ReduceMin : ExprOp::ReduceSum;
     const bool mean = op == "mean";
-    const double n_len = row_length(L.node(x).meta.sizes, k);
-    return L.row_reduce(n, x, {}, [=](Cluster& c, int xe, const std::vector<int>&) {
+    return reduce_over(L, n, x, red, [=](Cluster& c, int xe, const std::vector<int>&) {
       int r = c.op(reduce, acc, {c.cast(xe, acc)});
       if (mean) r = c.op(ExprOp::Div, acc, {r, c.constant(acc, n_len)});
       return std::make_pair(r, true);
-    }, k);
+    });
   }
   if (op == "var" || op == "std") {
     if (!args.only_keywords({"dim", "unbiased", "keepdim", "correction"}) || !is_floating(out)) return false;
-    if (symbolic_len) return L.decline(op + " over a symbolic row length");
-    const int k = trailing_dims(args.get(1, "dim"), rank);
-    if (k == 0) return false;
-    const double n_len = row_length(L.node(x).meta.sizes, k);
+    const ReducedDims red = reduced_dims(args.get(1, "dim"), rank);
+    if (red.flags.empty()) return false;
+    const auto [n_len, fixed_len] = reduced_length(meta_sizes(L.node(x).meta), red.flags);
+    if (!fixed_len)
+      return L.decline(op + (red.k > 0 ? " over a symbolic row length" : " over symbolic reduced dimensions"));
     double correction = 1;
     if (const graph::Arg* c = args.get(99, "correction"); c && !is_none(c)) {
       auto v = const_number(c);
@@ -121,7 +173,8 @@ bool lower_reduction_op(Lowerer& L, const graph::Node& n, const std::string& op)
       if (!const_bool(k)) return false;
     const DType acc = opmath(out);
     const bool std_dev = op == "std";
-    return L.row_reduce(n, x, {}, [=](Cluster& c, int xe, const std::vector<int>&) {
+    // Two passes over the reduced elements (the mean, then the squared deviations from it), as torch's result.
+    return reduce_over(L, n, x, red, [=](Cluster& c, int xe, const std::vector<int>&) {
       const int xf = c.cast(xe, acc);
       const int mean = c.op(ExprOp::Div, acc, {c.op(ExprOp::ReduceSum, acc, {xf}), c.constant(acc, n_len)});
       const int d = c.op(ExprOp::Sub, acc, {xf, mean});
@@ -129,7 +182,7 @@ bool lower_reduction_op(Lowerer& L, const graph::Node& n, const std::string& op)
       int r = c.op(ExprOp::Div, acc, {ss, c.constant(acc, std::max(n_len - correction, 0.0))});
       if (std_dev) r = c.op(ExprOp::Sqrt, acc, {r});
       return std::make_pair(r, true);
-    }, k);
+    });
   }
   if (op == "logsumexp") {
     if (!args.only_keywords({"dim", "keepdim"}) || !last_dim_only(args.get(1, "dim"), rank) || !is_floating(out))

@@ -1,5 +1,6 @@
 // The lowering state shared by lower.cpp (the driver: values, materialisation, extern steps) and the op
-// families (lower_pointwise.cpp, lower_reduce.cpp, lower_matmul.cpp, lower_views.cpp, lower_cat.cpp).
+// families (lower_pointwise.cpp, lower_reduce.cpp, lower_column_reduce.cpp, lower_matmul.cpp, lower_views.cpp,
+// lower_cat.cpp).
 #pragma once
 #include <functional>
 #include <memory>
@@ -17,7 +18,7 @@ struct Value {
   bool tensor = false;
   // The value as an expression of an unsealed-or-sealed cluster (-1: none).
   int cluster = -1, expr = -1;
-  bool row = false;    // a per-row value of a row-reduce cluster (else one per element of the space)
+  bool row = false;    // a per-row (per-column) value of a row-reduce (column-reduce) cluster, else per element
   int buffer = -1;     // a buffer holding it (-1: not materialised yet)
   int view_base = -1;  // a split/chunk/unbind result: the buffer its items view
   // A tuple lowering built item by item (multi_head_attention_forward): each item's buffer, -1 for an item that
@@ -102,6 +103,13 @@ class Lowerer {
   bool row_reduce(const graph::Node& n, graph::NodeId x, const std::vector<Operand>& extra, const RowFn& fn,
                   int row_dims = 1);
 
+  // Reduction of `x` over the dimensions flagged in `reduced` (x's last dimension is kept) in a column-reduce
+  // kernel: fn(cluster, x's expression, {}) returns the result expression, which must be per column. x's
+  // pointwise prologue joins the kernel when x is lazy over its own shape; the result is a per-column value
+  // (Value::row) that ops over its own shape (the epilogue) extend. False when it does not fit or torch's kernel
+  // is the better choice (the caller makes the node an extern call).
+  bool column_reduce(const graph::Node& n, graph::NodeId x, const std::vector<bool>& reduced, const RowFn& fn);
+
   // The open cluster whose expression (value(id).expr) node `id`'s per-element value is, or null.
   const Cluster* lazy_cluster(graph::NodeId id);
   // Node `n`'s value is build(cluster), an expression over `space` that may use ranges (lower_cat.cpp): in an
@@ -145,9 +153,10 @@ class Lowerer {
   int load_buffer(Cluster& c, int buffer, const Sizes& out_shape, bool row) const;
   void merge(int into, int from);
   Sizes strides_in_space(const Sizes& sizes, const Sizes& strides, const Sizes& out_shape, bool row,
-                         const Sizes& space) const;
+                         const Cluster& c) const;
   bool lazy_fits(const Value& v, graph::NodeId id, const Sizes& out_shape, bool* row) const;
-  bool can_merge(int a, int b) const;  // clusters a and b may become one kernel (ranges need a pointwise one)
+  // Clusters a and b may become one kernel (ranges need a pointwise one; reductions of one kind and dimensions).
+  bool can_merge(int a, int b) const;
 
   const graph::Graph& graph_;
   LowerOptions options_;

@@ -145,9 +145,12 @@ case("cat_bool_and_int_pieces",
 case("stack_last", lambda x, y: torch.stack((x, -y), dim=-1) * 2, two, shapes=ROWS)
 case("stack_dim0", lambda x, y: torch.stack([x, y, x + y]) - 1, two, shapes=CUBES)
 # A cat that must exist as a tensor is written by the kernel that computes it: as the graph's output, before an
-# extern op, before a row reduction (which takes no ranges), and inside another cat (which does not copy ranges).
+# extern op, before a row or column reduction (which take no ranges), and inside another cat (which does not copy
+# ranges).
 case("cat_output", lambda x, y: torch.cat((x, -y), 0), two, shapes=ROWS)
-case("cat_before_extern", lambda x, y: torch.cat((x, -y), -1).sum(0) * 2, two, shapes=((3, 1025),), plan=(2, 0, 1))
+case("cat_before_extern", lambda x, y: torch.cat((x, -y), -1).sum() * 2, two, shapes=((3, 1025),), plan=(2, 0, 1))
+case("cat_before_column_sum", lambda x, y: torch.cat((x, -y), -1).sum(0) * 2, two, shapes=((3, 1025),),
+     plan=(2, 0, 0))
 case("cat_before_softmax", lambda x, y: torch.softmax(torch.cat((x, -y), -1), -1), two, shapes=ROWS,
      plan=(2, 0, 0))
 case("cat_of_softmax", lambda x: torch.cat((torch.softmax(x, -1), x), -1) * 2, shapes=ROWS, plan=(2, 0, 0))
@@ -170,7 +173,6 @@ case("layer_norm_affine", lambda x, w: F.layer_norm(x, x.shape[-1:], w, w * 0.5,
      shapes=ROWS, plan=(2, 0, 0))
 case("rmsnorm", lambda x, w: (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6) * w).to(x.dtype),
      rows_and_vector, shapes=ROWS)
-case("sum_dim0_is_extern", lambda x: x.sum(0) * 2, shapes=((3, 1025),), plan=(1, 0, 1))
 # The last several dimensions as one row (global average pooling, per-sample statistics), from x materialised:
 # the pointwise prologue is its own kernel. keepdim=True stores the result at once, so its epilogue is another.
 TRAILING = ((1, 1, 1, 1), (2, 3, 5, 7), (4, 8, 33, 31))
@@ -182,7 +184,37 @@ case("var_std_last_two", lambda x: x.var((2, 3)) + x.std((-2, -1), unbiased=Fals
 # contiguous first when they do not (transposed against each other).
 case("mean_last_two_strided_row", lambda x: x.permute(0, 3, 1, 2).mean((2, 3)), shapes=TRAILING)
 case("mean_last_two_transposed", lambda x: x.transpose(2, 3).mean((2, 3)), shapes=TRAILING[1:], plan=(2, 0, 0))
-case("sum_middle_dims_is_extern", lambda x: x.sum((1, 2)) * 2, shapes=((2, 3, 5, 7),), plan=(1, 0, 1))
+
+# Reductions that keep the last dimension: one column-reduce kernel with x's prologue and the result's epilogue.
+COLUMNS = ((1, 1), (3, 1025), (5, 7), (1025, 65), (300, 4096))
+COLUMNS_3D = ((1, 1, 1), (2, 3, 5), (4, 8, 33), (300, 2, 64))
+COLUMNS_4D = ((1, 1, 1, 1), (2, 3, 5, 7), (4, 8, 33, 31), (3, 16, 20, 64))
+case("sum_dim0", lambda x: x.sum(0), shapes=COLUMNS)
+case("sum_dim0_epilogue", lambda x: x.sum(0) * 2, shapes=COLUMNS)
+case("mean_dim0_keepdim", lambda x: x.mean(0, keepdim=True) * 2 + 1, shapes=COLUMNS)
+case("amax_amin_dim0", lambda x: x.amax(0) - x.amin(0, keepdim=False), shapes=COLUMNS)
+case("var_std_dim0", lambda x: x.var(0) + x.std(0, unbiased=False), shapes=COLUMNS[1:])  # one row: var is nan
+case("var_correction_keepdim", lambda x: torch.var(x, (0, 2), correction=0, keepdim=True) * 3, shapes=COLUMNS_4D)
+case("std_dims_0_1", lambda x: torch.std(x, (0, 1), correction=1), shapes=COLUMNS_3D[1:])
+case("sum_dims_0_1", lambda x: x.sum((0, 1)), shapes=COLUMNS_3D)
+case("sum_dim1_of_3d", lambda x: x.sum(1, keepdim=True) - 1, shapes=COLUMNS_3D)
+case("mean_dims_0_2_apart", lambda x: x.mean((0, 2)), shapes=COLUMNS_4D)
+case("sum_middle_dims", lambda x: x.sum((1, 2)) * 2, shapes=COLUMNS_4D)
+case("int_sum_dim0", lambda x: (x * 4).int().sum(0) + (x > 0).sum(0), shapes=COLUMNS)
+case("sum_dim0_prologue_epilogue", lambda x, v: (x * x).sum(0) * 2 + v, rows_and_vector, shapes=COLUMNS)
+case("mean_dim0_bias", lambda x, v: x.mean(0) + v, rows_and_vector, shapes=COLUMNS)
+case("sum_amax_share_prologue", lambda x: x.exp().sum(0) / x.exp().amax(0), shapes=COLUMNS)
+case("prologue_also_returned", lambda x: (x * 2, (x * 2).sum(0)), shapes=COLUMNS)
+case("sum_dim0_transposed", lambda x: x.t().sum(0) * 2, shapes=((1, 1), (64, 33), (3, 1025)))
+case("sum_dim0_of_slice", lambda x: x[1:, 3:].sum(0), shapes=((3, 1025), (64, 4096)))
+# A per-column value broadcast back over the columns and a row reduction of one are kernels of their own.
+case("center_columns", lambda x: x - x.mean(0, keepdim=True), shapes=COLUMNS, plan=(2, 0, 0))
+case("column_sum_then_softmax", lambda x: torch.softmax(x.sum(0), -1), shapes=COLUMNS, plan=(2, 0, 0))
+case("row_and_column_sums", lambda x: (x.sum(0), x.sum(1)), shapes=COLUMNS[1:], plan=(2, 0, 0))
+# Declined: few, long columns (torch's kernel splits them across blocks); the last dimension reduced with others
+# that are not trailing.
+case("sum_dim0_long_few_columns_is_extern", lambda x: x.sum(0), shapes=((65537, 3),), plan=(0, 0, 1))
+case("sum_dims_0_2_is_extern", lambda x: x.sum((0, 2)), shapes=((2, 3, 5),), plan=(0, 0, 1))
 
 # ---- matrix products ------------------------------------------------------------------------------------------------
 MM_SHAPES = ((1, 1, 1), (3, 17, 5), (64, 1025, 33), (128, 512, 256))

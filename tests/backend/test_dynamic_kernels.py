@@ -146,6 +146,34 @@ def test_one_kernel_set_serves_every_size_in_rehearsal(rehearse):
     assert _C._testing.kernel_cache_stats() == before
 
 
+def test_column_reduce_takes_symbolic_sizes_as_parameters(rehearse):
+    def f(x):
+        return x.sum(1) * 2 + x.amax(1)
+
+    records = rehearse_compile(f, [(torch.randn(n, 6, 40),) for n in (9, 13, 6)], dynamic=True)
+    assert len(records) == 1 and backend_counts(records[0]["backend"]) == (1, 0, 0)
+    assert "kernel k0 column_reduce shape=[s0,s1,s2] reduced=[1]" in records[0]["plan"]
+    assert re.search(r"r < p\d", records[0]["cuda_source"])  # the reduced length bounds each thread's loop
+
+
+def test_column_mean_over_a_symbolic_outer_dimension_divides_by_a_constant(rehearse):
+    def f(x):
+        return x.mean(1)
+
+    def marked(n):
+        x = torch.randn(n, 6, 40)
+        fastcomp.mark_dynamic(x, 0)
+        return (x,)
+
+    records = rehearse_compile(f, [marked(n) for n in (9, 13, 6)])
+    assert len(records) == 1 and backend_counts(records[0]["backend"]) == (1, 0, 0)
+    assert "kernel k0 column_reduce shape=[s0,6,40] reduced=[1]" in records[0]["plan"]
+    assert "4 columns per thread" in records[0]["cuda_source"]  # 40 static columns: 16-byte vectors
+    # A mean over a symbolic reduced dimension divides by a size the kernel does not know: torch's.
+    records = rehearse_compile(lambda x: x.mean(0), [(torch.randn(n, 40),) for n in (9, 13)], dynamic=True)
+    assert "(a mean over symbolic reduced dimensions)" in records[0]["backend"]
+
+
 def test_declined_ops_under_dynamic_shapes_say_why(rehearse):
     def f(x):
         return x.mean(-1) + x[1:].sum()

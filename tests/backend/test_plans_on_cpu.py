@@ -93,6 +93,10 @@ def _softmax_and_products(x, y):
     return torch.softmax(x * 2, -1) + y.sum(-1, keepdim=True), x.t() * 3, x @ y.t(), (x + 1).amax(-1)
 
 
+def _column_stats(x):
+    return x.sum(1) * 2 + x.amax(1), (x * x).sum((0, 2))
+
+
 def _mlp():
     from benchmarks.workloads import MLP
     return MLP(d=64, hidden=128).eval()
@@ -108,8 +112,9 @@ def _layer():
     (lambda: _cat, lambda n: (torch.randn(3, n), torch.randn(3, n + 5)), (8, 13, 1, 6)),
     (lambda: _softmax_and_products, lambda n: (torch.randn(n, n + 2), torch.randn(n, n + 2)), (8, 13, 1)),
     (_mlp, lambda n: (torch.randn(n, 64),), (8, 1, 5, 17)),
+    (lambda: _column_stats, lambda n: (torch.randn(n, 6, 40, 3),), (8, 13, 1)),
     (_layer, lambda n: (torch.randn(2, n, 512),), (16, 9, 3)),
-], ids=["cat", "softmax_and_products", "mlp", "w7_layer"])
+], ids=["cat", "softmax_and_products", "mlp", "column_stats", "w7_layer"])
 def test_dynamic_plan_computes_what_torch_does_at_every_size(make_fn, make_inputs, sizes, observer):
     torch.manual_seed(0)
     compiled = fastcomp.compile(make_fn(), dynamic=True)

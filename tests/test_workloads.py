@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import fastcomp
+from benchmarks.accuracy import compare, float64_model, to_float64
 from benchmarks.workloads import WORKLOADS
 from fastcomp.testing import CompileCounter
 from tests.helpers import assert_same
@@ -39,10 +40,23 @@ def check_workload(wid, grad, device):
     with CompileCounter() as cc, torch.set_grad_enabled(grad):
         for _ in range(2):
             inputs = make_inputs()
-            assert_same(compiled(*inputs), model(*inputs), rtol=rtol, atol=atol)
+            if device == "cuda":
+                assert_as_accurate_as_eager(compiled(*inputs), model, inputs)
+            else:
+                assert_same(compiled(*inputs), model(*inputs), rtol=rtol, atol=atol)
     assert (cc.frame_count, cc.graph_count, cc.break_count) == (1, 1, 0), cc.records
     if device == "cuda":  # the generated-code backend ran it, not the torch runner
         assert cc.records[0]["backend"].startswith("cuda:"), cc.records[0]["backend"]
+
+
+def assert_as_accurate_as_eager(out, model, inputs):
+    """At full size on a GPU, element-wise closeness to eager is the wrong yardstick: W6's unnormalised softmax
+    of logits near 10 amplifies the rounding of whichever cuBLAS algorithm computed them (fastcomp's tuned pick
+    and torch's may differ), so both are judged against float64 eager by relative error, as the benchmark does."""
+    with torch.no_grad():
+        reference = float64_model(model)(*to_float64(inputs))
+        verdict = compare(out, model(*inputs), reference)
+    assert verdict["within_tolerance"], verdict
 
 
 def test_explain_of_a_workload_reports_one_graph():

@@ -157,7 +157,13 @@ bool Lowerer::lazy_fits(const Value& v, graph::NodeId id, const Sizes& out_shape
   // covers the whole space) or combined with other per-row values (the op has the value's own shape). A
   // per-column value is only combined: a column kernel writes nothing per element after its reductions.
   const Sizes shape = meta_sizes(graph_.nodes[id].meta);
-  if (out_shape == space) return !c.column_reduce() && shape.size() == space.size() && shape.back() == 1;
+  if (out_shape == space && c.column_reduce()) {
+    // Only when every reduced dimension has size 1 does a per-column value (keepdim) have the space's shape:
+    // combined with other per-column values, it is one.
+    *row = true;
+    return shape == space;
+  }
+  if (out_shape == space) return shape.size() == space.size() && shape.back() == 1;
   *row = true;
   return out_shape == shape;
 }

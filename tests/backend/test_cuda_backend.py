@@ -28,10 +28,15 @@ def check(fn, make_args, dtype, calls=2):
         for _ in range(calls):
             args = make_args()
             expected = fn(*args)
-            # Sums of thousands of terms differ from torch's in summation order: the absolute tolerance scales
-            # with the result's magnitude (an element near 0 cannot be within 1e-5 of itself relatively).
-            scale = expected.abs().max().item() if expected.is_floating_point() and expected.numel() else 1.0
-            assert_same(compiled(*args), expected, rtol=rtol, atol=atol * max(1.0, scale))
+            actual = compiled(*args)
+            if isinstance(expected, torch.Tensor):
+                expected, actual = (expected,), (actual,)
+            assert isinstance(actual, tuple) and len(actual) == len(expected), type(actual)
+            for a, e in zip(actual, expected):
+                # Sums of thousands of terms differ from torch's in summation order: the absolute tolerance
+                # scales with the result's magnitude (an element near 0 cannot be within 1e-5 of itself).
+                scale = e.abs().max().item() if e.is_floating_point() and e.numel() else 1.0
+                assert_same(a, e, rtol=rtol, atol=atol * max(1.0, scale))
     assert cc.graph_count == 1 and cc.break_count == 0, cc.records
     return cc.records[0]
 

@@ -37,7 +37,9 @@ def compile_and_check(fn, args):
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_op_plan(case):
-    for shape in {case.shapes[1] if len(case.shapes) > 1 else case.shapes[0], case.shapes[-1]}:
+    # The first shape is often the degenerate one (all 1s), where fusion decisions have edge cases.
+    for shape in dict.fromkeys((case.shapes[0], case.shapes[1] if len(case.shapes) > 1 else case.shapes[0],
+                                case.shapes[-1])):
         with fastcomp.config.patch(**case.config):
             fastcomp.reset()
             record = compile_and_check(case.fn, case.make(shape, torch.float32, "cpu"))

@@ -1,0 +1,80 @@
+"""Reductions over dims that keep the last one (column reductions) and, for reference, over the last dim (row
+reductions): µs per call and GB/s (input read once + output written) for eager, torch.compile and fastcomp in
+the same process, each case's compiled functions warmed up first. Run on a GPU machine:
+
+    python scripts/reduction_bench.py [--modes eager tc fc] [--out results.md]
+
+The memory-bound floor is the copy rate: a reduction that reads its input once cannot beat it.
+"""
+import argparse
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+
+
+def cases():
+    import torch
+
+    def f32(*shape):
+        return lambda: (torch.randn(*shape, device="cuda"),)
+
+    def bf16(*shape):
+        return lambda: (torch.randn(*shape, device="cuda", dtype=torch.bfloat16),)
+
+    return [
+        ("x.sum(0) [4096, 4096] f32", lambda x: x.sum(0), f32(4096, 4096)),
+        ("x.sum(0) [65536, 64] f32", lambda x: x.sum(0), f32(65536, 64)),
+        ("x.sum(0) [64, 65536] f32", lambda x: x.sum(0), f32(64, 65536)),
+        ("x.mean((0, 1)) [32, 128, 1024] f32", lambda x: x.mean((0, 1)), f32(32, 128, 1024)),
+        ("x.mean((0, 2, 3), keepdim) [32, 64, 56, 56] f32 (batch-norm statistics)",
+         lambda x: x.mean((0, 2, 3), keepdim=True), f32(32, 64, 56, 56)),
+        ("x.var(0) [8192, 1024] f32", lambda x: x.var(0), f32(8192, 1024)),
+        ("(x * x).sum(1) * 2 [256, 1024, 256] f32", lambda x: (x * x).sum(1) * 2, f32(256, 1024, 256)),
+        ("x.float().amax(0) [16384, 2048] bf16", lambda x: x.float().amax(0), bf16(16384, 2048)),
+        ("x.sum(-1) [4096, 4096] f32 (row, reference)", lambda x: x.sum(-1), f32(4096, 4096)),
+    ]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--modes", nargs="+", default=["eager", "tc", "fc"])
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    import torch
+
+    from benchmarks.modes import MODES
+    from fastcomp.testing import CompileCounter
+    from kernel_profile import per_call_us
+
+    rows = [f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}", "",
+            "| case | " + " | ".join(f"{m} µs | {m} GB/s" for m in args.modes) + " | fc plan |",
+            "|---|" + "---|---|" * len(args.modes) + "---|"]
+    for name, fn, make in cases():
+        inputs = make()
+        expected = fn(*inputs)
+        moved = sum(t.numel() * t.element_size() for t in inputs) + expected.numel() * expected.element_size()
+        cells, plan = [], ""
+        for mode_name in args.modes:
+            mode = MODES[mode_name]
+            with torch.no_grad(), CompileCounter() as cc:
+                compiled = mode.compile(fn)
+                torch.testing.assert_close(compiled(*inputs), expected, rtol=1e-4, atol=1e-3)
+                mode.wait_ready()
+                us = per_call_us(compiled, inputs)
+            if mode_name.startswith("fc") and cc.records:
+                plan = cc.records[0].get("backend", "")
+            cells += [f"{us:.1f}", f"{moved / us / 1e3:.0f}"]
+        rows.append(f"| {name} | " + " | ".join(cells) + f" | {plan} |")
+        print(rows[-1], flush=True)
+    text = "\n".join(rows) + "\n"
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    main()

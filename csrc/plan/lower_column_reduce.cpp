@@ -21,8 +21,8 @@ bool Lowerer::column_reduce(const graph::Node& n, graph::NodeId x, const std::ve
   if (space.empty() || reduced.size() != space.size() || reduced.back()) return false;
   Size length = 1, columns = 1;
   for (size_t d = 0; d < space.size(); ++d) {
-    Size& n = reduced[d] ? length : columns;
-    n = n * space[d];
+    Size& total = reduced[d] ? length : columns;
+    total = total * space[d];
   }
   // Judged by the hints under dynamic shapes; an empty reduction or result is torch's.
   if (length.hint() == 0 || columns.hint() == 0) return false;

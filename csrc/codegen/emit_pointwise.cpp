@@ -12,6 +12,9 @@
 // collapsed space and are tested on its coordinate. The vector loop tests them once per group, so it is used only
 // where every group lies wholly inside or outside each range: groups never cross a row of the innermost dimension,
 // and a range on that dimension starts and ends at multiples of `vec`. Otherwise the scalar loop does everything.
+//
+// Gathers (indirect loads, embedding's weight[idx[...], d]) read their element only after their index is computed
+// and checked, inside the element's statements: a kernel with a live Gather runs the scalar loop only.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -45,6 +48,7 @@ struct Plan {
   std::vector<bool> used;       // operands the kernel touches (inputs read by a live Load, stored outputs)
   std::vector<DimRange> ranges; // of used inputs and live InRange expressions, where they restrict anything
   std::vector<bool> range_dims; // per dimension of space.shape: one a range is on
+  bool gathers = false;         // some live expression is a Gather (scalar loop only)
   int vec = 1;                  // elements per vector step; 1 = scalar loop only
   int groups = 1;               // vector groups a thread takes per step
   std::vector<Lane> lanes;      // per operand, when vec > 1
@@ -118,6 +122,14 @@ std::string element_statements(const Kernel& k, const Plan& p, LoadText load, co
     if (e.op == ExprOp::Load) {
       leaf = load(e.operand);
       when = guard(k, p, e.operand);
+    }
+    if (e.op == ExprOp::Gather) {
+      // Only the scalar loop has gathers: its element is linear index i (emit_pointwise).
+      const std::string at =
+          offset_text(p.space, e.operand, "i", "c", k.inputs[e.operand].storage_offset, *p.params);
+      leaf = fmt::format("in{}[{} + (idx_t){} * {}]", e.operand, at, value_name(e.args[0]),
+                         p.params->text(e.gather.stride));
+      out += indent + gather_check(k, static_cast<int>(i), p.params->text(e.gather.size)) + "\n";
     }
     if (e.op == ExprOp::RowIndex) leaf = row_index;
     if (e.op == ExprOp::InRange) leaf = range_condition(p.space, e.range, k.shape, "c", *p.params);
@@ -229,7 +241,8 @@ KernelSource emit_pointwise(const Kernel& k, const DeviceLimits& limits) {
   for (size_t i = 0; i < k.exprs.size(); ++i) {
     if (!p.live[i]) continue;
     const Expr& e = k.exprs[i];
-    if (e.op == ExprOp::Load) p.used[e.operand] = true;
+    if (e.op == ExprOp::Load || e.op == ExprOp::Gather) p.used[e.operand] = true;
+    p.gathers |= e.op == ExprOp::Gather;
     if (e.op == ExprOp::InRange && restricts(e.range, k.shape)) p.ranges.push_back(e.range);
   }
   for (size_t o = 0; o < k.inputs.size(); ++o)
@@ -241,7 +254,7 @@ KernelSource emit_pointwise(const Kernel& k, const DeviceLimits& limits) {
   p.range_dims.assign(p.space.shape.size(), false);
   for (const DimRange& r : p.ranges)
     if (p.space.dim_of[r.dim] >= 0) p.range_dims[p.space.dim_of[r.dim]] = true;
-  choose_vector(k, p);
+  if (!p.gathers) choose_vector(k, p);
 
   // A grid-stride loop over a few waves of resident blocks (fewer when the work is small): enough blocks that
   // the block scheduler evens out the tail, few enough that each thread streams several steps. With a symbolic
@@ -267,7 +280,17 @@ KernelSource emit_pointwise(const Kernel& k, const DeviceLimits& limits) {
     max_index = std::max({max_index, max_offset(k.shape, strides[o], offset), max_offset(k.shape, strides[o], 0),
                           -offset.hint()});
   }
-  bool wide = !fits_int32(max_index) || !all_static(k.shape);
+  // A gathered element lies up to (size - 1) * stride past the operand's own offset (the index is checked first).
+  bool gather_symbolic = false;
+  for (size_t i = 0; i < k.exprs.size(); ++i) {
+    const Expr& e = k.exprs[i];
+    if (!p.live[i] || e.op != ExprOp::Gather) continue;
+    gather_symbolic |= !e.gather.size.is_static() || !e.gather.stride.is_static();
+    const int64_t reach = std::max<int64_t>(e.gather.size.hint() - 1, 0) * e.gather.stride.hint();
+    max_index = std::max(max_index,
+                         max_offset(k.shape, strides[e.operand], k.inputs[e.operand].storage_offset) + reach);
+  }
+  bool wide = !fits_int32(max_index) || !all_static(k.shape) || gather_symbolic;
   for (size_t o = 0; o < strides.size(); ++o)
     wide = wide || !all_static(strides[o]) || !operand(k, o).storage_offset.is_static();
   const std::string idx_decl = index_type_decl(wide);

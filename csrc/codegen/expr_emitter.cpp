@@ -235,6 +235,11 @@ std::string expr_statement(const Kernel& k, int i, const std::string& leaf, cons
       if (!guard.empty()) value = guard + " ? " + value + " : " + literal(e.dtype, 0);
       break;
     }
+    case ExprOp::Gather: {
+      const DType stored = k.inputs[e.operand].dtype;
+      value = convert(stored, e.dtype, from_memory(stored, leaf));
+      break;
+    }
     case ExprOp::Constant: value = literal(e.dtype, e.constant); break;
     case ExprOp::RowIndex: value = convert(DType::I64, e.dtype, leaf); break;
     case ExprOp::InRange: value = leaf.empty() ? "true" : leaf; break;
@@ -245,6 +250,11 @@ std::string expr_statement(const Kernel& k, int i, const std::string& leaf, cons
       value = round_to(e.dtype, arity(e.op) == 1 ? unary_value(k, e, arg(0)) : binary_value(k, e, arg(0), arg(1)));
   }
   return fmt::format("const {} {} = {};", value_type(e.dtype), value_name(i), value);
+}
+
+std::string gather_check(const Kernel& k, int i, const std::string& size) {
+  const std::string index = value_name(k.exprs[i].args[0]);
+  return fmt::format("if ({0} < 0 || {0} >= {1}) __trap();", index, size);
 }
 
 DType accumulator(DType t) {
@@ -362,6 +372,16 @@ void validate(const Kernel& k) {
       if (a < 0 || a >= static_cast<int>(i)) invalid(k, fmt::format("{} uses a later or missing expression", at));
     if (e.op == ExprOp::Load && (e.operand < 0 || e.operand >= static_cast<int>(k.inputs.size())))
       invalid(k, fmt::format("{} reads a missing input", at));
+    if (e.op == ExprOp::Gather) {
+      if (!pointwise) invalid(k, fmt::format("{} needs a pointwise kernel", at));
+      if (e.operand < 0 || e.operand >= static_cast<int>(k.inputs.size()))
+        invalid(k, fmt::format("{} reads a missing input", at));
+      if (k.inputs[e.operand].valid.dim >= 0) invalid(k, fmt::format("{} reads an input with a range", at));
+      const DType index = k.exprs[e.args[0]].dtype;
+      if (index != DType::I32 && index != DType::I64) invalid(k, fmt::format("{} needs an i32 or i64 index", at));
+      if (!known_ge(e.gather.size, 0) || !known_ge(e.gather.stride, 0))
+        invalid(k, fmt::format("{} has a negative size or stride", at));
+    }
     if (e.op == ExprOp::InRange) {
       if (e.range.dim < 0) invalid(k, fmt::format("{} needs a dimension", at));
       if (e.dtype != DType::Bool) invalid(k, fmt::format("{} yields bool", at));

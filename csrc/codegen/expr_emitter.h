@@ -29,9 +29,13 @@ std::string index_literal(int64_t v);
 std::string value_name(int i);
 
 // `const <type> e<i> = <value>;` for every op but Reduce*. `leaf` is what a leaf reads where it is evaluated: the
-// memory element of a Load, the i64 text of RowIndex, the condition of InRange ("" for true). A Load of an
-// input with a validity range reads its element only where `guard` (that range's condition) holds, else 0.
+// memory element of a Load or a Gather (whose index gather_check tests first), the i64 text of RowIndex, the
+// condition of InRange ("" for true). A Load of an input with a validity range reads its element only where
+// `guard` (that range's condition) holds, else 0.
 std::string expr_statement(const Kernel& k, int i, const std::string& leaf, const std::string& guard = "");
+
+// Gather expression `i`'s bounds check, one statement: __trap() unless 0 <= its index < `size` (C text).
+std::string gather_check(const Kernel& k, int i, const std::string& size);
 
 bool is_reduce(ExprOp op);
 // Reductions accumulate in float (f16/bf16/f32), double, int64 or int (narrower integers and bool), combined by

@@ -75,6 +75,7 @@ const char* expr_op_name(ExprOp op) {
     case ExprOp::Constant: return "constant";
     case ExprOp::RowIndex: return "row_index";
     case ExprOp::InRange: return "in_range";
+    case ExprOp::Gather: return "gather";
     case ExprOp::Neg: return "neg";
     case ExprOp::Abs: return "abs";
     case ExprOp::Exp: return "exp";
@@ -118,7 +119,7 @@ const char* expr_op_name(ExprOp op) {
 // kernel <name> <kind> shape=[...] [reduced=[<dim>,...]] [scale=<attention scale> [causal] [rounding=probabilities]]
 //   in<i> <dtype> strides=[...] [offset=<n>] [valid d<dim>=[<begin>,<end>)]
 //   out<i> ...
-//   e<i> = <op> <dtype> [in<operand> | <constant> | d<dim>=[<begin>,<end>) | e<arg> ...]
+//   e<i> = <op> <dtype> [in<operand> [size=<n> stride=<n>] | <constant> | d<dim>=[<begin>,<end>) | e<arg> ...]
 //   store e<expr> -> out<output>
 std::string Kernel::to_string() const {
   const char* kind_text = kind == Kind::Pointwise      ? "pointwise"
@@ -142,6 +143,8 @@ std::string Kernel::to_string() const {
     const Expr& e = exprs[i];
     out += fmt::format("  e{} = {} {}", i, expr_op_name(e.op), dtype_name(e.dtype));
     if (e.op == ExprOp::Load) out += fmt::format(" in{}", e.operand);
+    if (e.op == ExprOp::Gather)
+      out += fmt::format(" in{} size={} stride={}", e.operand, e.gather.size.to_string(), e.gather.stride.to_string());
     if (e.op == ExprOp::Constant) out += fmt::format(" {}", e.constant);  // shortest text that round-trips
     if (e.op == ExprOp::InRange) out += " " + range_text(e.range);
     for (int a : e.args) out += fmt::format(" e{}", a);

@@ -40,6 +40,12 @@ enum class ExprOp : uint8_t {
   RowIndex,  // index of the element along the row (RowReduce) or the flat element index (Pointwise), as i64;
              // not in ColumnReduce kernels
   InRange,   // bool: the element's coordinate along `range.dim` lies in `range` (Pointwise only)
+  // indirect load (Pointwise only): element of input `operand` at the current index plus `gather.stride` times
+  // the value of args[0], an integer expression (the loaded index, e.g. embedding's idx[...]). The operand's
+  // strides address the element over the space as a Load's do, with stride 0 along the gathered dimension, so the
+  // index alone moves along it. The kernel checks 0 <= index < `gather.size` first and calls __trap() otherwise
+  // (as torch's device-side assert, it ends the CUDA context): it never reads outside the tensor.
+  Gather,
   // unary
   // Exp..Silu need a floating dtype; Relu keeps NaN; Not is logical on bool and bitwise (~) on integers.
   Neg, Abs, Exp, Log, Sqrt, Rsqrt, Sigmoid, Tanh, Relu, Erf, Sin, Cos, GeluErf, GeluTanh, Silu, Not, Cast,
@@ -62,13 +68,20 @@ struct DimRange {
   Size begin = 0, end = 0;
 };
 
+// The gathered dimension of a Gather: the source tensor's size along it (the bound indices are checked against)
+// and its stride there, in elements. Either may be symbolic under dynamic shapes.
+struct GatherAxis {
+  Size size = 0, stride = 0;
+};
+
 struct Expr {
   ExprOp op = ExprOp::Constant;
   DType dtype = DType::F32;   // type of the value (for Cast: the target type)
   std::vector<int> args;      // indices of earlier Exprs
-  int operand = -1;           // Load: index into Kernel::inputs
+  int operand = -1;           // Load, Gather: index into Kernel::inputs
   double constant = 0;        // Constant
   DimRange range;             // InRange
+  GatherAxis gather;          // Gather
 };
 
 // A tensor the kernel reads or writes, addressed as base + storage_offset + sum(index[d] * strides[d]) over the

@@ -13,24 +13,40 @@ std::string range_key(const codegen::DimRange& r) {
   return r.dim < 0 ? std::string() : std::to_string(r.dim) + ":" + r.begin.to_string() + ":" + r.end.to_string();
 }
 
+std::string gather_key(const codegen::Expr& e) {
+  return e.op != ExprOp::Gather ? std::string() : e.gather.size.to_string() + "*" + e.gather.stride.to_string();
+}
+
 }  // namespace
 
-int Cluster::load(int buffer, DType dtype, const codegen::Sizes& strides, const codegen::Size& offset,
-                  const codegen::DimRange& valid) {
+int Cluster::operand(int buffer, DType dtype, const codegen::Sizes& strides, const codegen::Size& offset,
+                     const codegen::DimRange& valid) {
   if (sealed_) throw std::logic_error("Cluster::load: the cluster is sealed");
-  int operand = -1;
   for (size_t i = 0; i < loads_.size(); ++i)
     if (loads_[i].buffer == buffer && loads_[i].operand.strides == strides &&
         loads_[i].operand.storage_offset == offset && same_range(loads_[i].operand.valid, valid))
-      operand = static_cast<int>(i);
-  if (operand < 0) {
-    operand = static_cast<int>(loads_.size());
-    loads_.push_back({buffer, codegen::Operand{dtype, strides, offset, valid}});
-  }
+      return static_cast<int>(i);
+  loads_.push_back({buffer, codegen::Operand{dtype, strides, offset, valid}});
+  return static_cast<int>(loads_.size()) - 1;
+}
+
+int Cluster::load(int buffer, DType dtype, const codegen::Sizes& strides, const codegen::Size& offset,
+                  const codegen::DimRange& valid) {
   codegen::Expr e;
   e.op = ExprOp::Load;
   e.dtype = dtype;
-  e.operand = operand;
+  e.operand = operand(buffer, dtype, strides, offset, valid);
+  return intern(std::move(e));
+}
+
+int Cluster::gather(int buffer, DType dtype, const codegen::Sizes& strides, const codegen::Size& offset, int index,
+                    const codegen::GatherAxis& axis) {
+  codegen::Expr e;
+  e.op = ExprOp::Gather;
+  e.dtype = dtype;
+  e.args = {index};
+  e.operand = operand(buffer, dtype, strides, offset, {});
+  e.gather = axis;
   return intern(std::move(e));
 }
 
@@ -50,11 +66,11 @@ int Cluster::in_range(const codegen::DimRange& range) {
   return intern(std::move(e));
 }
 
-bool Cluster::has_ranges() const {
+bool Cluster::pointwise_only() const {
   for (const Load& l : loads_)
     if (l.operand.valid.dim >= 0) return true;
   for (const codegen::Expr& e : exprs_)
-    if (e.op == ExprOp::InRange) return true;
+    if (e.op == ExprOp::InRange || e.op == ExprOp::Gather) return true;
   return false;
 }
 
@@ -68,7 +84,7 @@ int Cluster::op(ExprOp op, DType dtype, std::vector<int> args) {
 
 int Cluster::intern(codegen::Expr e) {
   auto key = std::make_tuple(static_cast<int>(e.op), static_cast<int>(e.dtype), e.args, e.operand, e.constant,
-                             range_key(e.range));
+                             range_key(e.range) + gather_key(e));
   if (auto it = cse_.find(key); it != cse_.end()) return it->second;
   exprs_.push_back(std::move(e));
   return cse_[key] = static_cast<int>(exprs_.size() - 1);
@@ -99,6 +115,11 @@ std::vector<int> Cluster::absorb(const Cluster& other) {
       }
       case ExprOp::Constant: remap[i] = constant(e.dtype, e.constant); break;
       case ExprOp::InRange: remap[i] = in_range(e.range); break;
+      case ExprOp::Gather: {
+        const Load& l = other.loads_[e.operand];
+        remap[i] = gather(l.buffer, e.dtype, l.operand.strides, l.operand.storage_offset, remap[e.args[0]], e.gather);
+        break;
+      }
       default: {
         std::vector<int> args;
         for (int a : e.args) args.push_back(remap[a]);

@@ -44,6 +44,11 @@ class Cluster {
   // range it is read only there (kernel_ir.h's Operand), and 0 elsewhere.
   int load(int buffer, DType dtype, const codegen::Sizes& strides, const codegen::Size& offset,
            const codegen::DimRange& valid = {});
+  // The element of `buffer` gathered along one of its dimensions (kernel_ir.h's Gather): addressed by `strides`
+  // over the space (0 along the gathered dimension) plus `index`'s value (an i32/i64 expression) times
+  // `axis.stride`, the index checked against `axis.size`.
+  int gather(int buffer, DType dtype, const codegen::Sizes& strides, const codegen::Size& offset, int index,
+             const codegen::GatherAxis& axis);
   int constant(DType dtype, double value);
   int in_range(const codegen::DimRange& range);  // bool: the element lies in `range`
   int op(ExprOp op, DType dtype, std::vector<int> args);
@@ -53,8 +58,8 @@ class Cluster {
   // What Load expression `id` reads: its buffer and how it is addressed.
   int load_buffer(int id) const { return loads_[exprs_[id].operand].buffer; }
   const codegen::Operand& load_operand(int id) const { return loads_[exprs_[id].operand].operand; }
-  // Some load has a validity range or some expression is an InRange: reduction kernels take neither.
-  bool has_ranges() const;
+  // Some load has a validity range or some expression is an InRange or a Gather: reduction kernels take none.
+  bool pointwise_only() const;
 
   // Writes `expr` to `buffer` with `strides` over the space; returns whether it was new (a value stored once).
   bool store(int expr, int buffer, DType dtype, const codegen::Sizes& strides, const codegen::Size& offset);
@@ -67,6 +72,9 @@ class Cluster {
   codegen::Kernel kernel(const std::string& name, std::vector<int>* args) const;
 
  private:
+  // The index of the input reading `buffer` so, adding it if there is none.
+  int operand(int buffer, DType dtype, const codegen::Sizes& strides, const codegen::Size& offset,
+              const codegen::DimRange& valid);
   // The index of an expression equal to `e`, adding it if there is none (common subexpressions are shared).
   int intern(codegen::Expr e);
 
@@ -90,7 +98,7 @@ class Cluster {
   std::vector<Load> loads_;
   std::vector<codegen::Expr> exprs_;
   std::vector<Store> stores_;
-  // (op, dtype, args, operand, constant, range's text)
+  // (op, dtype, args, operand, constant, range's or gathered axis's text)
   std::map<std::tuple<int, int, std::vector<int>, int, double, std::string>, int> cse_;
 };
 

@@ -393,7 +393,7 @@ bool Lowerer::row_reduce(const graph::Node& n, graph::NodeId x, const std::vecto
   int target = -1;
   if (vx.cluster >= 0) {
     const int c = cluster_of(vx.cluster);
-    if (!clusters_[c]->sealed() && !vx.row && clusters_[c]->space() == space && !clusters_[c]->has_ranges() &&
+    if (!clusters_[c]->sealed() && !vx.row && clusters_[c]->space() == space && !clusters_[c]->pointwise_only() &&
         !clusters_[c]->column_reduce())
       target = c;
   }
@@ -499,7 +499,7 @@ void Lowerer::value_in_space(const graph::Node& n, const Sizes& space, const std
 bool Lowerer::can_merge(int a, int b) const {
   const Cluster& x = *clusters_[a];
   const Cluster& y = *clusters_[b];
-  if ((x.reduces() && y.has_ranges()) || (y.reduces() && x.has_ranges())) return false;
+  if ((x.reduces() && y.pointwise_only()) || (y.reduces() && x.pointwise_only())) return false;
   // Row and column reductions are different kernels; columns of one kernel reduce the same dimensions.
   if ((x.row_reduce() && y.column_reduce()) || (x.column_reduce() && y.row_reduce())) return false;
   return !(x.column_reduce() && y.column_reduce() && x.reduced_dims() != y.reduced_dims());
@@ -507,7 +507,8 @@ bool Lowerer::can_merge(int a, int b) const {
 
 bool Lowerer::lower_call(const graph::Node& n) {
   const std::string op = op_name(n.target_name);
-  return lower_view_op(*this, n, op) || lower_cat_op(*this, n, op) || lower_pointwise_op(*this, n, op) ||
+  return lower_view_op(*this, n, op) || lower_cat_op(*this, n, op) || lower_gather_op(*this, n, op) ||
+         lower_pointwise_op(*this, n, op) ||
          lower_reduction_op(*this, n, op) || lower_matmul_op(*this, n, op) || lower_attention_op(*this, n, op);
 }
 

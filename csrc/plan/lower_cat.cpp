@@ -59,15 +59,15 @@ std::vector<bool> needed(const Cluster& c, int root) {
 }
 
 // Whether expression `root` of `c` means the same wherever its loads are moved: only loads (without ranges),
-// constants and element ops, nothing that depends on the position in the space (an index, a range) or on a
-// whole row (a reduction).
+// constants and element ops, nothing that depends on the position in the space (an index, a range), on a
+// whole row (a reduction) or on loaded indices (a gather).
 bool movable(const Cluster& c, int root) {
   const std::vector<bool> need = needed(c, root);
   for (int i = 0; i <= root; ++i) {
     if (!need[i]) continue;
     const codegen::Expr& e = c.expr(i);
     if (e.op == ExprOp::Load && c.load_operand(i).valid.dim >= 0) return false;
-    if (e.op == ExprOp::RowIndex || e.op == ExprOp::InRange || e.op == ExprOp::ReduceSum ||
+    if (e.op == ExprOp::RowIndex || e.op == ExprOp::InRange || e.op == ExprOp::Gather || e.op == ExprOp::ReduceSum ||
         e.op == ExprOp::ReduceMax || e.op == ExprOp::ReduceMin)
       return false;
   }

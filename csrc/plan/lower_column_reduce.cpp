@@ -35,7 +35,7 @@ bool Lowerer::column_reduce(const graph::Node& n, graph::NodeId x, const std::ve
     const int c = cluster_of(vx.cluster);
     const Cluster& cl = *clusters_[c];
     // x's own cluster takes the reduction when x is per element there and it can become this column kernel.
-    if (!cl.sealed() && !vx.row && cl.space() == space && !cl.has_ranges() && !cl.row_reduce() &&
+    if (!cl.sealed() && !vx.row && cl.space() == space && !cl.pointwise_only() && !cl.row_reduce() &&
         (!cl.column_reduce() || cl.reduced_dims() == reduced))
       target = c;
   }

@@ -1,6 +1,6 @@
 // The lowering state shared by lower.cpp (the driver: values, materialisation, extern steps) and the op
 // families (lower_pointwise.cpp, lower_reduce.cpp, lower_column_reduce.cpp, lower_matmul.cpp, lower_views.cpp,
-// lower_cat.cpp).
+// lower_cat.cpp, lower_gather.cpp).
 #pragma once
 #include <functional>
 #include <memory>
@@ -177,6 +177,7 @@ bool lower_matmul_op(Lowerer& L, const graph::Node& n, const std::string& op);
 bool lower_view_op(Lowerer& L, const graph::Node& n, const std::string& op);
 bool lower_cat_op(Lowerer& L, const graph::Node& n, const std::string& op);
 bool lower_attention_op(Lowerer& L, const graph::Node& n, const std::string& op);
+bool lower_gather_op(Lowerer& L, const graph::Node& n, const std::string& op);
 
 // Softmax (log_softmax when `log`) of row-reduce expression `x` along its row, computed in `acc`; per element.
 int softmax_expr(Cluster& c, int x, DType acc, bool log);

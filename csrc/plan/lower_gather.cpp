@@ -1,0 +1,126 @@
+// Indirect loads: F.embedding, torch.gather / Tensor.gather and torch.index_select / Tensor.index_select as a
+// Gather expression (kernel_ir.h) of their consumer's pointwise kernel. The source tensor is read in place from a
+// buffer, addressed over the result's space with stride 0 along the gathered dimension, plus the loaded index
+// times its stride there; the index tensor is read from a buffer too. Every index is checked against the source's
+// size along that dimension (an out-of-range or negative one traps, as torch's device-side assert ends the
+// context). A gathering kernel is pointwise: a reduction of its result reads it from memory (Cluster::
+// pointwise_only).
+#include "plan/lowering.h"
+
+namespace fastcomp::plan::detail {
+namespace {
+
+bool tensor_arg(Lowerer& L, const graph::Arg* a) {
+  return a && a->kind == graph::Arg::Kind::Node && L.value(a->node).tensor;
+}
+
+// A dimension argument normalised against `rank`, or nullopt.
+std::optional<int> dim_of(const graph::Arg* a, size_t rank) {
+  const std::optional<int64_t> d = const_int(a);
+  const int64_t r = static_cast<int64_t>(rank);
+  if (!d || *d < -r || *d >= r) return std::nullopt;
+  return static_cast<int>(*d < 0 ? *d + r : *d);
+}
+
+// Buffer `b`'s strides with 0 where its size is 1 (one coordinate: the stride says nothing).
+Sizes strides_of(const Buffer& b) {
+  Sizes out = b.strides;
+  for (size_t d = 0; d < b.sizes.size(); ++d)
+    if (b.sizes[d] == 1) out[d] = 0;
+  return out;
+}
+
+// How the source and the index are addressed over the result's space, from their buffers: the source with stride 0
+// along the gathered dimension.
+struct Addressing {
+  Sizes source, index;
+};
+using Place = std::function<Addressing(const Buffer& source, const Buffer& index)>;
+
+// Node n's value is source gathered along `dim` by `index` (both tensor nodes), addressed as `place` says.
+bool lower_gather(Lowerer& L, const graph::Node& n, graph::NodeId source, graph::NodeId index, int dim,
+                  const Place& place) {
+  const DType index_dtype = L.node_dtype(index);
+  if (index_dtype != DType::I32 && index_dtype != DType::I64) return false;
+  const Buffer src = L.buffer(L.buffer_for(source));
+  const Buffer idx = L.buffer(L.buffer_for(index));
+  const codegen::GatherAxis axis{src.sizes[dim], src.strides[dim]};
+  const Addressing a = place(src, idx);
+  const Sizes out = meta_sizes(n.meta);
+  L.value_in_space(n, out, [&](Cluster& c) {
+    if (codegen::product(out) == 0) return c.constant(src.dtype, 0);  // no element is ever computed
+    const int i = c.load(idx.root, idx.dtype, a.index, idx.offset);
+    return c.gather(src.root, src.dtype, a.source, src.offset, i, axis);
+  });
+  return true;
+}
+
+// F.embedding(input, weight, padding_idx, max_norm, ...): out[..., d] = weight[input[...], d]. padding_idx only
+// changes the gradient; max_norm renormalises weight rows in place, which stays torch's.
+bool lower_embedding(Lowerer& L, const graph::Node& n) {
+  CallArgs args(n);
+  if (!args.only_keywords({"input", "weight", "padding_idx", "max_norm", "norm_type", "scale_grad_by_freq", "sparse"}))
+    return false;
+  const graph::Arg* input = args.get(0, "input");
+  const graph::Arg* weight = args.get(1, "weight");
+  if (!tensor_arg(L, input) || !tensor_arg(L, weight) || !is_none(args.get(3, "max_norm"))) return false;
+  if (L.node(weight->node).meta.sizes.size() != 2) return false;
+  return lower_gather(L, n, weight->node, input->node, 0, [](const Buffer& w, const Buffer& i) {
+    Addressing a{Sizes(i.sizes.size(), Size(0)), strides_of(i)};
+    a.source.push_back(strides_of(w)[1]);
+    a.index.push_back(0);
+    return a;
+  });
+}
+
+// torch.gather(input, dim, index): out has index's shape, out[c] = input[c with c[dim] = index[c]]. index may be
+// smaller than input in the other dimensions: input is then read at the same coordinates.
+bool lower_torch_gather(Lowerer& L, const graph::Node& n) {
+  CallArgs args(n);
+  if (!args.only_keywords({"input", "dim", "index", "sparse_grad"})) return false;
+  const graph::Arg* input = args.get(0, "input");
+  const graph::Arg* index = args.get(2, "index");
+  if (!tensor_arg(L, input) || !tensor_arg(L, index)) return false;
+  const size_t rank = L.node(input->node).meta.sizes.size();
+  const std::optional<int> dim = dim_of(args.get(1, "dim"), rank);
+  if (!dim || L.node(index->node).meta.sizes.size() != rank) return false;
+  return lower_gather(L, n, input->node, index->node, *dim, [&](const Buffer& x, const Buffer& i) {
+    Addressing a{x.strides, strides_of(i)};
+    for (size_t d = 0; d < rank; ++d)
+      if (i.sizes[d] == 1 || static_cast<int>(d) == *dim) a.source[d] = 0;
+    return a;
+  });
+}
+
+// torch.index_select(input, dim, index): out is input with dimension dim replaced by index's length, out[c] =
+// input[c with c[dim] = index[c[dim]]].
+bool lower_index_select(Lowerer& L, const graph::Node& n) {
+  CallArgs args(n);
+  if (!args.only_keywords({"input", "dim", "index"})) return false;
+  const graph::Arg* input = args.get(0, "input");
+  const graph::Arg* index = args.get(2, "index");
+  if (!tensor_arg(L, input) || !tensor_arg(L, index)) return false;
+  const std::optional<int> dim = dim_of(args.get(1, "dim"), L.node(input->node).meta.sizes.size());
+  if (!dim || L.node(index->node).meta.sizes.size() != 1) return false;
+  return lower_gather(L, n, input->node, index->node, *dim, [&](const Buffer& x, const Buffer& i) {
+    Addressing a{strides_of(x), Sizes(x.sizes.size(), Size(0))};
+    a.source[*dim] = 0;
+    a.index[*dim] = strides_of(i)[0];
+    return a;
+  });
+}
+
+}  // namespace
+
+bool lower_gather_op(Lowerer& L, const graph::Node& n, const std::string& op) {
+  if (n.type != graph::ValueType::Tensor) return false;
+  // By full name: torch.embedding (weight first) and user functions named like these are other ops.
+  const std::string& t = n.target_name;
+  if (op == "embedding" && t == "torch.nn.functional.embedding") return lower_embedding(L, n);
+  if (op == "gather" && (t == "torch.gather" || t == "Tensor.gather")) return lower_torch_gather(L, n);
+  if (op == "index_select" && (t == "torch.index_select" || t == "Tensor.index_select"))
+    return lower_index_select(L, n);
+  return false;
+}
+
+}  // namespace fastcomp::plan::detail

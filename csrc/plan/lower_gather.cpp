@@ -1,4 +1,4 @@
-// Indirect loads: F.embedding, torch.gather / Tensor.gather and torch.index_select / Tensor.index_select as a
+// Indirect loads: F.embedding (and torch.embedding), torch.gather / Tensor.gather and torch.index_select / Tensor.index_select as a
 // Gather expression (kernel_ir.h) of their consumer's pointwise kernel. The source tensor is read in place from a
 // buffer, addressed over the result's space with stride 0 along the gathered dimension, plus the loaded index
 // times its stride there; the index tensor is read from a buffer too. Every index is checked against the source's
@@ -55,22 +55,28 @@ bool lower_gather(Lowerer& L, const graph::Node& n, graph::NodeId source, graph:
   return true;
 }
 
-// F.embedding(input, weight, padding_idx, max_norm, ...): out[..., d] = weight[input[...], d]. padding_idx only
-// changes the gradient; max_norm renormalises weight rows in place, which stays torch's.
-bool lower_embedding(Lowerer& L, const graph::Node& n) {
-  CallArgs args(n);
-  if (!args.only_keywords({"input", "weight", "padding_idx", "max_norm", "norm_type", "scale_grad_by_freq", "sparse"}))
-    return false;
-  const graph::Arg* input = args.get(0, "input");
-  const graph::Arg* weight = args.get(1, "weight");
-  if (!tensor_arg(L, input) || !tensor_arg(L, weight) || !is_none(args.get(3, "max_norm"))) return false;
-  if (L.node(weight->node).meta.sizes.size() != 2) return false;
+// out[..., d] = weight[input[...], d].
+bool embedding(Lowerer& L, const graph::Node& n, const graph::Arg* input, const graph::Arg* weight) {
+  if (!tensor_arg(L, input) || !tensor_arg(L, weight) || L.node(weight->node).meta.sizes.size() != 2) return false;
   return lower_gather(L, n, weight->node, input->node, 0, [](const Buffer& w, const Buffer& i) {
     Addressing a{Sizes(i.sizes.size(), Size(0)), strides_of(i)};
     a.source.push_back(strides_of(w)[1]);
     a.index.push_back(0);
     return a;
   });
+}
+
+// F.embedding(input, weight, padding_idx, max_norm, ...) and the op it calls, torch.embedding(weight, indices,
+// padding_idx, ...). padding_idx only changes the gradient; max_norm renormalises weight rows in place, which
+// stays torch's.
+bool lower_embedding(Lowerer& L, const graph::Node& n, bool functional) {
+  CallArgs args(n);
+  if (!functional)
+    return args.only_keywords({"weight", "indices", "padding_idx", "scale_grad_by_freq", "sparse"}) &&
+           embedding(L, n, args.get(1, "indices"), args.get(0, "weight"));
+  if (!args.only_keywords({"input", "weight", "padding_idx", "max_norm", "norm_type", "scale_grad_by_freq", "sparse"}))
+    return false;
+  return is_none(args.get(3, "max_norm")) && embedding(L, n, args.get(0, "input"), args.get(1, "weight"));
 }
 
 // torch.gather(input, dim, index): out has index's shape, out[c] = input[c with c[dim] = index[c]]. index may be
@@ -114,9 +120,10 @@ bool lower_index_select(Lowerer& L, const graph::Node& n) {
 
 bool lower_gather_op(Lowerer& L, const graph::Node& n, const std::string& op) {
   if (n.type != graph::ValueType::Tensor) return false;
-  // By full name: torch.embedding (weight first) and user functions named like these are other ops.
+  // By full name: user functions named like these are other ops.
   const std::string& t = n.target_name;
-  if (op == "embedding" && t == "torch.nn.functional.embedding") return lower_embedding(L, n);
+  if (op == "embedding" && (t == "torch.nn.functional.embedding" || t == "torch.embedding"))
+    return lower_embedding(L, n, t == "torch.nn.functional.embedding");
   if (op == "gather" && (t == "torch.gather" || t == "Tensor.gather")) return lower_torch_gather(L, n);
   if (op == "index_select" && (t == "torch.index_select" || t == "Tensor.index_select"))
     return lower_index_select(L, n);

@@ -244,16 +244,86 @@ case("bmm_q_kT", lambda q, k: torch.softmax(q @ k.transpose(-2, -1), -1), batche
 case("nd_at_2d", lambda a, b: (a.unsqueeze(0).expand(2, -1, -1).contiguous() @ b) * 2, matmul_args, MM_SHAPES,
      plan=(2, 1, 0))
 
-# ---- extern ops stay correct ---------------------------------------------------------------------------------------
+# ---- indirect loads: embedding, gather, index_select --------------------------------------------------------------
+# One pointwise kernel reads the index, checks it against the gathered dimension and reads the element, fused with
+# what consumes it. Shapes are (index shape, gathered tensor's shape).
 
 
-def embedding_args(shape, dtype, device):
-    n, d = shape
-    return torch.randint(0, n, (7,), device=device), randn((n, d), dtype, device)
+def indices(shape, size, dtype, device):
+    """Fresh random indices in [0, size): with two or more, 0 and size - 1 each at a random place (the whole range is
+    covered, ends included); a single one is never 0 unless size is 1."""
+    flat = torch.randint(0, size, (max(1, int(torch.Size(shape).numel())),), dtype=dtype)
+    if flat.numel() >= 2:
+        at = torch.randperm(flat.numel())[:2]
+        flat[at[0]], flat[at[1]] = size - 1, 0
+    elif size > 1:
+        flat[0] = torch.randint(1, size, ())
+    return flat[: torch.Size(shape).numel()].reshape(shape).to(device)
 
 
-case("embedding_extern", lambda idx, table: F.embedding(idx, table) * 2, embedding_args, ((10, 3), (1000, 64)),
-     plan=(1, 0, 1))
+def embedding_args(index_dtype, positions=False, transposed=False):
+    def make(shape, dtype, device):
+        idx_shape, (n, d) = shape
+        idx = indices(idx_shape, n, index_dtype, device)
+        table = randn((d, n), dtype, device).t() if transposed else randn((n, d), dtype, device)
+        if not positions:
+            return idx, table
+        pos = torch.arange(idx_shape[-1], device=device).expand(idx_shape)
+        return idx, table, pos, randn((idx_shape[-1], d), dtype, device)
+
+    return make
+
+
+EMBEDDINGS = (((1,), (7, 3)), ((3, 5), (1000, 64)), ((2, 1025), (50, 129)))
+for index_dtype in (torch.int64, torch.int32):
+    tag = str(index_dtype).split(".")[1]
+    case(f"embedding_{tag}", F.embedding, embedding_args(index_dtype), EMBEDDINGS)
+    case(f"embedding_epilogue_{tag}", lambda i, w: F.embedding(i, w) * 2 + 1, embedding_args(index_dtype),
+         EMBEDDINGS)
+case("embedding_plus_positions", lambda i, w, p, pw: F.embedding(i, w) * 0.5 + F.embedding(p, pw),
+     embedding_args(torch.int64, positions=True), EMBEDDINGS)
+case("embedding_transposed_table", lambda i, w: F.embedding(i, w) - 1, embedding_args(torch.int64, transposed=True),
+     EMBEDDINGS)
+case("embedding_padding_idx", lambda i, w: F.embedding(i, w, padding_idx=0) * 3, embedding_args(torch.int64),
+     EMBEDDINGS)
+# The gathered rows are written by a pointwise kernel, then the row reduction reads them (reductions take no
+# gathers); max_norm renormalises the table in place: torch's.
+case("embedding_then_layer_norm", lambda i, w: F.layer_norm(F.embedding(i, w), w.shape[-1:]),
+     embedding_args(torch.int64), EMBEDDINGS, plan=(2, 0, 0))
+case("embedding_max_norm_is_extern", lambda i, w: F.embedding(i, w, max_norm=1.0) * 2, embedding_args(torch.int64),
+     EMBEDDINGS[1:2], plan=(1, 0, 1))
+
+
+def gather_args(dim, smaller):
+    """x of `shape`, an index along `dim` smaller than x by `smaller` in every dimension (at least 1 long)."""
+    def make(shape, dtype, device):
+        x = randn(shape, dtype, device)
+        idx_shape = [max(1, s - smaller) for s in shape]
+        idx_shape[dim] = shape[dim] + 2  # more picks than x has along dim: repeats
+        return x, indices(tuple(idx_shape), shape[dim], torch.int64, device)
+
+    return make
+
+
+GATHERS = ((1, 1), (3, 5), (64, 1025))
+case("gather_dim1", lambda x, i: x.gather(1, i) + 1, gather_args(1, 1), GATHERS)
+case("gather_dim0", lambda x, i: torch.gather(x, 0, i) * 2, gather_args(0, 1), GATHERS)
+case("gather_last_of_3d", lambda x, i: torch.gather(x, -1, index=i).exp(), gather_args(2, 1),
+     ((1, 1, 1), (2, 3, 5), (4, 33, 65)))
+case("gather_transposed_source", lambda x, i: x.t().gather(1, i) * 2,
+     lambda shape, dtype, device: (randn(shape[::-1], dtype, device), gather_args(1, 1)(shape, dtype, device)[1]),
+     GATHERS)
+
+
+def index_select_args(dim):
+    def make(shape, dtype, device):
+        return randn(shape, dtype, device), indices((shape[dim] * 2 + 1,), shape[dim], torch.int64, device)
+
+    return make
+
+
+case("index_select_dim0", lambda x, i: torch.index_select(x, 0, i) * 2, index_select_args(0), GATHERS)
+case("index_select_dim1", lambda x, i: x.index_select(1, i).sigmoid() + x[:, :1], index_select_args(1), GATHERS)
 
 # ---- attention --------------------------------------------------------------------------------------------------
 # (batch, seq, embed, heads); the module is an argument: one per shape and dtype, kept across calls (a new module

@@ -8,8 +8,8 @@
 //    "inputs" / "outputs": [{"dtype": "f32", "strides": [int], "offset": int (optional),
 //                            "valid": [dim, begin, end] (optional)}],
 //    "exprs": [{"op": "add", "dtype": "f32", "args": [int], "operand": int, "value": float,
-//               "range": [dim, begin, end]}],  (names as in expr_op_name / dtype_name; "args", "operand", "value"
-//               and "range" only where the op has them)
+//               "range": [dim, begin, end], "gather": [size, stride]}],  (names as in expr_op_name / dtype_name;
+//               "args", "operand", "value", "range" and "gather" only where the op has them)
 //    "stores": [[expr, output]]}
 #include <pybind11/stl.h>
 
@@ -91,6 +91,10 @@ cg::Kernel parse_kernel(const py::dict& spec) {
     if (d.contains("operand")) e.operand = d["operand"].cast<int>();
     if (d.contains("value")) e.constant = d["value"].cast<double>();
     if (d.contains("range")) e.range = parse_range(d["range"]);
+    if (d.contains("gather")) {
+      auto [size, stride] = d["gather"].cast<std::pair<int64_t, int64_t>>();
+      e.gather = {size, stride};
+    }
     k.exprs.push_back(std::move(e));
   }
   for (py::handle h : spec["stores"].cast<py::list>()) {

@@ -38,6 +38,12 @@ class Spec:
     def load(self, operand, dtype=None):
         return self._expr(op="load", dtype=dtype or self.d["inputs"][operand]["dtype"], operand=operand)
 
+    def gather(self, operand, index, size, stride, dtype=None):
+        """Input `operand` at the element's address plus `index`'s value (an expression) times `stride`, the index
+        checked against `size`."""
+        return self._expr(op="gather", dtype=dtype or self.d["inputs"][operand]["dtype"], operand=operand,
+                          args=[index], gather=[size, stride])
+
     def const(self, value, dtype="f32"):
         return self._expr(op="constant", dtype=dtype, value=float(value))
 
@@ -188,6 +194,18 @@ COMPARISONS = ["lt", "le", "gt", "ge", "eq", "ne"]
 FLOAT_DTYPES = ["f16", "bf16", "f32", "f64"]
 INT_DTYPES = ["u8", "i8", "i16", "i32", "i64"]
 ALL_DTYPES = ["bool"] + INT_DTYPES + FLOAT_DTYPES
+
+
+def embedding(n=3, t=5, v=1000, d=64, dtype="f32", index="i64", weight_strides=None, name="embedding"):
+    """emb(idx) * 2 + pos: a table [v, d] gathered by idx [n, t], with a positional table [t, d] added."""
+    s = Spec(name, [n, t, d])
+    ws = weight_strides or [d, 1]
+    idx = s.load(s.input(index, [t, 1, 0]))
+    row = s.gather(s.input(dtype, [0, 0, ws[1]]), idx, v, ws[0])
+    acc = "f32" if dtype in ("f16", "bf16") else dtype
+    scaled = s.op("mul", acc, s.op("cast", acc, row), s.const(2, acc))
+    s.pointwise_output(s.op("cast", dtype, s.op("add", acc, scaled, s.op("cast", acc, s.load(s.input(dtype, [0, d, 1]))))))
+    return s.spec
 
 
 def unary(op, dtype, shape=(1025,), name=None):

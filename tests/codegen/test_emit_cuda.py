@@ -548,6 +548,65 @@ def test_per_row_store_of_a_varying_value_is_rejected():
 
 
 # ---------------------------------------------------------------------------------------------------------
+# Gather: indirect loads (how lowering writes embedding, gather and index_select)
+
+
+def test_kernel_text_shows_gathers():
+    text = T.kernel_text(S.embedding(v=1000, d=64))
+    assert "  in1 f32 strides=[0,0,1]\n" in text
+    assert "  e1 = gather f32 in1 size=1000 stride=64 e0\n" in text
+
+
+def test_gather_checks_its_index_before_reading():
+    code, *_ = emit(S.embedding(n=3, t=5, v=1000, d=64, index="i32"))
+    assert "one element per thread and step" in code and "_groups" not in code  # scalar loop only
+    assert "const int32_t e0 = in0[c0 * 5 + c1];" in code or "const int32_t e0 = in0[" in code
+    check = "    if (e0 < 0 || e0 >= 1000) __trap();\n"
+    read = "    const float e1 = in1[c2 + (idx_t)e0 * 64];\n"
+    assert check in code and read in code and code.index(check) < code.index(read)
+    assert "32-bit indices" in code
+
+
+def test_gather_of_a_transposed_table():
+    code, *_ = emit(S.embedding(v=50, d=129, weight_strides=[1, 50]))
+    assert "if (e0 < 0 || e0 >= 50) __trap();" in code
+    assert "in1[c2 * 50 + (idx_t)e0 * 1]" in code
+
+
+def test_gather_reach_decides_the_index_width():
+    # 40000 rows of 65536: the output is small, but the table's last row lies past int32.
+    code, *_ = emit(S.embedding(n=1, t=2, v=40000, d=65536))
+    assert "64-bit indices" in code
+    code, *_ = emit(S.embedding(n=1, t=2, v=30000, d=65536))
+    assert "32-bit indices" in code
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d["exprs"][1].update(args=[1]), "later or missing"),
+    (lambda d: d["exprs"][1].update(operand=9), "missing input"),
+    (lambda d: d["inputs"][0].update(dtype="f32") or d["exprs"][0].update(dtype="f32"), "i32 or i64 index"),
+    (lambda d: d["inputs"][0].update(dtype="i16") or d["exprs"][0].update(dtype="i16"), "i32 or i64 index"),
+    (lambda d: d["inputs"][1].update(valid=[2, 0, 4]), "input with a range"),
+    (lambda d: d["exprs"][1].update(gather=[-1, 64]), "negative size or stride"),
+    (lambda d: d.update(kind="row_reduce"), "pointwise kernel"),
+])
+def test_malformed_gathers_are_rejected(mutate, message):
+    spec = S.embedding(n=2, t=3, v=10, d=8)
+    mutate(spec)
+    with pytest.raises(ValueError, match=message):
+        T.emit_kernel(spec)
+
+
+@pytest.mark.parametrize("dtype", S.FLOAT_DTYPES)
+@pytest.mark.parametrize("index", ["i32", "i64"])
+def test_compiles_gathers(nvrtc, dtype, index):
+    ptx = compile_ptx(nvrtc, [S.embedding(dtype=dtype, index=index), S.embedding(n=2, t=1025, v=50, d=129, dtype=dtype,
+                                                                                 index=index, name="odd_rows"),
+                              S.embedding(v=40000, d=65536, dtype=dtype, index=index, name="wide")])
+    assert "trap;" in ptx
+
+
+# ---------------------------------------------------------------------------------------------------------
 # NVRTC: every op, dtype and shape compiles for compute_90
 
 

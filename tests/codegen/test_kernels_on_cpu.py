@@ -2,6 +2,12 @@
 synchronised by barriers) and compared with torch on fresh random inputs, so CI without a GPU checks what the
 kernels compute (index arithmetic, shared memory, warp reductions, masks) and not only that NVRTC accepts them.
 The GPU tests (`gpu` marker) remain the word on the real hardware: libm and CUDA's math differ in the last bits."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
 import pytest
 import torch
 
@@ -82,3 +88,47 @@ def test_column_kernels_compute_what_torch_does(spec):
     inputs = G.random_inputs(spec, seed=5, device="cpu")
     for got, want in zip(run(spec, inputs), G.reference(spec, inputs)):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def embedding_inputs(n, t, v, d, index_dtype, bad=None):
+    """Storages of S.embedding's inputs: indices covering [0, v) (both ends), the table and the positions; `bad`
+    replaces one index."""
+    idx = torch.randint(0, v, (n * t,), dtype=index_dtype)
+    at = torch.randperm(n * t)[:2]
+    idx[at[0]], idx[at[1]] = v - 1, 0
+    if bad is not None:
+        idx[at[0]] = bad
+    return [idx, torch.randn(v * d), torch.randn(t * d)]
+
+
+@pytest.mark.parametrize("index", ["i32", "i64"])
+@pytest.mark.parametrize("n, t, v, d", [(1, 2, 7, 3), (3, 5, 50, 129), (2, 9, 1000, 64)])
+def test_gather_kernel_computes_embedding(n, t, v, d, index):
+    spec = S.embedding(n=n, t=t, v=v, d=d, index=index)
+    inputs = embedding_inputs(n, t, v, d, torch.int32 if index == "i32" else torch.int64)
+    (got,) = run(spec, inputs)
+    idx, table, pos = inputs[0].view(n, t).long(), inputs[1].view(v, d), inputs[2].view(t, d)
+    torch.testing.assert_close(got, table[idx] * 2 + pos, rtol=1e-6, atol=1e-6)
+
+
+def run_embedding_in_a_child(bad):
+    """Runs S.embedding with index `bad` in a child process (a trap ends it); returns the CompletedProcess."""
+    script = textwrap.dedent(f"""
+        import torch, test_kernels_on_cpu as K, codegen_specs as S
+        (got,) = K.run(S.embedding(n=3, t=5, v=50, d=8), K.embedding_inputs(3, 5, 50, 8, torch.int64, bad={bad}))
+        print("ran to the end", float(got.sum()))
+    """)
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([here] + [os.path.abspath(p) for p in sys.path if p]))
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=here,
+                          timeout=300)
+
+
+@pytest.mark.parametrize("bad", [None, -1, 50, 1 << 40], ids=["in_range", "negative", "size", "huge"])
+def test_gather_kernel_traps_on_an_index_out_of_range(bad):
+    """__trap() ends the CUDA context on a GPU; on the CPU (cuda_on_cpu.h) it aborts the process."""
+    r = run_embedding_in_a_child(bad)
+    if bad is None:
+        assert r.returncode == 0 and "ran to the end" in r.stdout, r.stderr[-2000:]
+    else:
+        assert r.returncode == -signal.SIGABRT and "ran to the end" not in r.stdout, (r.returncode, r.stderr[-2000:])

@@ -10,6 +10,7 @@ import warnings
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 import fastcomp
 from fastcomp import _C
@@ -201,6 +202,35 @@ def test_cat_along_a_symbolic_dimension_picks_its_pieces_by_size_parameters(rehe
     assert "in_range bool d1=[0,s1)" in rec["plan"]
     src = rec["cuda_source"]
     assert re.search(r"\(c1 < p\d\) \? in0\[", src) and re.search(r"\(c1 >= p\d\) \? in1\[", src), src
+
+
+def test_embedding_with_a_symbolic_batch_is_one_kernel(rehearse):
+    emb = nn.Embedding(50, 33)
+
+    def f(idx, pos):
+        return emb(idx) * 2 + pos
+
+    records = rehearse_compile(f, [(torch.randint(0, 50, (b, 7)), torch.randn(7, 33)) for b in (4, 9, 2)])
+    assert len(records) == 2  # static first, then the batch becomes a symbol
+    static, dynamic = records
+    assert backend_counts(static["backend"]) == backend_counts(dynamic["backend"]) == (1, 0, 0)
+    assert "kernel k0 pointwise shape=[s0,7,33]" in dynamic["plan"], dynamic["plan"]
+    assert "gather f32 in1 size=50 stride=33 e0" in dynamic["plan"]
+    src = dynamic["cuda_source"]
+    assert "if (e0 < 0 || e0 >= 50) __trap();" in src and "64-bit indices" in src
+
+
+def test_gather_from_a_table_of_symbolic_length_checks_against_a_parameter(rehearse):
+    def f(idx, table):
+        return F.embedding(idx, table) + 1
+
+    records = rehearse_compile(f, [(torch.randint(0, v, (3,)), torch.randn(v, 16)) for v in (10, 20, 13)],
+                               dynamic=True)
+    assert len(records) == 1
+    rec = records[0]
+    assert backend_counts(rec["backend"]) == (1, 0, 0)
+    assert re.search(r"gather f32 in1 size=s\d stride=s\d e0", rec["plan"]), rec["plan"]
+    assert re.search(r"if \(e0 < 0 \|\| e0 >= p\d\) __trap\(\);", rec["cuda_source"])
 
 
 def test_explain_shows_a_dynamic_graph_on_the_cuda_backend(rehearse):

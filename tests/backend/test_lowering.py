@@ -123,3 +123,80 @@ def test_w9_rope_line_is_one_kernel():
     assert "offset=32 valid d1=[0,32)" in kernel and "offset=-32 valid d1=[32,64)" in kernel, kernel
     assert "in_range bool d1=[0,32)" in kernel and "neg f32" in kernel, kernel
     assert "torch.cat" not in record["plan"]
+
+
+# ---- indirect loads ---------------------------------------------------------------------------------------------
+
+
+def ids(shape, n):
+    idx = torch.randint(0, n, shape)
+    idx.view(-1)[0], idx.view(-1)[-1] = n - 1, 0
+    return idx
+
+
+def kernels_of(plan):
+    """{name: text} of each kernel in a plan."""
+    return {m.group(1): m.group(0) for m in re.finditer(r"kernel (k\d+) \w+ shape=.*?(?=\n\n|\Z)", plan, re.S)}
+
+
+def test_embedding_module_is_one_kernel_with_its_epilogue():
+    emb = torch.nn.Embedding(100, 24, padding_idx=0)
+
+    def f(idx, pos):
+        return emb(idx) * 8**0.5 + pos
+
+    record = compile_and_check(f, (ids((4, 6), 100), torch.randn(6, 24)))
+    assert plan_counts(record) == (1, 0, 0), record["plan"]
+    assert "gather f32 in1 size=100 stride=24 e0" in record["plan"]
+    assert "if (e0 < 0 || e0 >= 100) __trap();" in record["cuda_source"]
+
+
+@pytest.mark.parametrize("fn", [
+    lambda i, w: torch.nn.functional.embedding(i, w, max_norm=1.0) * 2,
+    lambda i, w: torch.nn.functional.embedding(i, w, None, 2.0) * 2,
+], ids=["keyword", "positional"])
+def test_embedding_with_max_norm_stays_a_torch_call(fn):
+    record = compile_and_check(fn, (ids((5,), 10), torch.randn(10, 8)))
+    assert plan_counts(record) == (1, 0, 1), record["plan"]
+    assert "= torch.nn.functional.embedding" in record["plan"] and "gather" not in record["plan"]
+
+
+@pytest.mark.parametrize("fn, plan", [
+    (lambda i, w: torch.nn.functional.layer_norm(torch.nn.functional.embedding(i, w) * 2, w.shape[-1:]), (2, 0, 0)),
+    (lambda i, w: torch.softmax(torch.nn.functional.embedding(i, w), -1), (2, 0, 0)),
+    (lambda i, w: torch.nn.functional.embedding(i, w).sum(0) + 1, (2, 0, 0)),
+    (lambda i, w: torch.nn.functional.embedding(i, w).exp().sum(-1), (2, 0, 0)),
+], ids=["layer_norm", "softmax", "column_sum", "row_sum"])
+def test_gathered_values_are_written_before_a_reduction(fn, plan):
+    record = compile_and_check(fn, (ids((6,), 30), torch.randn(30, 40)))
+    assert plan_counts(record) == plan, record["plan"]
+    kernels = kernels_of(record["plan"])
+    gathering = [name for name, text in kernels.items() if "gather" in text]
+    assert gathering == ["k0"] and "pointwise" in kernels["k0"], record["plan"]
+    assert all("gather" not in text for name, text in kernels.items() if "reduce" in text)
+
+
+def test_a_gathered_cat_piece_is_written_first():
+    def f(i, w, x):
+        return torch.cat((torch.nn.functional.embedding(i, w), x), -1) * 2
+
+    record = compile_and_check(f, (ids((6,), 30), torch.randn(30, 8), torch.randn(6, 5)))
+    assert plan_counts(record) == (2, 0, 0), record["plan"]
+
+
+def test_gather_with_a_computed_index_reads_it_from_memory():
+    def f(x, i):
+        return x.gather(1, (i * 2) // 3) * 2
+
+    record = compile_and_check(f, (torch.randn(4, 9), ids((4, 3), 9)))
+    assert plan_counts(record) == (2, 0, 0), record["plan"]
+    assert "gather f32" in kernels_of(record["plan"])["k1"]
+
+
+def test_gather_of_a_lazy_source_materialises_it_first():
+    def f(x, i):
+        return torch.index_select(x.exp(), 1, i) + 1
+
+    record = compile_and_check(f, (torch.randn(4, 9), ids((11,), 9)))
+    assert plan_counts(record) == (2, 0, 0), record["plan"]
+    assert "index_select" not in record["plan"]

@@ -107,6 +107,21 @@ def _layer():
     return TransformerLayer().eval()
 
 
+class _Embed(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.tokens, self.positions = torch.nn.Embedding(50, 33), torch.nn.Embedding(7, 33)
+
+    def forward(self, idx, positions):
+        return self.tokens(idx) * 2 + self.positions(positions)
+
+
+def _ids(n):
+    idx = torch.randint(0, 50, (n, 7))
+    idx[0, 0], idx[-1, -1] = 49, 0
+    return idx, torch.arange(7).expand(n, 7)
+
+
 # Dynamic shapes: one plan with symbolic sizes serves every call; each call's run of it is checked.
 @pytest.mark.parametrize("make_fn, make_inputs, sizes", [
     (lambda: _cat, lambda n: (torch.randn(3, n), torch.randn(3, n + 5)), (8, 13, 1, 6)),
@@ -114,7 +129,9 @@ def _layer():
     (_mlp, lambda n: (torch.randn(n, 64),), (8, 1, 5, 17)),
     (lambda: _column_stats, lambda n: (torch.randn(n, 6, 40, 3),), (8, 13, 1)),
     (_layer, lambda n: (torch.randn(2, n, 512),), (16, 9, 3)),
-], ids=["cat", "softmax_and_products", "mlp", "column_stats", "w7_layer"])
+    (_Embed, _ids, (8, 1, 13)),
+    (lambda: lambda x, i: x.index_select(0, i) * 2, lambda n: (torch.randn(9, 5), torch.randint(0, 9, (n,))), (8, 1, 13)),
+], ids=["cat", "softmax_and_products", "mlp", "column_stats", "w7_layer", "embedding", "index_select"])
 def test_dynamic_plan_computes_what_torch_does_at_every_size(make_fn, make_inputs, sizes, observer):
     torch.manual_seed(0)
     compiled = fastcomp.compile(make_fn(), dynamic=True)

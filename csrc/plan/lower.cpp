@@ -481,8 +481,11 @@ const Cluster* Lowerer::lazy_cluster(graph::NodeId id) {
   return c->sealed() ? nullptr : c;
 }
 
-void Lowerer::value_in_space(const graph::Node& n, const Sizes& space, const std::function<int(Cluster&)>& build) {
+void Lowerer::value_in_space(const graph::Node& n, const Sizes& space, const std::function<int(Cluster&)>& build,
+                             graph::NodeId prefer) {
   int target = -1;
+  if (const Cluster* c = prefer >= 0 ? lazy_cluster(prefer) : nullptr; c && !c->reduces() && c->space() == space)
+    target = values_[prefer].cluster;
   for (size_t c = clusters_.size(); c-- > 0 && target < 0;)
     if (merged_into_[c] < 0 && !clusters_[c]->sealed() && !clusters_[c]->reduces() &&
         clusters_[c]->space() == space)

@@ -30,40 +30,50 @@ Sizes strides_of(const Buffer& b) {
   return out;
 }
 
-// How the source and the index are addressed over the result's space, from their buffers: the source with stride 0
-// along the gathered dimension.
-struct Addressing {
-  Sizes source, index;
-};
-using Place = std::function<Addressing(const Buffer& source, const Buffer& index)>;
+// How a buffer (the source, the index) is addressed over the result's space; the source with stride 0 along the
+// gathered dimension.
+using Place = std::function<Sizes(const Buffer&)>;
 
-// Node n's value is source gathered along `dim` by `index` (both tensor nodes), addressed as `place` says.
+// Node n's value is source gathered along `dim` by `index` (both tensor nodes), the source addressed as
+// `place_source` says, the index as `place_index` says, or (null) at the result's own coordinates: then an index
+// still lazy over the result's space (torch.gather's (i * 2).clamp(max=8)) joins the kernel as it is.
 bool lower_gather(Lowerer& L, const graph::Node& n, graph::NodeId source, graph::NodeId index, int dim,
-                  const Place& place) {
+                  const Place& place_source, const Place& place_index) {
   const DType index_dtype = L.node_dtype(index);
   if (index_dtype != DType::I32 && index_dtype != DType::I64) return false;
-  const Buffer src = L.buffer(L.buffer_for(source));
-  const Buffer idx = L.buffer(L.buffer_for(index));
-  const codegen::GatherAxis axis{src.sizes[dim], src.strides[dim]};
-  const Addressing a = place(src, idx);
+  const Buffer src = L.buffer(L.buffer_for(source));  // first: reading it may seal the index's cluster
   const Sizes out = meta_sizes(n.meta);
-  L.value_in_space(n, out, [&](Cluster& c) {
-    if (codegen::product(out) == 0) return c.constant(src.dtype, 0);  // no element is ever computed
-    const int i = c.load(idx.root, idx.dtype, a.index, idx.offset);
-    return c.gather(src.root, src.dtype, a.source, src.offset, i, axis);
-  });
+  const Cluster* lazy = place_index ? nullptr : L.lazy_cluster(index);
+  const bool fused = lazy && !lazy->reduces() && lazy->space() == out;
+  const Buffer idx = fused ? Buffer{} : L.buffer(L.buffer_for(index));
+  const codegen::GatherAxis axis{src.sizes[dim], src.strides[dim]};
+  L.value_in_space(
+      n, out,
+      [&](Cluster& c) {
+        if (codegen::product(out) == 0) return c.constant(src.dtype, 0);  // no element is ever computed
+        const int i = fused ? L.value(index).expr
+                            : c.load(idx.root, idx.dtype, place_index ? place_index(idx) : strides_of(idx), idx.offset);
+        return c.gather(src.root, src.dtype, place_source(src), src.offset, i, axis);
+      },
+      fused ? index : -1);
   return true;
 }
 
 // out[..., d] = weight[input[...], d].
 bool embedding(Lowerer& L, const graph::Node& n, const graph::Arg* input, const graph::Arg* weight) {
   if (!tensor_arg(L, input) || !tensor_arg(L, weight) || L.node(weight->node).meta.sizes.size() != 2) return false;
-  return lower_gather(L, n, weight->node, input->node, 0, [](const Buffer& w, const Buffer& i) {
-    Addressing a{Sizes(i.sizes.size(), Size(0)), strides_of(i)};
-    a.source.push_back(strides_of(w)[1]);
-    a.index.push_back(0);
-    return a;
-  });
+  return lower_gather(
+      L, n, weight->node, input->node, 0,
+      [&](const Buffer& w) {
+        Sizes s(L.node(input->node).meta.sizes.size(), Size(0));
+        s.push_back(strides_of(w)[1]);
+        return s;
+      },
+      [](const Buffer& i) {
+        Sizes s = strides_of(i);
+        s.push_back(0);
+        return s;
+      });
 }
 
 // F.embedding(input, weight, padding_idx, max_norm, ...) and the op it calls, torch.embedding(weight, indices,
@@ -90,12 +100,16 @@ bool lower_torch_gather(Lowerer& L, const graph::Node& n) {
   const size_t rank = L.node(input->node).meta.sizes.size();
   const std::optional<int> dim = dim_of(args.get(1, "dim"), rank);
   if (!dim || L.node(index->node).meta.sizes.size() != rank) return false;
-  return lower_gather(L, n, input->node, index->node, *dim, [&](const Buffer& x, const Buffer& i) {
-    Addressing a{x.strides, strides_of(i)};
-    for (size_t d = 0; d < rank; ++d)
-      if (i.sizes[d] == 1 || static_cast<int>(d) == *dim) a.source[d] = 0;
-    return a;
-  });
+  const Sizes index_sizes = meta_sizes(L.node(index->node).meta);
+  return lower_gather(
+      L, n, input->node, index->node, *dim,
+      [&](const Buffer& x) {
+        Sizes s = x.strides;
+        for (size_t d = 0; d < rank; ++d)
+          if (index_sizes[d] == 1 || static_cast<int>(d) == *dim) s[d] = 0;
+        return s;
+      },
+      nullptr);
 }
 
 // torch.index_select(input, dim, index): out is input with dimension dim replaced by index's length, out[c] =
@@ -108,12 +122,18 @@ bool lower_index_select(Lowerer& L, const graph::Node& n) {
   if (!tensor_arg(L, input) || !tensor_arg(L, index)) return false;
   const std::optional<int> dim = dim_of(args.get(1, "dim"), L.node(input->node).meta.sizes.size());
   if (!dim || L.node(index->node).meta.sizes.size() != 1) return false;
-  return lower_gather(L, n, input->node, index->node, *dim, [&](const Buffer& x, const Buffer& i) {
-    Addressing a{strides_of(x), Sizes(x.sizes.size(), Size(0))};
-    a.source[*dim] = 0;
-    a.index[*dim] = strides_of(i)[0];
-    return a;
-  });
+  return lower_gather(
+      L, n, input->node, index->node, *dim,
+      [&](const Buffer& x) {
+        Sizes s = strides_of(x);
+        s[*dim] = 0;
+        return s;
+      },
+      [&](const Buffer& i) {
+        Sizes s(L.node(input->node).meta.sizes.size(), Size(0));
+        s[*dim] = strides_of(i)[0];
+        return s;
+      });
 }
 
 }  // namespace

@@ -112,9 +112,11 @@ class Lowerer {
 
   // The open cluster whose expression (value(id).expr) node `id`'s per-element value is, or null.
   const Cluster* lazy_cluster(graph::NodeId id);
-  // Node `n`'s value is build(cluster), an expression over `space` that may use ranges (lower_cat.cpp): in an
-  // open pointwise cluster over that space (one kernel then reads what both need), else in a new one.
-  void value_in_space(const graph::Node& n, const Sizes& space, const std::function<int(Cluster&)>& build);
+  // Node `n`'s value is build(cluster), an expression over `space` that may use ranges (lower_cat.cpp) or gathers
+  // (lower_gather.cpp): in an open pointwise cluster over that space (one kernel then reads what both need), the
+  // one `prefer` is lazy in when it is one, else in a new one.
+  void value_in_space(const graph::Node& n, const Sizes& space, const std::function<int(Cluster&)>& build,
+                      graph::NodeId prefer = -1);
 
   // The value of node `id` in a buffer of its own (materialising it if needed); for a consumer outside its
   // cluster, so the producing cluster is sealed.

@@ -310,6 +310,9 @@ case("gather_dim1", lambda x, i: x.gather(1, i) + 1, gather_args(1, 1), GATHERS)
 case("gather_dim0", lambda x, i: torch.gather(x, 0, i) * 2, gather_args(0, 1), GATHERS)
 case("gather_last_of_3d", lambda x, i: torch.gather(x, -1, index=i).exp(), gather_args(2, 1),
      ((1, 1, 1), (2, 3, 5), (4, 33, 65)))
+# An index computed over the result's space joins the gathering kernel.
+case("gather_computed_index", lambda x, i: x.gather(1, (i * 2).clamp(max=x.shape[1] - 1)) + 1, gather_args(1, 1),
+     GATHERS)
 case("gather_transposed_source", lambda x, i: x.t().gather(1, i) * 2,
      lambda shape, dtype, device: (randn(shape[::-1], dtype, device), gather_args(1, 1)(shape, dtype, device)[1]),
      GATHERS)

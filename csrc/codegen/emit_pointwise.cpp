@@ -13,11 +13,16 @@
 // where every group lies wholly inside or outside each range: groups never cross a row of the innermost dimension,
 // and a range on that dimension starts and ends at multiples of `vec`. Otherwise the scalar loop does everything.
 //
-// Gathers (indirect loads, embedding's weight[idx[...], d]) read their element only after their index is computed
-// and checked, inside the element's statements: a kernel with a live Gather runs the scalar loop only.
+// Gathers (indirect loads, embedding's weight[idx[...], d]) read their element only after their index is checked.
+// The vector loop takes a kernel with gathers only where each gather's index is a plain load that is the same for
+// the whole group (embedding's index along a row of the table): the group's index is loaded and checked, then
+// the gathered operand's group read with one vector load from the row it picks. Otherwise (an index varying
+// within a group, as x.gather(1, idx) along the last dimension, or computed) the scalar loop does everything,
+// computing and checking each element's index before reading its element.
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 
 #include "codegen/emit_internal.h"
 #include "codegen/expr_emitter.h"
@@ -45,10 +50,11 @@ enum class Lane : uint8_t {
 struct Plan {
   Collapsed space;              // operands: inputs then outputs
   std::vector<bool> live;       // expressions some store needs
-  std::vector<bool> used;       // operands the kernel touches (inputs read by a live Load, stored outputs)
+  std::vector<bool> used;       // operands the kernel touches (inputs read by a live Load or Gather, stored outputs)
+  std::vector<bool> loaded;     // inputs read by a live Load
   std::vector<DimRange> ranges; // of used inputs and live InRange expressions, where they restrict anything
   std::vector<bool> range_dims; // per dimension of space.shape: one a range is on
-  bool gathers = false;         // some live expression is a Gather (scalar loop only)
+  std::vector<int> gathers;     // live Gather expressions
   int vec = 1;                  // elements per vector step; 1 = scalar loop only
   int groups = 1;               // vector groups a thread takes per step
   std::vector<Lane> lanes;      // per operand, when vec > 1
@@ -72,9 +78,14 @@ bool groups_respect_ranges(const Kernel& k, const Plan& p, int vec) {
 
 // The widest group size every used operand allows, with the lane each operand takes; vec = 1 when none does.
 void choose_vector(const Kernel& k, Plan& p) {
+  // 16 bytes of the widest operand that varies along the innermost dimension; one that does not (a broadcast, an
+  // embedding's i64 index along a row of the table) is one element per group whatever its width.
   int widest = 1;
-  for (size_t o = 0; o < p.used.size(); ++o)
-    if (p.used[o]) widest = std::max(widest, dtype_size(operand(k, o).dtype));
+  for (size_t o = 0; o < p.used.size(); ++o) {
+    const Access a = classify(p.space, o);
+    const bool shared = a == Access::Broadcast || (a == Access::Strided && p.space.strides[o].back() == 0);
+    if (p.used[o] && !shared) widest = std::max(widest, dtype_size(operand(k, o).dtype));
+  }
   const int vec = 16 / widest;
   const Sizes& shape = p.space.shape;
   if (vec == 1 || (p.n.is_static() && p.n.hint() < vec) || !groups_respect_ranges(k, p, vec)) return;
@@ -100,6 +111,16 @@ void choose_vector(const Kernel& k, Plan& p) {
         !known_multiple(valid.begin * operand(k, o).strides[valid.dim], vec))
       return;
   }
+  // A gather joins the vector loop when its index is one plain load for the whole group and its rows start at
+  // group boundaries (see the top of the file).
+  for (int g : p.gathers) {
+    const Expr& e = k.exprs[g];
+    const Expr& index = k.exprs[e.args[0]];
+    if (index.op != ExprOp::Load || index.dtype != k.inputs[index.operand].dtype ||
+        k.inputs[index.operand].valid.dim >= 0 || p.lanes[index.operand] != Lane::Shared)
+      return;
+    if (p.lanes[e.operand] == Lane::Vector && !known_multiple(e.gather.stride, vec)) return;
+  }
   // Groups pay off only through vector accesses; with none (everything broadcast) stay scalar.
   if (std::find(p.lanes.begin(), p.lanes.end(), Lane::Vector) != p.lanes.end()) p.vec = vec;
   p.groups = std::clamp(kElementsPerStep / p.vec, 1, kMaxGroupsPerThread);
@@ -110,21 +131,34 @@ std::string guard(const Kernel& k, const Plan& p, size_t o) {
   return range_condition(p.space, k.inputs[o].valid, k.shape, "c", *p.params);
 }
 
-// Statements computing every live expression of one element, given the text of each input's element.
+// Statements computing every live expression of one element, given the text of each input's element and, in the
+// vector loop, of each Gather's (`gathered`; empty: the scalar loop reads and checks them here).
 template <typename LoadText>
 std::string element_statements(const Kernel& k, const Plan& p, LoadText load, const std::string& row_index,
-                               const std::string& indent) {
+                               const std::string& indent,
+                               const std::function<std::string(int)>& gathered = nullptr) {
+  // In the vector loop a gather's index was used by its group's loads already: what only it needs is not computed.
+  std::vector<bool> live = p.live;
+  if (gathered) {
+    std::fill(live.begin(), live.end(), false);
+    for (const Store& s : k.stores) live[s.expr] = true;
+    for (size_t i = k.exprs.size(); i-- > 0;)
+      if (live[i] && k.exprs[i].op != ExprOp::Gather)
+        for (int a : k.exprs[i].args) live[a] = p.live[a];
+  }
   std::string out;
   for (size_t i = 0; i < k.exprs.size(); ++i) {
-    if (!p.live[i]) continue;
+    if (!live[i]) continue;
     const Expr& e = k.exprs[i];
     std::string leaf, when;
     if (e.op == ExprOp::Load) {
       leaf = load(e.operand);
       when = guard(k, p, e.operand);
     }
-    if (e.op == ExprOp::Gather) {
-      // Only the scalar loop has gathers: its element is linear index i (emit_pointwise).
+    if (e.op == ExprOp::Gather && gathered) {
+      leaf = gathered(static_cast<int>(i));  // loaded (and its index checked) with the group's loads
+    } else if (e.op == ExprOp::Gather) {
+      // The scalar loop: the element is linear index i.
       const std::string at =
           offset_text(p.space, e.operand, "i", "c", k.inputs[e.operand].storage_offset, *p.params);
       leaf = fmt::format("in{}[{} + (idx_t){} * {}]", e.operand, at, value_name(e.args[0]),
@@ -179,7 +213,7 @@ std::string vector_function(const Kernel& k, const Plan& p, const std::string& i
   };
   std::string loads;
   for (size_t o = 0; o < n_in; ++o) {
-    if (!p.used[o]) continue;
+    if (!p.loaded[o]) continue;  // a gathered-only operand is read below
     const char* t = dtype_c_type(k.inputs[o].dtype);
     // Outside its range an input is not read; its value there is 0 (expr_statement), so the registers stay unset.
     const std::string when = guard(k, p, o);
@@ -192,13 +226,33 @@ std::string vector_function(const Kernel& k, const Plan& p, const std::string& i
       loads += fmt::format("{}a{}[w] = in{}[{}];\n", at, o, o, offset(o));
     }
   }
+  // Each gather's group: its index (a shared plain load, choose_vector) checked, then its row's elements.
+  for (int g : p.gathers) {
+    const Expr& e = k.exprs[g];
+    const int o = e.operand;
+    const std::string index = fmt::format("a{}[w]", k.exprs[e.args[0]].operand);
+    const std::string at = fmt::format("in{} + {} + (idx_t){} * {}", o, offset(o), index,
+                                       p.params->text(e.gather.stride));
+    loads += fmt::format("        if ({0} < 0 || {0} >= {1}) __trap();\n", index, p.params->text(e.gather.size));
+    const char* t = dtype_c_type(k.inputs[o].dtype);
+    if (p.lanes[o] == Lane::Vector) {
+      body += fmt::format("    {} g{}[{}][{}];\n", t, g, groups, v);
+      loads += fmt::format("        fc_load<{}, kVector>({}, g{}[w]);\n", v, at, g);
+    } else {
+      body += fmt::format("    {} g{}[{}];\n", t, g, groups);
+      loads += fmt::format("        g{}[w] = *({});\n", g, at);
+    }
+  }
   body += each_group(inputs, guard_dims, false) + loads + "      }\n    }\n" +
           each_group(outputs, p.range_dims, row_index);
   for (const Store& s : k.stores)
     body += fmt::format("        {} r{}[{}];\n", dtype_c_type(k.outputs[s.output].dtype), s.output, v);
   body += fmt::format("#pragma unroll\n        for (int u = 0; u < {}; ++u) {{\n", v);
   auto load = [&](int o) { return "a" + std::to_string(o) + (p.lanes[o] == Lane::Vector ? "[w][u]" : "[w]"); };
-  body += element_statements(k, p, load, "(int64_t)(i + u)", "          ");
+  auto gathered = [&](int g) {
+    return "g" + std::to_string(g) + (p.lanes[k.exprs[g].operand] == Lane::Vector ? "[w][u]" : "[w]");
+  };
+  body += element_statements(k, p, load, "(int64_t)(i + u)", "          ", gathered);
   for (const Store& s : k.stores) body += fmt::format("          r{}[u] = {};\n", s.output, stored_value(k, s));
   body += "        }\n";
   for (const Store& s : k.stores)
@@ -238,11 +292,13 @@ KernelSource emit_pointwise(const Kernel& k, const DeviceLimits& limits) {
   p.n = numel(k.shape);
   p.live = live_exprs(k);
   p.used.assign(strides.size(), false);
+  p.loaded.assign(k.inputs.size(), false);
   for (size_t i = 0; i < k.exprs.size(); ++i) {
     if (!p.live[i]) continue;
     const Expr& e = k.exprs[i];
     if (e.op == ExprOp::Load || e.op == ExprOp::Gather) p.used[e.operand] = true;
-    p.gathers |= e.op == ExprOp::Gather;
+    if (e.op == ExprOp::Load) p.loaded[e.operand] = true;
+    if (e.op == ExprOp::Gather) p.gathers.push_back(static_cast<int>(i));
     if (e.op == ExprOp::InRange && restricts(e.range, k.shape)) p.ranges.push_back(e.range);
   }
   for (size_t o = 0; o < k.inputs.size(); ++o)
@@ -254,7 +310,7 @@ KernelSource emit_pointwise(const Kernel& k, const DeviceLimits& limits) {
   p.range_dims.assign(p.space.shape.size(), false);
   for (const DimRange& r : p.ranges)
     if (p.space.dim_of[r.dim] >= 0) p.range_dims[p.space.dim_of[r.dim]] = true;
-  if (!p.gathers) choose_vector(k, p);
+  choose_vector(k, p);
 
   // A grid-stride loop over a few waves of resident blocks (fewer when the work is small): enough blocks that
   // the block scheduler evens out the tail, few enough that each thread streams several steps. With a symbolic
@@ -282,9 +338,8 @@ KernelSource emit_pointwise(const Kernel& k, const DeviceLimits& limits) {
   }
   // A gathered element lies up to (size - 1) * stride past the operand's own offset (the index is checked first).
   bool gather_symbolic = false;
-  for (size_t i = 0; i < k.exprs.size(); ++i) {
+  for (int i : p.gathers) {
     const Expr& e = k.exprs[i];
-    if (!p.live[i] || e.op != ExprOp::Gather) continue;
     gather_symbolic |= !e.gather.size.is_static() || !e.gather.stride.is_static();
     const int64_t reach = std::max<int64_t>(e.gather.size.hint() - 1, 0) * e.gather.stride.hint();
     max_index = std::max(max_index,

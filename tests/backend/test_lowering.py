@@ -148,7 +148,8 @@ def test_embedding_module_is_one_kernel_with_its_epilogue():
     record = compile_and_check(f, (ids((4, 6), 100), torch.randn(6, 24)))
     assert plan_counts(record) == (1, 0, 0), record["plan"]
     assert "gather f32 in1 size=100 stride=24 e0" in record["plan"]
-    assert "if (e0 < 0 || e0 >= 100) __trap();" in record["cuda_source"]
+    assert "if (a0[w] < 0 || a0[w] >= 100) __trap();" in record["cuda_source"]  # per group of 4 elements
+    assert re.search(r"fc_load<4, kVector>\(in1 \+ c\d \+ \(idx_t\)a0\[w\] \* 24, g\d\[w\]\);", record["cuda_source"])
 
 
 @pytest.mark.parametrize("fn", [

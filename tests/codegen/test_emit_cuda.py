@@ -558,13 +558,41 @@ def test_kernel_text_shows_gathers():
 
 
 def test_gather_checks_its_index_before_reading():
-    code, *_ = emit(S.embedding(n=3, t=5, v=1000, d=64, index="i32"))
-    assert "one element per thread and step" in code and "_groups" not in code  # scalar loop only
-    assert "const int32_t e0 = in0[c0 * 5 + c1];" in code or "const int32_t e0 = in0[" in code
+    code, *_ = emit(S.embedding(n=3, t=5, v=1000, d=65, index="i32"))  # odd rows: the scalar loop
+    assert "one element per thread and step" in code and "_groups" not in code
+    assert "    const int32_t e0 = in0[c0 * 5 + c1];\n" in code
     check = "    if (e0 < 0 || e0 >= 1000) __trap();\n"
-    read = "    const float e1 = in1[c2 + (idx_t)e0 * 64];\n"
+    read = "    const float e1 = in1[c2 + (idx_t)e0 * 65];\n"
     assert check in code and read in code and code.index(check) < code.index(read)
     assert "32-bit indices" in code
+
+
+def test_gathered_rows_are_read_a_group_at_a_time_after_the_groups_index_is_checked():
+    code, *_ = emit(S.embedding(n=3, t=5, v=1000, d=64, index="i32"))
+    assert "groups of 4 elements" in code
+    check = "        if (a0[w] < 0 || a0[w] >= 1000) __trap();\n"
+    read = "        fc_load<4, kVector>(in1 + c2 + (idx_t)a0[w] * 64, g1[w]);\n"
+    assert check in code and read in code and code.index("a0[w] = in0[c0 * 5 + c1];") < code.index(check) < code.index(read)
+    assert "const float e1 = g1[w][u];" in code and "e0 = a0[w]" not in code  # the index is not recomputed
+    ops = [o for o, _, _ in T.vector_operands(S.embedding(n=3, t=5, v=1000, d=64, index="i32"))]
+    assert 1 in ops and 0 not in ops  # the table's rows are vector loads; the shared index is not
+
+
+@pytest.mark.parametrize("spec", [
+    S.embedding(n=3, t=5, v=1000, d=64, weight_strides=[66, 1]),  # rows that start mid-vector (groups of 4)
+    S.embedding(n=3, t=5, v=50, d=64, weight_strides=[1, 50]),    # a transposed table
+], ids=["row_stride_66", "transposed"])
+def test_gathers_whose_groups_cannot_be_vectors_take_the_scalar_loop(spec):
+    code, *_ = emit(spec)
+    assert "one element per thread and step" in code and "__trap();" in code
+
+
+def test_a_gather_whose_index_varies_along_the_group_takes_the_scalar_loop():
+    s = S.Spec("gather_last", [8, 64])  # x.gather(1, idx): each element its own index
+    idx = s.load(s.input("i64"))
+    s.pointwise_output(s.gather(s.input("f32", [64, 0]), idx, 64, 1))
+    code, *_ = emit(s.spec)
+    assert "one element per thread and step" in code and "if (e0 < 0 || e0 >= 64) __trap();" in code
 
 
 def test_gather_of_a_transposed_table():

@@ -111,11 +111,12 @@ def test_gather_kernel_computes_embedding(n, t, v, d, index):
     torch.testing.assert_close(got, table[idx] * 2 + pos, rtol=1e-6, atol=1e-6)
 
 
-def run_embedding_in_a_child(bad):
-    """Runs S.embedding with index `bad` in a child process (a trap ends it); returns the CompletedProcess."""
+def run_embedding_in_a_child(bad, d):
+    """Runs S.embedding (rows of d) with index `bad` in a child process (a trap ends it); returns the
+    CompletedProcess."""
     script = textwrap.dedent(f"""
         import torch, test_kernels_on_cpu as K, codegen_specs as S
-        (got,) = K.run(S.embedding(n=3, t=5, v=50, d=8), K.embedding_inputs(3, 5, 50, 8, torch.int64, bad={bad}))
+        (got,) = K.run(S.embedding(n=3, t=5, v=50, d={d}), K.embedding_inputs(3, 5, 50, {d}, torch.int64, bad={bad}))
         print("ran to the end", float(got.sum()))
     """)
     here = os.path.dirname(os.path.abspath(__file__))
@@ -124,10 +125,11 @@ def run_embedding_in_a_child(bad):
                           timeout=300)
 
 
+@pytest.mark.parametrize("d", [8, 7], ids=["vector_loop", "scalar_loop"])
 @pytest.mark.parametrize("bad", [None, -1, 50, 1 << 40], ids=["in_range", "negative", "size", "huge"])
-def test_gather_kernel_traps_on_an_index_out_of_range(bad):
+def test_gather_kernel_traps_on_an_index_out_of_range(bad, d):
     """__trap() ends the CUDA context on a GPU; on the CPU (cuda_on_cpu.h) it aborts the process."""
-    r = run_embedding_in_a_child(bad)
+    r = run_embedding_in_a_child(bad, d)
     if bad is None:
         assert r.returncode == 0 and "ran to the end" in r.stdout, r.stderr[-2000:]
     else:

@@ -76,19 +76,11 @@ bool groups_respect_ranges(const Kernel& k, const Plan& p, int vec) {
   return true;
 }
 
-// The widest group size every used operand allows, with the lane each operand takes; vec = 1 when none does.
-void choose_vector(const Kernel& k, Plan& p) {
-  // 16 bytes of the widest operand that varies along the innermost dimension; one that does not (a broadcast, an
-  // embedding's i64 index along a row of the table) is one element per group whatever its width.
-  int widest = 1;
-  for (size_t o = 0; o < p.used.size(); ++o) {
-    const Access a = classify(p.space, o);
-    const bool shared = a == Access::Broadcast || (a == Access::Strided && p.space.strides[o].back() == 0);
-    if (p.used[o] && !shared) widest = std::max(widest, dtype_size(operand(k, o).dtype));
-  }
-  const int vec = 16 / widest;
+// Groups of `vec` elements, when every used operand allows them: sets the lane each operand takes (and p.vec when
+// some lane is a vector) and returns true; false when some operand does not.
+bool try_vector(const Kernel& k, Plan& p, int vec) {
   const Sizes& shape = p.space.shape;
-  if (vec == 1 || (p.n.is_static() && p.n.hint() < vec) || !groups_respect_ranges(k, p, vec)) return;
+  if (vec == 1 || (p.n.is_static() && p.n.hint() < vec) || !groups_respect_ranges(k, p, vec)) return false;
   p.lanes.assign(p.used.size(), Lane::Shared);
   for (size_t o = 0; o < p.used.size(); ++o) {
     if (!p.used[o]) continue;
@@ -98,9 +90,9 @@ void choose_vector(const Kernel& k, Plan& p) {
       case Access::Strided: {
         const Strides& s = p.space.strides[o];
         // Only facts true for every size: a symbolic innermost dimension vectorises when it is a multiple of vec.
-        if (!known_multiple(shape.back(), vec) || (s.back() != 0 && s.back() != 1)) return;
+        if (!known_multiple(shape.back(), vec) || (s.back() != 0 && s.back() != 1)) return false;
         for (size_t d = 0; d + 1 < s.size(); ++d)
-          if (s.back() == 1 && !known_multiple(s[d], vec)) return;  // a group's start must stay vector-aligned
+          if (s.back() == 1 && !known_multiple(s[d], vec)) return false;  // a group's start must stay vector-aligned
         p.lanes[o] = s.back() == 1 ? Lane::Vector : Lane::Shared;
       }
     }
@@ -109,7 +101,7 @@ void choose_vector(const Kernel& k, Plan& p) {
     const DimRange& valid = operand(k, o).valid;
     if (p.lanes[o] == Lane::Vector && valid.dim >= 0 &&
         !known_multiple(valid.begin * operand(k, o).strides[valid.dim], vec))
-      return;
+      return false;
   }
   // A gather joins the vector loop when its index is one plain load for the whole group and its rows start at
   // group boundaries (see the top of the file).
@@ -118,12 +110,29 @@ void choose_vector(const Kernel& k, Plan& p) {
     const Expr& index = k.exprs[e.args[0]];
     if (index.op != ExprOp::Load || index.dtype != k.inputs[index.operand].dtype ||
         k.inputs[index.operand].valid.dim >= 0 || p.lanes[index.operand] != Lane::Shared)
-      return;
-    if (p.lanes[e.operand] == Lane::Vector && !known_multiple(e.gather.stride, vec)) return;
+      return false;
+    if (p.lanes[e.operand] == Lane::Vector && !known_multiple(e.gather.stride, vec)) return false;
   }
   // Groups pay off only through vector accesses; with none (everything broadcast) stay scalar.
   if (std::find(p.lanes.begin(), p.lanes.end(), Lane::Vector) != p.lanes.end()) p.vec = vec;
   p.groups = std::clamp(kElementsPerStep / p.vec, 1, kMaxGroupsPerThread);
+  return true;
+}
+
+// The widest group size every used operand allows, with the lane each operand takes; vec = 1 when none does.
+// Groups are 16 bytes of the widest operand that varies along the innermost dimension: one that does not (a
+// broadcast, an embedding's i64 index along a row of the table) is one element per group whatever its width.
+// Where those groups do not fit (a row length of 6 and groups of 4), 16 bytes of the widest operand of all.
+void choose_vector(const Kernel& k, Plan& p) {
+  int widest_varying = 1, widest = 1;
+  for (size_t o = 0; o < p.used.size(); ++o) {
+    if (!p.used[o]) continue;
+    const Access a = classify(p.space, o);
+    const bool shared = a == Access::Broadcast || (a == Access::Strided && p.space.strides[o].back() == 0);
+    widest = std::max(widest, dtype_size(operand(k, o).dtype));
+    if (!shared) widest_varying = std::max(widest_varying, dtype_size(operand(k, o).dtype));
+  }
+  if (!try_vector(k, p, 16 / widest_varying) && widest != widest_varying) try_vector(k, p, 16 / widest);
 }
 
 // The condition under which input o may be read, on the coordinates named c<d>; "" for everywhere.

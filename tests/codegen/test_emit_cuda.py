@@ -578,8 +578,16 @@ def test_gathered_rows_are_read_a_group_at_a_time_after_the_groups_index_is_chec
     assert 1 in ops and 0 not in ops  # the table's rows are vector loads; the shared index is not
 
 
+def test_group_width_comes_from_the_operands_that_vary_along_a_group():
+    # An i64 index shared by a group of f32 elements leaves the groups at 16 bytes of f32 ...
+    assert "groups of 4 elements" in emit(S.embedding(d=64, index="i64"))[0]
+    # ... and where rows of 6 split such groups, the groups are 16 bytes of the index's width.
+    assert "groups of 2 elements" in emit(S.embedding(d=6, index="i64"))[0]
+    assert "one element per thread and step" in emit(S.embedding(d=6, index="i32"))[0]
+
+
 @pytest.mark.parametrize("spec", [
-    S.embedding(n=3, t=5, v=1000, d=64, weight_strides=[66, 1]),  # rows that start mid-vector (groups of 4)
+    S.embedding(n=3, t=5, v=1000, d=64, weight_strides=[66, 1], index="i32"),  # rows starting mid-vector
     S.embedding(n=3, t=5, v=50, d=64, weight_strides=[1, 50]),    # a transposed table
 ], ids=["row_stride_66", "transposed"])
 def test_gathers_whose_groups_cannot_be_vectors_take_the_scalar_loop(spec):

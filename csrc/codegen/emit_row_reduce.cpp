@@ -13,6 +13,11 @@
 // ("hoisted", when a thread sees several rows) while registers allow, and the rest are read in the one pass
 // that needs them. Longer rows are streamed: every pass reads what it needs again (from L2 for all but the
 // first).
+//
+// A gather whose index is the same for the whole row (an embedding: the row is a row of the table) reads its
+// input as a Load does, from a row base moved by index * stride: the index is loaded and checked once per row,
+// before the first read of the gathered row. Each gathered input is read by its gather only (lowering keeps it
+// so), since its row base depends on that gather's index.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -63,8 +68,13 @@ struct RowPlan {
   std::vector<bool> vector_ok;       // per operand: chunks are vector-aligned in the row (pointer aside)
   std::vector<Residence> residence;  // per input
   std::vector<bool> touched;         // per operand: read or written by the kernel
+  std::vector<int> gathers;          // live Gather expressions
+  std::vector<bool> gathered;        // per input: read by a gather (its row base depends on the gather's index)
   std::vector<std::vector<int>> pass_exprs;  // per pass (reductions 1..passes, then outputs): element exprs
 };
+
+// Expressions reading an input element: a Load, or a Gather from its row base.
+bool reads_input(ExprOp op) { return op == ExprOp::Load || op == ExprOp::Gather; }
 
 // Expressions a pass evaluates per element to get `targets`: the non-uniform ones they depend on, in order.
 std::vector<int> element_exprs(const Kernel& k, const RowPlan& p, const std::vector<int>& targets) {
@@ -96,8 +106,10 @@ std::vector<std::vector<int>> pass_exprs(const Kernel& k, const RowPlan& p) {
 // Decides warp/block mode, vector width, chunks and where each input lives.
 void choose_shape(const Kernel& k, const DeviceLimits& limits, RowPlan& p) {
   const size_t n_in = k.inputs.size(), n_ops = n_in + k.outputs.size();
+  // Operands read once per row (an embedding's i64 index) do not narrow the chunks.
   int widest = 1;
-  for (size_t o = 0; o < n_ops; ++o) widest = std::max(widest, dtype_size(operand(k, o).dtype));
+  for (size_t o = 0; o < n_ops; ++o)
+    if (p.row_stride[o] != 0) widest = std::max(widest, dtype_size(operand(k, o).dtype));
   // Vector chunks need every row length to be a multiple of the vector width: for a symbolic length, every
   // coefficient of it.
   p.vec = known_multiple(p.len, 16 / widest) ? 16 / widest : 1;
@@ -105,6 +117,9 @@ void choose_shape(const Kernel& k, const DeviceLimits& limits, RowPlan& p) {
   for (size_t o = 0; o < n_ops; ++o) {
     bool ok = p.row_stride[o] == 1;
     for (const Size& s : p.outer.strides[o]) ok = ok && known_multiple(s, p.vec);
+    // A gathered row starts at a multiple of its gather's stride.
+    for (int g : p.gathers)
+      ok = ok && (k.exprs[g].operand != int(o) || known_multiple(k.exprs[g].gather.stride, p.vec));
     p.vector_ok[o] = ok;
   }
 
@@ -127,7 +142,7 @@ void choose_shape(const Kernel& k, const DeviceLimits& limits, RowPlan& p) {
   for (const auto& exprs : p.pass_exprs) {
     std::vector<bool> reads(n_in, false);
     for (int i : exprs)
-      if (k.exprs[i].op == ExprOp::Load) reads[k.exprs[i].operand] = true;
+      if (reads_input(k.exprs[i].op)) reads[k.exprs[i].operand] = true;
     for (size_t o = 0; o < n_in; ++o) passes_reading[o] += reads[o];
   }
   const int per_input = p.chunks * p.vec;
@@ -141,7 +156,8 @@ void choose_shape(const Kernel& k, const DeviceLimits& limits, RowPlan& p) {
     p.residence[o] = p.cached && passes_reading[o] > 1 ? Residence::Cached : Residence::Streamed;
     // Hoisting pays only when a thread sees several rows; a symbolic row count is taken to be large.
     const bool many_rows = !p.rows.is_static() || p.rows.hint() > p.grid * (p.block / p.threads);
-    const bool row_invariant = many_rows && classify(p.outer, o) == Access::Broadcast;
+    // A gathered input's row moves with its index, though its strides over the rows are 0.
+    const bool row_invariant = many_rows && !p.gathered[o] && classify(p.outer, o) == Access::Broadcast;
     if (p.cached && row_invariant && (p.residence[o] == Residence::Cached || budget >= per_input)) {
       if (p.residence[o] == Residence::Streamed) budget -= per_input;
       p.residence[o] = Residence::Hoisted;
@@ -197,7 +213,7 @@ std::string pass_text(const Kernel& k, const RowPlan& p, const std::vector<int>&
   bool uses_j = writes;
   for (int i : exprs) {
     const Expr& e = k.exprs[i];
-    if (e.op == ExprOp::Load && p.residence[e.operand] == Residence::Streamed) uses_j = streamed[e.operand] = true;
+    if (reads_input(e.op) && p.residence[e.operand] == Residence::Streamed) uses_j = streamed[e.operand] = true;
     if (e.op == ExprOp::RowIndex) uses_j = true;
   }
   for (size_t o = 0; o < streamed.size(); ++o)
@@ -213,7 +229,7 @@ std::string pass_text(const Kernel& k, const RowPlan& p, const std::vector<int>&
   };
   for (int i : exprs) {
     const ExprOp op = k.exprs[i].op;
-    const std::string leaf = op == ExprOp::Load       ? load(k.exprs[i].operand)
+    const std::string leaf = reads_input(op)          ? load(k.exprs[i].operand)
                              : op == ExprOp::RowIndex ? "(int64_t)(j + u)"
                                                       : "";
     body += in + "  " + expr_statement(k, i, leaf) + "\n";
@@ -258,15 +274,27 @@ std::string rows_function(const Kernel& k, const RowPlan& p, const std::string& 
     f += fmt::format("  for (idx_t row = blockIdx.x; row < {}; row += gridDim.x) {{\n", p.params->text(p.rows));
   f += coordinate_decls(p.outer, p.touched, "row", "r", "    ", *p.params);
   for (size_t o = 0; o < n_ops; ++o)
-    if (p.touched[o] && (o >= n_in || p.residence[o] != Residence::Hoisted))
+    if (p.touched[o] && (o >= n_in || (p.residence[o] != Residence::Hoisted && !p.gathered[o])))
       f += fmt::format("    const idx_t b{} = {};\n", o, row_base(k, p, o));
+  // Each gather's index (a per-row load) is loaded and checked before its row is read, and moves the row base.
+  std::vector<bool> done(k.exprs.size(), false);
+  for (int g : p.gathers) {
+    const Expr& e = k.exprs[g];
+    const int index = e.args[0], io = k.exprs[index].operand;
+    if (!done[index]) f += "    " + expr_statement(k, index, fmt::format("in{}[b{}]", io, io)) + "\n";
+    done[index] = true;
+    f += "    " + gather_check(k, g, p.params->text(e.gather.size)) + "\n";
+    const std::string base = row_base(k, p, e.operand);
+    f += fmt::format("    const idx_t b{} = {}(idx_t){} * {};\n", e.operand, base == "0" ? "" : base + " + ",
+                     value_name(index), p.params->text(e.gather.stride));
+  }
   f += declare_cache(Residence::Cached, "    ");
   auto uniform_values = [&](int level) {
     std::string out;
     for (size_t i = 0; i < k.exprs.size(); ++i) {
       const Expr& e = k.exprs[i];
-      if (!p.live[i] || !p.uniform[i] || p.level[i] != level || is_reduce(e.op)) continue;
-      const std::string loaded = e.op == ExprOp::Load ? fmt::format("in{}[b{}]", e.operand, e.operand) : "";
+      if (!p.live[i] || !p.uniform[i] || p.level[i] != level || is_reduce(e.op) || done[i]) continue;
+      const std::string loaded = reads_input(e.op) ? fmt::format("in{}[b{}]", e.operand, e.operand) : "";
       out += "    " + expr_statement(k, static_cast<int>(i), loaded) + "\n";
     }
     return out;
@@ -340,7 +368,7 @@ KernelSource emit_row_reduce(const Kernel& k, const DeviceLimits& limits) {
   for (size_t i = 0; i < k.exprs.size(); ++i) {
     const Expr& e = k.exprs[i];
     if (e.op == ExprOp::RowIndex) p.uniform[i] = false;
-    if (e.op == ExprOp::Load) p.uniform[i] = p.row_stride[e.operand] == 0;
+    if (reads_input(e.op)) p.uniform[i] = p.row_stride[e.operand] == 0;
     for (int a : e.args) {
       p.uniform[i] = p.uniform[i] && p.uniform[a];
       p.level[i] = std::max(p.level[i], p.level[a]);
@@ -355,11 +383,27 @@ KernelSource emit_row_reduce(const Kernel& k, const DeviceLimits& limits) {
     if (p.row_stride[k.inputs.size() + s.output] == 0 && !p.uniform[s.expr])
       throw std::invalid_argument(fmt::format("emit_cuda: kernel '{}': out{} holds one value per row but e{} varies "
                                               "along the row", k.name, s.output, s.expr));
+  p.gathered.assign(k.inputs.size(), false);
+  for (size_t i = 0; i < k.exprs.size(); ++i)
+    if (p.live[i] && k.exprs[i].op == ExprOp::Gather) {
+      p.gathers.push_back(static_cast<int>(i));
+      p.gathered[k.exprs[i].operand] = true;
+    }
+  for (int g : p.gathers) {
+    const Expr& index = k.exprs[k.exprs[g].args[0]];
+    if (index.op != ExprOp::Load || p.row_stride[index.operand] != 0)
+      throw std::invalid_argument(fmt::format("emit_cuda: kernel '{}': e{} gathers with an index that is not one "
+                                              "load per row", k.name, g));
+    for (size_t i = 0; i < k.exprs.size(); ++i)
+      if (p.live[i] && int(i) != g && reads_input(k.exprs[i].op) && k.exprs[i].operand == k.exprs[g].operand)
+        throw std::invalid_argument(fmt::format("emit_cuda: kernel '{}': in{} is gathered by e{} and read by e{} too",
+                                                k.name, k.exprs[g].operand, g, i));
+  }
   p.pass_exprs = pass_exprs(k, p);
   choose_shape(k, limits, p);
   p.touched.assign(strides.size(), false);
   for (size_t i = 0; i < k.exprs.size(); ++i)
-    if (p.live[i] && k.exprs[i].op == ExprOp::Load) p.touched[k.exprs[i].operand] = true;
+    if (p.live[i] && reads_input(k.exprs[i].op)) p.touched[k.exprs[i].operand] = true;
   for (const Store& s : k.stores) p.touched[k.inputs.size() + s.output] = true;
 
   const int rows_per_block = p.block / p.threads;
@@ -378,6 +422,14 @@ KernelSource emit_row_reduce(const Kernel& k, const DeviceLimits& limits) {
   for (size_t o = 0; o < strides.size(); ++o) {
     max_index = std::max(max_index, max_offset(k.shape, strides[o], operand(k, o).storage_offset));
     wide = wide || !all_static(strides[o]) || !operand(k, o).storage_offset.is_static();
+  }
+  // A gathered row lies up to (size - 1) * stride past its input's own offset (the index is checked first).
+  for (int g : p.gathers) {
+    const Expr& e = k.exprs[g];
+    wide = wide || !e.gather.size.is_static() || !e.gather.stride.is_static();
+    const int64_t reach = std::max<int64_t>(e.gather.size.hint() - 1, 0) * e.gather.stride.hint();
+    max_index =
+        std::max(max_index, max_offset(k.shape, strides[e.operand], k.inputs[e.operand].storage_offset) + reach);
   }
   wide = wide || !fits_int32(max_index);
   const std::string idx_decl = index_type_decl(wide);

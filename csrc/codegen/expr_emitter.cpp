@@ -373,7 +373,8 @@ void validate(const Kernel& k) {
     if (e.op == ExprOp::Load && (e.operand < 0 || e.operand >= static_cast<int>(k.inputs.size())))
       invalid(k, fmt::format("{} reads a missing input", at));
     if (e.op == ExprOp::Gather) {
-      if (!pointwise) invalid(k, fmt::format("{} needs a pointwise kernel", at));
+      if (!pointwise && k.kind != Kernel::Kind::RowReduce)
+        invalid(k, fmt::format("{} needs a pointwise or row-reduce kernel", at));
       if (e.operand < 0 || e.operand >= static_cast<int>(k.inputs.size()))
         invalid(k, fmt::format("{} reads a missing input", at));
       if (k.inputs[e.operand].valid.dim >= 0) invalid(k, fmt::format("{} reads an input with a range", at));

@@ -40,11 +40,13 @@ enum class ExprOp : uint8_t {
   RowIndex,  // index of the element along the row (RowReduce) or the flat element index (Pointwise), as i64;
              // not in ColumnReduce kernels
   InRange,   // bool: the element's coordinate along `range.dim` lies in `range` (Pointwise only)
-  // indirect load (Pointwise only): element of input `operand` at the current index plus `gather.stride` times
-  // the value of args[0], an integer expression (the loaded index, e.g. embedding's idx[...]). The operand's
-  // strides address the element over the space as a Load's do, with stride 0 along the gathered dimension, so the
-  // index alone moves along it. The kernel checks 0 <= index < `gather.size` first and calls __trap() otherwise
-  // (as torch's device-side assert, it ends the CUDA context): it never reads outside the tensor.
+  // indirect load (Pointwise; RowReduce as below): element of input `operand` at the current index plus
+  // `gather.stride` times the value of args[0], an integer expression (the loaded index, e.g. embedding's
+  // idx[...]). The operand's strides address the element over the space as a Load's do, with stride 0 along the
+  // gathered dimension, so the index alone moves along it. The kernel checks 0 <= index < `gather.size` first and
+  // calls __trap() otherwise (as torch's device-side assert, it ends the CUDA context): it never reads outside the
+  // tensor. In a RowReduce kernel the index is a Load with stride 0 along the row (an embedding's row of the
+  // table), checked once per row, and no other expression reads the gathered input.
   Gather,
   // unary
   // Exp..Silu need a floating dtype; Relu keeps NaN; Not is logical on bool and bitwise (~) on integers.

@@ -208,6 +208,25 @@ def embedding(n=3, t=5, v=1000, d=64, dtype="f32", index="i64", weight_strides=N
     return s.spec
 
 
+def embedding_layer_norm(n=3, t=5, v=50, d=64, dtype="f32", index="i64", eps=1e-5, name="embedding_layer_norm"):
+    """F.layer_norm(emb(idx) + pos, [d], w, b) as one row reduce: the table [v, d] gathered by idx [n, t] (one
+    index per row), f32 compute as layer_norm above. Inputs: idx, table, pos [t, d], w, b."""
+    s = Spec(name, [n, t, d], "row_reduce")
+    idx = s.load(s.input(index, [t, 1, 0]))
+    row = s.op("cast", "f32", s.gather(s.input(dtype, [0, 0, 1]), idx, v, d))
+    x = s.op("add", "f32", row, s.load(s.input(dtype, [0, d, 1]), "f32"))
+    w = s.load(s.input(dtype, [0, 0, 1]), "f32")
+    b = s.load(s.input(dtype, [0, 0, 1]), "f32")
+    inv_n = s.const(1.0 / d)
+    mean = s.op("mul", "f32", s.op("reduce_sum", "f32", x), inv_n)
+    centered = s.op("sub", "f32", x, mean)
+    var = s.op("mul", "f32", s.op("reduce_sum", "f32", s.op("mul", "f32", centered, centered)), inv_n)
+    rstd = s.op("rsqrt", "f32", s.op("add", "f32", var, s.const(eps)))
+    y = s.op("add", "f32", s.op("mul", "f32", s.op("mul", "f32", centered, rstd), w), b)
+    s.pointwise_output(s.op("cast", dtype, y))
+    return s.spec
+
+
 def unary(op, dtype, shape=(1025,), name=None):
     s = Spec(name or f"{op}_{dtype}", shape)
     s.pointwise_output(s.op(op, dtype, s.load(s.input(dtype))))

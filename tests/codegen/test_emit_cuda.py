@@ -624,13 +624,39 @@ def test_gather_reach_decides_the_index_width():
     (lambda d: d["inputs"][0].update(dtype="i16") or d["exprs"][0].update(dtype="i16"), "i32 or i64 index"),
     (lambda d: d["inputs"][1].update(valid=[2, 0, 4]), "input with a range"),
     (lambda d: d["exprs"][1].update(gather=[-1, 64]), "negative size or stride"),
-    (lambda d: d.update(kind="row_reduce"), "pointwise kernel"),
+    (lambda d: d.update(kind="column_reduce", reduced=[True, False, False]), "pointwise or row-reduce kernel"),
 ])
 def test_malformed_gathers_are_rejected(mutate, message):
     spec = S.embedding(n=2, t=3, v=10, d=8)
     mutate(spec)
     with pytest.raises(ValueError, match=message):
         T.emit_kernel(spec)
+
+
+@pytest.mark.parametrize("d", [64, 129, 768])
+def test_row_reduce_checks_a_gathered_rows_index_once_per_row_before_reading_it(d):
+    code, *_ = emit(S.embedding_layer_norm(d=d))
+    check = "    if (e0 < 0 || e0 >= 50) __trap();\n"
+    assert code.count("__trap();") == 1 and check in code, code
+    assert code.index("const int64_t e0 = in0[b0];") < code.index(check) < code.index("in1 + b1")
+    assert f"    const idx_t b1 = (idx_t)e0 * {d};\n" in code, code
+    ops = [o for o, _, _ in T.vector_operands(S.embedding_layer_norm(d=d))]
+    assert (1 in ops) == (d % 4 == 0) and 0 not in ops  # the table's rows are vector loads when they can be
+
+
+def test_row_reduce_rejects_a_gather_whose_index_varies_along_the_row():
+    s = S.Spec("gather_last_sum", [8, 64], "row_reduce")
+    x = s.gather(s.input("f32", [64, 0]), s.load(s.input("i64")), 64, 1)
+    s.per_row_output(s.op("reduce_sum", "f32", x))
+    with pytest.raises(ValueError, match="not one load per row"):
+        T.emit_kernel(s.spec)
+
+
+@pytest.mark.parametrize("dtype", S.FLOAT_DTYPES)
+@pytest.mark.parametrize("index", ["i32", "i64"])
+def test_compiles_row_reduce_gathers(nvrtc, dtype, index):
+    specs = [S.embedding_layer_norm(d=d, dtype=dtype, index=index, name=f"ln{d}") for d in (64, 129, 768)]
+    assert "trap;" in compile_ptx(nvrtc, specs)
 
 
 @pytest.mark.parametrize("dtype", S.FLOAT_DTYPES)

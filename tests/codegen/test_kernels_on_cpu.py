@@ -111,12 +111,13 @@ def test_gather_kernel_computes_embedding(n, t, v, d, index):
     torch.testing.assert_close(got, table[idx] * 2 + pos, rtol=1e-6, atol=1e-6)
 
 
-def run_embedding_in_a_child(bad, d):
-    """Runs S.embedding (rows of d) with index `bad` in a child process (a trap ends it); returns the
-    CompletedProcess."""
+def run_embedding_in_a_child(bad, d, spec="embedding", extra="[]"):
+    """Runs S.<spec> (rows of d) with index `bad` in a child process (a trap ends it), `extra` inputs after
+    embedding_inputs'; returns the CompletedProcess."""
     script = textwrap.dedent(f"""
         import torch, test_kernels_on_cpu as K, codegen_specs as S
-        (got,) = K.run(S.embedding(n=3, t=5, v=50, d={d}), K.embedding_inputs(3, 5, 50, {d}, torch.int64, bad={bad}))
+        inputs = K.embedding_inputs(3, 5, 50, {d}, torch.int64, bad={bad}) + {extra}
+        (got,) = K.run(S.{spec}(n=3, t=5, v=50, d={d}), inputs)
         print("ran to the end", float(got.sum()))
     """)
     here = os.path.dirname(os.path.abspath(__file__))
@@ -125,11 +126,32 @@ def run_embedding_in_a_child(bad, d):
                           timeout=300)
 
 
+@pytest.mark.parametrize("index", ["i32", "i64"])
+@pytest.mark.parametrize("d", [64, 129, 768])
+def test_row_reduce_with_a_gather_computes_layer_norm_of_embeddings(d, index):
+    n, t, v = 3, 5, 50
+    spec = S.embedding_layer_norm(n=n, t=t, v=v, d=d, index=index)
+    idx, table, pos = embedding_inputs(n, t, v, d, torch.int32 if index == "i32" else torch.int64)
+    w, b = torch.randn(d), torch.randn(d)
+    (got,) = run(spec, [idx, table, pos, w, b])
+    x = table.view(v, d)[idx.view(n, t).long()] + pos.view(t, d)
+    torch.testing.assert_close(got.view(n, t, d), torch.nn.functional.layer_norm(x, (d,), w, b), rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("d", [8, 7], ids=["vector_loop", "scalar_loop"])
 @pytest.mark.parametrize("bad", [None, -1, 50, 1 << 40], ids=["in_range", "negative", "size", "huge"])
 def test_gather_kernel_traps_on_an_index_out_of_range(bad, d):
     """__trap() ends the CUDA context on a GPU; on the CPU (cuda_on_cpu.h) it aborts the process."""
     r = run_embedding_in_a_child(bad, d)
+    if bad is None:
+        assert r.returncode == 0 and "ran to the end" in r.stdout, r.stderr[-2000:]
+    else:
+        assert r.returncode == -signal.SIGABRT and "ran to the end" not in r.stdout, (r.returncode, r.stderr[-2000:])
+
+
+@pytest.mark.parametrize("bad", [None, -1, 50], ids=["in_range", "negative", "size"])
+def test_row_reduce_gather_traps_on_an_index_out_of_range(bad):
+    r = run_embedding_in_a_child(bad, 64, "embedding_layer_norm", "[torch.randn(64), torch.randn(64)]")
     if bad is None:
         assert r.returncode == 0 and "ran to the end" in r.stdout, r.stderr[-2000:]
     else:

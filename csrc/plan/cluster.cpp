@@ -20,13 +20,14 @@ std::string gather_key(const codegen::Expr& e) {
 }  // namespace
 
 int Cluster::operand(int buffer, DType dtype, const codegen::Sizes& strides, const codegen::Size& offset,
-                     const codegen::DimRange& valid) {
+                     const codegen::DimRange& valid, bool gathered) {
   if (sealed_) throw std::logic_error("Cluster::load: the cluster is sealed");
   for (size_t i = 0; i < loads_.size(); ++i)
     if (loads_[i].buffer == buffer && loads_[i].operand.strides == strides &&
-        loads_[i].operand.storage_offset == offset && same_range(loads_[i].operand.valid, valid))
+        loads_[i].operand.storage_offset == offset && same_range(loads_[i].operand.valid, valid) &&
+        loads_[i].gathered == gathered)
       return static_cast<int>(i);
-  loads_.push_back({buffer, codegen::Operand{dtype, strides, offset, valid}});
+  loads_.push_back({buffer, codegen::Operand{dtype, strides, offset, valid}, gathered});
   return static_cast<int>(loads_.size()) - 1;
 }
 
@@ -45,7 +46,7 @@ int Cluster::gather(int buffer, DType dtype, const codegen::Sizes& strides, cons
   e.op = ExprOp::Gather;
   e.dtype = dtype;
   e.args = {index};
-  e.operand = operand(buffer, dtype, strides, offset, {});
+  e.operand = operand(buffer, dtype, strides, offset, {}, true);
   e.gather = axis;
   return intern(std::move(e));
 }
@@ -64,6 +65,23 @@ int Cluster::in_range(const codegen::DimRange& range) {
   e.dtype = DType::Bool;
   e.range = range;
   return intern(std::move(e));
+}
+
+bool Cluster::row_reduce_excluded() const {
+  for (const Load& l : loads_)
+    if (l.operand.valid.dim >= 0) return true;
+  std::vector<int> readers(loads_.size(), 0);
+  for (const codegen::Expr& e : exprs_)
+    if (e.op == ExprOp::Load || e.op == ExprOp::Gather) ++readers[e.operand];
+  for (const codegen::Expr& e : exprs_) {
+    if (e.op == ExprOp::InRange) return true;
+    if (e.op != ExprOp::Gather) continue;
+    const codegen::Expr& index = exprs_[e.args[0]];
+    const codegen::Sizes& index_strides = loads_[index.operand].operand.strides;
+    if (index.op != ExprOp::Load || index_strides.empty() || index_strides.back() != 0 || readers[e.operand] > 1)
+      return true;
+  }
+  return false;
 }
 
 bool Cluster::pointwise_only() const {

@@ -60,6 +60,9 @@ class Cluster {
   const codegen::Operand& load_operand(int id) const { return loads_[exprs_[id].operand].operand; }
   // Some load has a validity range or some expression is an InRange or a Gather: reduction kernels take none.
   bool pointwise_only() const;
+  // pointwise_only, but for gathers a row-reduce kernel takes (kernel_ir.h's Gather): ones whose index is one plain
+  // load per row of the space (an embedding's row of the table) and whose input no other expression reads.
+  bool row_reduce_excluded() const;
 
   // Writes `expr` to `buffer` with `strides` over the space; returns whether it was new (a value stored once).
   bool store(int expr, int buffer, DType dtype, const codegen::Sizes& strides, const codegen::Size& offset);
@@ -72,15 +75,17 @@ class Cluster {
   codegen::Kernel kernel(const std::string& name, std::vector<int>* args) const;
 
  private:
-  // The index of the input reading `buffer` so, adding it if there is none.
+  // The index of the input reading `buffer` so, adding it if there is none. Gathers and loads never share an
+  // input: a row-reduce kernel moves a gathered input's row by the gather's index.
   int operand(int buffer, DType dtype, const codegen::Sizes& strides, const codegen::Size& offset,
-              const codegen::DimRange& valid);
+              const codegen::DimRange& valid, bool gathered = false);
   // The index of an expression equal to `e`, adding it if there is none (common subexpressions are shared).
   int intern(codegen::Expr e);
 
   struct Load {
     int buffer;
     codegen::Operand operand;
+    bool gathered = false;  // read by gathers
   };
   struct Store {
     int expr, buffer;

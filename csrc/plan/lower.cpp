@@ -393,7 +393,7 @@ bool Lowerer::row_reduce(const graph::Node& n, graph::NodeId x, const std::vecto
   int target = -1;
   if (vx.cluster >= 0) {
     const int c = cluster_of(vx.cluster);
-    if (!clusters_[c]->sealed() && !vx.row && clusters_[c]->space() == space && !clusters_[c]->pointwise_only() &&
+    if (!clusters_[c]->sealed() && !vx.row && clusters_[c]->space() == space && !clusters_[c]->row_reduce_excluded() &&
         !clusters_[c]->column_reduce())
       target = c;
   }
@@ -502,7 +502,17 @@ void Lowerer::value_in_space(const graph::Node& n, const Sizes& space, const std
 bool Lowerer::can_merge(int a, int b) const {
   const Cluster& x = *clusters_[a];
   const Cluster& y = *clusters_[b];
-  if ((x.reduces() && y.pointwise_only()) || (y.reduces() && x.pointwise_only())) return false;
+  // A row reduction takes gathers with one index per row (Cluster::row_reduce_excluded), a column reduction none.
+  auto excluded = [](const Cluster& r, const Cluster& o) {
+    return r.row_reduce() ? o.row_reduce_excluded() : r.column_reduce() && o.pointwise_only();
+  };
+  if (excluded(x, y) || excluded(y, x)) return false;
+  // Two gathers of one table, one from each cluster, would share an input: the union decides.
+  if ((x.row_reduce() || y.row_reduce()) && !x.sealed() && !y.sealed()) {
+    Cluster both = x;
+    both.absorb(y);
+    if (both.row_reduce_excluded()) return false;
+  }
   // Row and column reductions are different kernels; columns of one kernel reduce the same dimensions.
   if ((x.row_reduce() && y.column_reduce()) || (x.column_reduce() && y.row_reduce())) return false;
   return !(x.column_reduce() && y.column_reduce() && x.reduced_dims() != y.reduced_dims());

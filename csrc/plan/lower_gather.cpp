@@ -3,7 +3,8 @@
 // buffer, addressed over the result's space with stride 0 along the gathered dimension, plus the loaded index
 // times its stride there; the index tensor is read from a buffer too. Every index is checked against the source's
 // size along that dimension (an out-of-range or negative one traps, as torch's device-side assert ends the
-// context). A gathering kernel is pointwise: a reduction of its result reads it from memory (Cluster::
+// context). A row reduction takes gathers with one plain index load per row into its kernel (an embedding feeding
+// layer_norm); any other reduction of gathered values reads them from memory (Cluster::row_reduce_excluded and
 // pointwise_only).
 #include "plan/lowering.h"
 

@@ -286,10 +286,32 @@ case("embedding_transposed_table", lambda i, w: F.embedding(i, w) - 1, embedding
      EMBEDDINGS)
 case("embedding_padding_idx", lambda i, w: F.embedding(i, w, padding_idx=0) * 3, embedding_args(torch.int64),
      EMBEDDINGS)
-# The gathered rows are written by a pointwise kernel, then the row reduction reads them (reductions take no
-# gathers); max_norm renormalises the table in place: torch's.
+# A row reduction of embedding rows (an index per row) reads them in its prologue: one kernel, the index checked
+# once per row. max_norm renormalises the table in place: torch's.
 case("embedding_then_layer_norm", lambda i, w: F.layer_norm(F.embedding(i, w), w.shape[-1:]),
-     embedding_args(torch.int64), EMBEDDINGS, plan=(2, 0, 0))
+     embedding_args(torch.int64), EMBEDDINGS)
+LN_EMBEDDINGS = (((2, 3), (50, 64)), ((2, 5), (40, 129)), ((3, 7), (30, 768)))
+
+
+def embedding_layer_norm_args(index_dtype):
+    def make(shape, dtype, device):
+        idx, table, pos, pos_table = embedding_args(index_dtype, positions=True)(shape, dtype, device)
+        d = table.shape[1]
+        return idx, table, pos.to(index_dtype), pos_table, randn((d,), dtype, device), randn((d,), dtype, device)
+
+    return make
+
+
+for index_dtype in (torch.int64, torch.int32):
+    tag = str(index_dtype).split(".")[1]
+    case(f"embedding_positions_layer_norm_{tag}",
+         lambda i, w, p, pw, lw, lb: F.layer_norm(F.embedding(i, w) + F.embedding(p, pw), w.shape[-1:], lw, lb),
+         embedding_layer_norm_args(index_dtype), LN_EMBEDDINGS)
+    case(f"embedding_softmax_{tag}", lambda i, w: torch.softmax(F.embedding(i, w) * 2, -1),
+         embedding_args(index_dtype), LN_EMBEDDINGS)
+# An index varying along the row: the gathered values are written, then the reduction reads them.
+case("gather_last_then_softmax", lambda x, i: torch.softmax(x.gather(-1, i), -1), lambda shape, dtype, device: (
+    randn(shape, dtype, device), indices(shape, shape[-1], torch.int64, device)), ((3, 64), (5, 129)), plan=(2, 0, 0))
 case("embedding_max_norm_is_extern", lambda i, w: F.embedding(i, w, max_norm=1.0) * 2, embedding_args(torch.int64),
      EMBEDDINGS[1:2], plan=(1, 0, 1))
 

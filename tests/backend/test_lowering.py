@@ -162,20 +162,39 @@ def test_embedding_with_max_norm_stays_a_torch_call(fn):
     assert "= torch.nn.functional.embedding" in record["plan"] and "gather" not in record["plan"]
 
 
-@pytest.mark.parametrize("fn, plan", [
-    (lambda i, w: torch.nn.functional.layer_norm(torch.nn.functional.embedding(i, w) * 2, w.shape[-1:]), (2, 0, 0)),
-    (lambda i, w: torch.softmax(torch.nn.functional.embedding(i, w), -1), (2, 0, 0)),
-    (lambda i, w: torch.nn.functional.embedding(i, w).sum(0) + 1, (2, 0, 0)),
-    (lambda i, w: torch.nn.functional.embedding(i, w).exp().sum(-1), (2, 0, 0)),
-    # a gathered value meeting a row reduction's epilogue: each is its own kernel
-    (lambda i, w: torch.softmax(w[:6] * 2, -1) + torch.nn.functional.embedding(i, w), (2, 0, 0)),
-], ids=["layer_norm", "softmax", "column_sum", "row_sum", "softmax_epilogue"])
-def test_gathered_values_are_never_in_a_reduction_kernel(fn, plan):
+@pytest.mark.parametrize("fn", [
+    lambda i, w: torch.nn.functional.layer_norm(torch.nn.functional.embedding(i, w) * 2, w.shape[-1:]),
+    lambda i, w: torch.softmax(torch.nn.functional.embedding(i, w), -1),
+    lambda i, w: torch.nn.functional.embedding(i, w).exp().sum(-1),
+    lambda i, w: torch.softmax(w[:6] * 2, -1) + torch.nn.functional.embedding(i, w),
+], ids=["layer_norm", "softmax", "row_sum", "softmax_epilogue"])
+def test_embedding_rows_join_a_row_reduction(fn):
     record = compile_and_check(fn, (ids((6,), 30), torch.randn(30, 40)))
-    assert plan_counts(record) == plan, record["plan"]
-    kernels = kernels_of(record["plan"])
-    gathering = [text for text in kernels.values() if "gather" in text]
+    assert plan_counts(record) == (1, 0, 0), record["plan"]
+    (text,) = kernels_of(record["plan"]).values()
+    assert " row_reduce " in text and "gather" in text, record["plan"]
+
+
+@pytest.mark.parametrize("fn, args", [
+    (lambda i, w: torch.nn.functional.embedding(i, w).sum(0) + 1, lambda: (ids((6,), 30), torch.randn(30, 40))),
+    (lambda x, i: torch.softmax(x.gather(-1, i), -1), lambda: (torch.randn(6, 40), ids((6, 40), 40))),
+], ids=["column_sum", "index_along_the_row"])
+def test_gathered_values_are_written_before_other_reductions(fn, args):
+    record = compile_and_check(fn, args())
+    assert plan_counts(record) == (2, 0, 0), record["plan"]
+    gathering = [text for text in kernels_of(record["plan"]).values() if "gather" in text]
     assert len(gathering) == 1 and " pointwise " in gathering[0], record["plan"]
+
+
+def test_two_gathers_of_one_table_stay_out_of_a_row_reduction():
+    # The row-reduce kernel moves a gathered input's row by its gather's index: two indices into one table would
+    # need the same input at two rows.
+    def f(i, j, w):
+        return torch.nn.functional.layer_norm(torch.nn.functional.embedding(i, w) + torch.nn.functional.embedding(j, w),
+                                              w.shape[-1:])
+
+    record = compile_and_check(f, (ids((6,), 30), ids((6,), 30), torch.randn(30, 40)))
+    assert plan_counts(record) == (2, 0, 0), record["plan"]
 
 
 def test_a_gathered_cat_piece_is_written_first():

@@ -127,7 +127,7 @@ def run_embedding_in_a_child(bad, d, spec="embedding", extra="[]"):
 
 
 @pytest.mark.parametrize("index", ["i32", "i64"])
-@pytest.mark.parametrize("d", [64, 129, 768])
+@pytest.mark.parametrize("d", [64, 129, 768, 20001])  # 20001: rows streamed
 def test_row_reduce_with_a_gather_computes_layer_norm_of_embeddings(d, index):
     n, t, v = 3, 5, 50
     spec = S.embedding_layer_norm(n=n, t=t, v=v, d=d, index=index)

@@ -1,9 +1,10 @@
-// Indirect loads: F.embedding (and torch.embedding), torch.gather / Tensor.gather and torch.index_select / Tensor.index_select as a
-// Gather expression (kernel_ir.h) of their consumer's pointwise kernel. The source tensor is read in place from a
-// buffer, addressed over the result's space with stride 0 along the gathered dimension, plus the loaded index
-// times its stride there; the index tensor is read from a buffer too. Every index is checked against the source's
-// size along that dimension (an out-of-range or negative one traps, as torch's device-side assert ends the
-// context). A row reduction takes gathers with one plain index load per row into its kernel (an embedding feeding
+// Indirect loads: F.embedding (and torch.embedding), torch.gather / Tensor.gather, torch.index_select /
+// Tensor.index_select and x[idx] (one integer index tensor) as a Gather expression (kernel_ir.h) of their
+// consumer's pointwise kernel. The source tensor is read in place from a buffer, addressed over the result's space
+// with stride 0 along the gathered dimension, plus the loaded index times its stride there; the index tensor is
+// read from a buffer too. Every index is checked against the source's size along that dimension (an out-of-range
+// or negative one traps, as torch's device-side assert ends the context; x[idx] first counts negative indices
+// from the end, as Python does). A row reduction takes gathers with one plain index load per row into its kernel (an embedding feeding
 // layer_norm); any other reduction of gathered values reads them from memory (Cluster::row_reduce_excluded and
 // pointwise_only).
 #include "plan/lowering.h"
@@ -37,11 +38,16 @@ using Place = std::function<Sizes(const Buffer&)>;
 
 // Node n's value is source gathered along `dim` by `index` (both tensor nodes), the source addressed as
 // `place_source` says, the index as `place_index` says, or (null) at the result's own coordinates: then an index
-// still lazy over the result's space (torch.gather's (i * 2).clamp(max=8)) joins the kernel as it is.
+// still lazy over the result's space (torch.gather's (i * 2).clamp(max=8)) joins the kernel as it is. With
+// `negative_from_end` (Python indexing, x[idx]) an index below 0 counts from the end first, so the kernel's
+// check then sees what torch's indexing would reject (below -size, or size and above).
 bool lower_gather(Lowerer& L, const graph::Node& n, graph::NodeId source, graph::NodeId index, int dim,
-                  const Place& place_source, const Place& place_index) {
+                  const Place& place_source, const Place& place_index, bool negative_from_end = false) {
   const DType index_dtype = L.node_dtype(index);
   if (index_dtype != DType::I32 && index_dtype != DType::I64) return false;
+  // The wrap adds the size as a constant of the kernel: a symbolic one is not lowered yet.
+  if (negative_from_end && !meta_sizes(L.node(source).meta)[dim].is_static())
+    return L.decline("indexing with a tensor along a dimension of symbolic size");
   const Buffer src = L.buffer(L.buffer_for(source));  // first: reading it may seal the index's cluster
   const Sizes out = meta_sizes(n.meta);
   const Cluster* lazy = place_index ? nullptr : L.lazy_cluster(index);
@@ -52,8 +58,15 @@ bool lower_gather(Lowerer& L, const graph::Node& n, graph::NodeId source, graph:
       n, out,
       [&](Cluster& c) {
         if (codegen::product(out) == 0) return c.constant(src.dtype, 0);  // no element is ever computed
-        const int i = fused ? L.value(index).expr
-                            : c.load(idx.root, idx.dtype, place_index ? place_index(idx) : strides_of(idx), idx.offset);
+        int i = fused ? L.value(index).expr
+                      : c.load(idx.root, idx.dtype, place_index ? place_index(idx) : strides_of(idx), idx.offset);
+        if (negative_from_end) {
+          // A computed index: the gather reads element by element (no vector rows, no row-reduce prologue).
+          const DType t = L.node_dtype(index);
+          const int below_zero = c.op(ExprOp::Lt, DType::Bool, {i, c.constant(t, 0)});
+          const int from_end = c.op(ExprOp::Add, t, {i, c.constant(t, static_cast<double>(axis.size.hint()))});
+          i = c.op(ExprOp::Where, t, {below_zero, from_end, i});
+        }
         return c.gather(src.root, src.dtype, place_source(src), src.offset, i, axis);
       },
       fused ? index : -1);
@@ -137,6 +150,30 @@ bool lower_index_select(Lowerer& L, const graph::Node& n) {
       });
 }
 
+// x[idx] with one integer tensor index: index_select along dimension 0 generalised to an index of any shape, out
+// = idx.shape + x.shape[1:], where negative indices count from the end. Boolean masks (a result whose size
+// depends on the data) and several indices stay torch's.
+bool lower_tensor_index(Lowerer& L, const graph::Node& n) {
+  if (n.args.size() != 2 || !n.kwargs.empty() || !tensor_arg(L, &n.args[0]) || !tensor_arg(L, &n.args[1])) return false;
+  const graph::NodeId x = n.args[0].node, index = n.args[1].node;
+  const size_t x_rank = L.node(x).meta.sizes.size(), index_rank = L.node(index).meta.sizes.size();
+  if (x_rank == 0) return false;
+  return lower_gather(
+      L, n, x, index, 0,
+      [&](const Buffer& b) {
+        Sizes s(index_rank, Size(0));
+        const Sizes strides = strides_of(b);
+        s.insert(s.end(), strides.begin() + 1, strides.end());
+        return s;
+      },
+      [&](const Buffer& i) {
+        Sizes s = strides_of(i);
+        s.resize(index_rank + x_rank - 1, Size(0));
+        return s;
+      },
+      /*negative_from_end=*/true);
+}
+
 }  // namespace
 
 bool lower_gather_op(Lowerer& L, const graph::Node& n, const std::string& op) {
@@ -148,6 +185,7 @@ bool lower_gather_op(Lowerer& L, const graph::Node& n, const std::string& op) {
   if (op == "gather" && (t == "torch.gather" || t == "Tensor.gather")) return lower_torch_gather(L, n);
   if (op == "index_select" && (t == "torch.index_select" || t == "Tensor.index_select"))
     return lower_index_select(L, n);
+  if (op == "getitem" && (t == "operator.getitem" || t == "Tensor.__getitem__")) return lower_tensor_index(L, n);
   return false;
 }
 

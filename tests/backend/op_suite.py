@@ -350,6 +350,23 @@ def index_select_args(dim):
 case("index_select_dim0", lambda x, i: torch.index_select(x, 0, i) * 2, index_select_args(0), GATHERS)
 case("index_select_dim1", lambda x, i: x.index_select(1, i).sigmoid() + x[:, :1], index_select_args(1), GATHERS)
 
+
+def tensor_index_args(index_shape, index_dtype=torch.int64):
+    """x and an index into its first dimension, half of the entries made negative (counted from the end)."""
+    def make(shape, dtype, device):
+        i = indices(index_shape, shape[0], index_dtype, device)
+        flip = torch.rand(index_shape, device=device) < 0.5
+        return randn(shape, dtype, device), torch.where(flip, i - shape[0], i)
+
+    return make
+
+
+# x[idx]: index_select along dimension 0 generalised to any index shape; negative indices count from the end.
+case("tensor_index", lambda x, i: x[i] * 2, tensor_index_args((5,)), GATHERS)
+case("tensor_index_2d_int32", lambda x, i: x[i] + 1, tensor_index_args((3, 4), torch.int32), GATHERS)
+case("tensor_index_of_3d", lambda x, i: x[i].sum(-1), tensor_index_args((6,)), ((4, 5, 7), (33, 2, 65)),
+     plan=(2, 0, 0))
+
 # ---- attention --------------------------------------------------------------------------------------------------
 # (batch, seq, embed, heads); the module is an argument: one per shape and dtype, kept across calls (a new module
 # would be a new guard, so a recompile).

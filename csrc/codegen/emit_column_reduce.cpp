@@ -424,26 +424,16 @@ KernelSource emit_column_reduce(const Kernel& k, const DeviceLimits& limits) {
   p.varies.assign(n_ops, false);
   for (size_t o = 0; o < n_ops; ++o) p.varies[o] = !p.reduced.shape.empty() && any_nonzero(p.reduced.strides[o]);
   p.live = live_exprs(k);
-  p.uniform.assign(k.exprs.size(), true);
-  p.level.assign(k.exprs.size(), 0);
+  ReductionLevels levels = reduction_levels(k, p.varies);
+  p.uniform = std::move(levels.uniform);
+  p.level = std::move(levels.level);
   p.touched.assign(n_ops, false);
   int reductions = 0;
   for (size_t i = 0; i < k.exprs.size(); ++i) {
-    const Expr& e = k.exprs[i];
-    if (e.op == ExprOp::Load) {
-      p.uniform[i] = !p.varies[e.operand];
-      if (p.live[i]) p.touched[e.operand] = true;
-    }
-    for (int a : e.args) {
-      p.uniform[i] = p.uniform[i] && p.uniform[a];
-      p.level[i] = std::max(p.level[i], p.level[a]);
-    }
-    if (is_reduce(e.op)) {
-      p.uniform[i] = true;
-      p.level[i] += 1;
-      if (p.live[i]) ++reductions;
-    }
-    if (p.live[i]) p.reduce_levels = std::max(p.reduce_levels, p.level[i]);
+    if (!p.live[i]) continue;
+    if (k.exprs[i].op == ExprOp::Load) p.touched[k.exprs[i].operand] = true;
+    if (is_reduce(k.exprs[i].op)) ++reductions;
+    p.reduce_levels = std::max(p.reduce_levels, p.level[i]);
   }
   p.passes = p.reduce_levels;
   for (const Store& s : k.stores) {
@@ -469,14 +459,8 @@ KernelSource emit_column_reduce(const Kernel& k, const DeviceLimits& limits) {
     src.items_per_block = p.bx;
   }
   // Loop variables overshoot their bounds by a grid step (columns) or ry (R) at most.
-  int64_t max_index = std::max({numel(k.shape).hint(), (p.groups.hint() + 2 * p.grid * p.bx) * p.vec,
-                                p.n_reduced.hint() + 2 * int64_t{p.ry}});
-  bool wide = !all_static(k.shape);
-  for (size_t o = 0; o < n_ops; ++o) {
-    max_index = std::max(max_index, max_offset(k.shape, operand(k, o).strides, operand(k, o).storage_offset));
-    wide = wide || !all_static(operand(k, o).strides) || !operand(k, o).storage_offset.is_static();
-  }
-  wide = wide || !fits_int32(max_index);
+  const bool wide = wide_indices(k, std::max((p.groups.hint() + 2 * p.grid * p.bx) * p.vec,
+                                             p.n_reduced.hint() + 2 * int64_t{p.ry}));
 
   std::string& code = src.code;
   code = fmt::format("// {}: column reduce over [{}], [{}] x [{}] columns of [{}], {} x {} threads per block "

@@ -214,7 +214,24 @@ KernelSource source_for(const Kernel& k, int block, int64_t grid) {
   return src;
 }
 
-bool fits_int32(int64_t max_index) { return max_index <= INT_MAX; }
+bool wide_indices(const Kernel& k, int64_t loop_reach) {
+  int64_t max_index = std::max(loop_reach, numel(k.shape).hint());
+  bool symbolic = !all_static(k.shape);
+  for (size_t o = 0; o < k.inputs.size() + k.outputs.size(); ++o) {
+    const Operand& op = operand(k, o);
+    max_index = std::max({max_index, max_offset(k.shape, op.strides, op.storage_offset),
+                          max_offset(k.shape, op.strides, 0), -op.storage_offset.hint()});
+    symbolic = symbolic || !all_static(op.strides) || !op.storage_offset.is_static();
+  }
+  for (const Expr& e : k.exprs) {
+    if (e.op != ExprOp::Gather) continue;
+    const Operand& op = k.inputs[e.operand];
+    const int64_t reach = std::max<int64_t>(e.gather.size.hint() - 1, 0) * e.gather.stride.hint();
+    max_index = std::max(max_index, max_offset(k.shape, op.strides, op.storage_offset) + reach);
+    symbolic = symbolic || !e.gather.size.is_static() || !e.gather.stride.is_static();
+  }
+  return symbolic || max_index > INT_MAX;
+}
 
 std::string index_type_decl(bool wide) { return wide ? "using idx_t = int64_t;" : "using idx_t = int32_t;"; }
 

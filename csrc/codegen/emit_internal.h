@@ -38,9 +38,12 @@ void add_vector_operand(KernelSource& src, const Kernel& k, size_t o, int group)
 // Name, needs_fp16/bf16 and launch shape filled in; the caller adds the code.
 KernelSource source_for(const Kernel& k, int block, int64_t grid);
 
-// Indices and offsets are 32-bit when the largest value any index variable takes (`max_index`, loop overshoot
-// included) fits: 32-bit division by the shape's constants is several times cheaper than 64-bit.
-bool fits_int32(int64_t max_index);
+// Whether k's indices and offsets must be 64-bit: some size, stride or offset is symbolic (no bound), or the
+// largest value an index variable takes does not fit int32 -- `loop_reach` (the emitter's loop variables,
+// overshoot included), any element's offset (an offset before a tensor makes index sums negative on the way), a
+// gathered element up to (size - 1) * stride past its operand's offset (its index is checked first). 32-bit
+// division by the shape's constants is several times cheaper than 64-bit.
+bool wide_indices(const Kernel& k, int64_t loop_reach);
 std::string index_type_decl(bool wide);  // "using idx_t = int32_t;"
 
 // Replaces every `marker` in `text` with `with` (which may not contain the marker).

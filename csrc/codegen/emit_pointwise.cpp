@@ -337,26 +337,8 @@ KernelSource emit_pointwise(const Kernel& k, const DeviceLimits& limits) {
     src.items_per_block = int64_t{block} * p.groups;
   }
 
-  // Loop variables overshoot n by one step of the grid at most. Symbolic sizes have no bound: 64-bit.
-  int64_t max_index = p.n.hint() + 2 * grid * block * p.vec * p.groups;
-  for (size_t o = 0; o < strides.size(); ++o) {
-    // An offset before the tensor (a range's operand) makes index sums negative on the way.
-    const Size& offset = operand(k, o).storage_offset;
-    max_index = std::max({max_index, max_offset(k.shape, strides[o], offset), max_offset(k.shape, strides[o], 0),
-                          -offset.hint()});
-  }
-  // A gathered element lies up to (size - 1) * stride past the operand's own offset (the index is checked first).
-  bool gather_symbolic = false;
-  for (int i : p.gathers) {
-    const Expr& e = k.exprs[i];
-    gather_symbolic |= !e.gather.size.is_static() || !e.gather.stride.is_static();
-    const int64_t reach = std::max<int64_t>(e.gather.size.hint() - 1, 0) * e.gather.stride.hint();
-    max_index = std::max(max_index,
-                         max_offset(k.shape, strides[e.operand], k.inputs[e.operand].storage_offset) + reach);
-  }
-  bool wide = !fits_int32(max_index) || !all_static(k.shape) || gather_symbolic;
-  for (size_t o = 0; o < strides.size(); ++o)
-    wide = wide || !all_static(strides[o]) || !operand(k, o).storage_offset.is_static();
+  // Loop variables overshoot n by one step of the grid at most.
+  const bool wide = wide_indices(k, p.n.hint() + 2 * grid * block * p.vec * p.groups);
   const std::string idx_decl = index_type_decl(wide);
 
   std::string& code = src.code;

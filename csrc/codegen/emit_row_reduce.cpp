@@ -363,22 +363,13 @@ KernelSource emit_row_reduce(const Kernel& k, const DeviceLimits& limits) {
   }
   p.outer = collapse(outer_shape, outer_strides);
   p.live = live_exprs(k);
-  p.uniform.assign(k.exprs.size(), true);
-  p.level.assign(k.exprs.size(), 0);
-  for (size_t i = 0; i < k.exprs.size(); ++i) {
-    const Expr& e = k.exprs[i];
-    if (e.op == ExprOp::RowIndex) p.uniform[i] = false;
-    if (reads_input(e.op)) p.uniform[i] = p.row_stride[e.operand] == 0;
-    for (int a : e.args) {
-      p.uniform[i] = p.uniform[i] && p.uniform[a];
-      p.level[i] = std::max(p.level[i], p.level[a]);
-    }
-    if (is_reduce(e.op)) {
-      p.uniform[i] = true;
-      p.level[i] += 1;
-    }
+  std::vector<bool> along_row(k.inputs.size());
+  for (size_t o = 0; o < k.inputs.size(); ++o) along_row[o] = p.row_stride[o] != 0;
+  ReductionLevels levels = reduction_levels(k, along_row);
+  p.uniform = std::move(levels.uniform);
+  p.level = std::move(levels.level);
+  for (size_t i = 0; i < k.exprs.size(); ++i)
     if (p.live[i]) p.passes = std::max(p.passes, p.level[i]);
-  }
   for (const Store& s : k.stores)
     if (p.row_stride[k.inputs.size() + s.output] == 0 && !p.uniform[s.expr])
       throw std::invalid_argument(fmt::format("emit_cuda: kernel '{}': out{} holds one value per row but e{} varies "
@@ -415,23 +406,8 @@ KernelSource emit_row_reduce(const Kernel& k, const DeviceLimits& limits) {
     src.items_per_block = rows_per_block;
   }
 
-  int64_t max_index =
-      std::max(p.rows.hint() + 2 * grid * rows_per_block, p.len.hint() + 2 * int64_t{p.threads} * p.vec);
-  max_index = std::max(max_index, numel(k.shape).hint());
-  bool wide = !all_static(k.shape);  // symbolic sizes have no bound: 64-bit
-  for (size_t o = 0; o < strides.size(); ++o) {
-    max_index = std::max(max_index, max_offset(k.shape, strides[o], operand(k, o).storage_offset));
-    wide = wide || !all_static(strides[o]) || !operand(k, o).storage_offset.is_static();
-  }
-  // A gathered row lies up to (size - 1) * stride past its input's own offset (the index is checked first).
-  for (int g : p.gathers) {
-    const Expr& e = k.exprs[g];
-    wide = wide || !e.gather.size.is_static() || !e.gather.stride.is_static();
-    const int64_t reach = std::max<int64_t>(e.gather.size.hint() - 1, 0) * e.gather.stride.hint();
-    max_index =
-        std::max(max_index, max_offset(k.shape, strides[e.operand], k.inputs[e.operand].storage_offset) + reach);
-  }
-  wide = wide || !fits_int32(max_index);
+  const bool wide = wide_indices(
+      k, std::max(p.rows.hint() + 2 * grid * rows_per_block, p.len.hint() + 2 * int64_t{p.threads} * p.vec));
   const std::string idx_decl = index_type_decl(wide);
 
   std::string& code = src.code;

@@ -282,6 +282,24 @@ std::string reduce_init(ExprOp op, DType t) {
   }
 }
 
+ReductionLevels reduction_levels(const Kernel& k, const std::vector<bool>& input_varies) {
+  ReductionLevels r{std::vector<bool>(k.exprs.size(), true), std::vector<int>(k.exprs.size(), 0)};
+  for (size_t i = 0; i < k.exprs.size(); ++i) {
+    const Expr& e = k.exprs[i];
+    if (e.op == ExprOp::RowIndex) r.uniform[i] = false;
+    if (e.op == ExprOp::Load || e.op == ExprOp::Gather) r.uniform[i] = !input_varies[e.operand];
+    for (int a : e.args) {
+      r.uniform[i] = r.uniform[i] && r.uniform[a];
+      r.level[i] = std::max(r.level[i], r.level[a]);
+    }
+    if (is_reduce(e.op)) {
+      r.uniform[i] = true;
+      r.level[i] += 1;
+    }
+  }
+  return r;
+}
+
 std::vector<bool> live_exprs(const Kernel& k) {
   std::vector<bool> live(k.exprs.size(), false);
   for (const Store& s : k.stores) live[s.expr] = true;

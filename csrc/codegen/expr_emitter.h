@@ -48,6 +48,16 @@ std::string reduce_init(ExprOp op, DType t);
 // Expressions some store needs, directly or through arguments.
 std::vector<bool> live_exprs(const Kernel& k);
 
+// Per expression of a row- or column-reduce kernel: whether its value is the same for every reduced element of
+// its row (column) -- reductions, constants, reads of inputs that do not move along the reduced elements
+// (`input_varies` false) and what is computed from these only; RowIndex varies -- and how many reduction passes
+// it waits for (a reduction one more than its argument).
+struct ReductionLevels {
+  std::vector<bool> uniform;
+  std::vector<int> level;
+};
+ReductionLevels reduction_levels(const Kernel& k, const std::vector<bool>& input_varies);
+
 // Throws std::invalid_argument unless the kernel follows kernel_ir.h's rules that both emitters rely on.
 void validate(const Kernel& k);
 

@@ -374,11 +374,15 @@ void Lowerer::pointwise(const graph::Node& n, const std::vector<Operand>& operan
       exprs.push_back(load_buffer(c, values_[o.node].buffer, out, row));
     }
   }
+  bind_lazy(n, target, fn(c, exprs), row);
+}
+
+void Lowerer::bind_lazy(const graph::Node& n, int cluster, int expr, bool per_row) {
   Value& result = values_[n.id];
   result.tensor = true;
-  result.cluster = target;
-  result.row = row;
-  result.expr = c.cast(fn(c, exprs), node_dtype(n.id));
+  result.cluster = cluster;
+  result.row = per_row;
+  result.expr = clusters_[cluster]->cast(expr, node_dtype(n.id));
 }
 
 bool Lowerer::row_reduce(const graph::Node& n, graph::NodeId x, const std::vector<Operand>& extra, const RowFn& fn,
@@ -414,11 +418,7 @@ bool Lowerer::row_reduce(const graph::Node& n, graph::NodeId x, const std::vecto
     extra_exprs.push_back(extra[i].kind == Operand::Kind::Scalar ? c.constant(extra[i].scalar_dtype, extra[i].scalar)
                                                                  : load_buffer(c, extra_buffers[i], space, false));
   auto [expr, per_row] = fn(c, x_expr, extra_exprs);
-  Value& result = values_[n.id];
-  result.tensor = true;
-  result.cluster = target;
-  result.row = per_row;
-  result.expr = c.cast(expr, node_dtype(n.id));
+  bind_lazy(n, target, expr, per_row);
   return true;
 }
 
@@ -448,14 +448,11 @@ bool Lowerer::trailing_reduce(const graph::Node& n, graph::NodeId x, const RowFn
   cl.make_row_reduce();
   auto [expr, per_row] = fn(cl, cl.load(b.root, b.dtype, strides, b.offset), {});
   if (!per_row) throw std::logic_error("lower: a reduction over several dimensions must give one value per row");
-  Value& result = values_[n.id];
-  result.tensor = true;
-  result.cluster = c;
-  result.row = true;
-  result.expr = cl.cast(expr, node_dtype(n.id));
+  bind_lazy(n, c, expr, true);
   // keepdim=True leaves k dimensions of 1 that the per-row value's shape (the space less its row) does not
   // have: the result is stored at once, in its own shape, and later ops read it as a buffer.
   if (meta_sizes(graph_.nodes[n.id].meta).size() != outer.size()) {
+    Value& result = values_[n.id];
     Buffer out;
     out.kind = Buffer::Kind::Alloc;
     out.node = n.id;
@@ -491,12 +488,7 @@ void Lowerer::value_in_space(const graph::Node& n, const Sizes& space, const std
         clusters_[c]->space() == space)
       target = static_cast<int>(c);
   if (target < 0) target = new_cluster(space);
-  Cluster& c = *clusters_[target];
-  Value& result = values_[n.id];
-  result.tensor = true;
-  result.cluster = target;
-  result.row = false;
-  result.expr = c.cast(build(c), node_dtype(n.id));
+  bind_lazy(n, target, build(*clusters_[target]), false);
 }
 
 bool Lowerer::can_merge(int a, int b) const {

@@ -49,11 +49,7 @@ bool Lowerer::column_reduce(const graph::Node& n, graph::NodeId x, const std::ve
   const int x_expr = x_buffer < 0 ? vx.expr : load_buffer(c, x_buffer, space, false);
   auto [expr, per_column] = fn(c, x_expr, {});
   if (!per_column) throw std::logic_error("lower: a column reduction must give one value per column");
-  Value& result = values_[n.id];
-  result.tensor = true;
-  result.cluster = target;
-  result.row = true;
-  result.expr = c.cast(expr, node_dtype(n.id));
+  bind_lazy(n, target, expr, true);
   return true;
 }
 

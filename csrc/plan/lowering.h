@@ -153,6 +153,9 @@ class Lowerer {
   int new_cluster(const Sizes& space);
   // The expression loading `buffer` into cluster `c` for an op of shape `out_shape` (row: a per-row op).
   int load_buffer(Cluster& c, int buffer, const Sizes& out_shape, bool row) const;
+  // Node n's value is `expr` of cluster `cluster` (cast to n's dtype), per element or, with `per_row`, one per row
+  // (column) of a reduction.
+  void bind_lazy(const graph::Node& n, int cluster, int expr, bool per_row);
   void merge(int into, int from);
   Sizes strides_in_space(const Sizes& sizes, const Sizes& strides, const Sizes& out_shape, bool row,
                          const Cluster& c) const;

@@ -114,14 +114,18 @@ def layer_norm(rows=16384, n=512, in_dtype="f16", out_dtype="f16", eps=1e-5, nam
     x = s.load(s.input(in_dtype), "f32")
     w = s.load(s.input(in_dtype, [0, 1]), "f32")
     b = s.load(s.input(in_dtype, [0, 1]), "f32")
+    s.pointwise_output(s.op("cast", out_dtype, normalized(s, x, w, b, n, eps)))
+    return s.spec
+
+
+def normalized(s, x, w, b, n, eps):
+    """layer_norm's f32 math on the row x of length n: mean, then variance of (x - mean), then the affine w, b."""
     inv_n = s.const(1.0 / n)
     mean = s.op("mul", "f32", s.op("reduce_sum", "f32", x), inv_n)
     centered = s.op("sub", "f32", x, mean)
     var = s.op("mul", "f32", s.op("reduce_sum", "f32", s.op("mul", "f32", centered, centered)), inv_n)
     rstd = s.op("rsqrt", "f32", s.op("add", "f32", var, s.const(eps)))
-    y = s.op("add", "f32", s.op("mul", "f32", s.op("mul", "f32", centered, rstd), w), b)
-    s.pointwise_output(s.op("cast", out_dtype, y))
-    return s.spec
+    return s.op("add", "f32", s.op("mul", "f32", s.op("mul", "f32", centered, rstd), w), b)
 
 
 def w8_rmsnorm(rows=8192, n=4096, dtype="bf16", eps=1e-6, name="w8_rmsnorm"):
@@ -217,13 +221,7 @@ def embedding_layer_norm(n=3, t=5, v=50, d=64, dtype="f32", index="i64", eps=1e-
     x = s.op("add", "f32", row, s.load(s.input(dtype, [0, d, 1]), "f32"))
     w = s.load(s.input(dtype, [0, 0, 1]), "f32")
     b = s.load(s.input(dtype, [0, 0, 1]), "f32")
-    inv_n = s.const(1.0 / d)
-    mean = s.op("mul", "f32", s.op("reduce_sum", "f32", x), inv_n)
-    centered = s.op("sub", "f32", x, mean)
-    var = s.op("mul", "f32", s.op("reduce_sum", "f32", s.op("mul", "f32", centered, centered)), inv_n)
-    rstd = s.op("rsqrt", "f32", s.op("add", "f32", var, s.const(eps)))
-    y = s.op("add", "f32", s.op("mul", "f32", s.op("mul", "f32", centered, rstd), w), b)
-    s.pointwise_output(s.op("cast", dtype, y))
+    s.pointwise_output(s.op("cast", dtype, normalized(s, x, w, b, d, eps)))
     return s.spec
 
 

@@ -1,5 +1,5 @@
-"""Reductions over dims that keep the last one (column reductions) and, for reference, over the last dim (row
-reductions): µs per call and GB/s (input read once + output written) for eager, torch.compile and fastcomp in
+"""Reductions over dims that keep the last one (column reductions), over every dim (whole-tensor, split across
+blocks when long), over the last dim (row reductions), and row reductions of gathered rows: µs per call and GB/s (input read once + output written) for eager, torch.compile and fastcomp in
 the same process, each case's compiled functions warmed up first. Run on a GPU machine:
 
     python scripts/reduction_bench.py [--modes eager tc fc] [--out results.md]
@@ -37,6 +37,10 @@ def cases():
         ("x.sum(-1) [4096, 4096] f32 (row, reference)", lambda x: x.sum(-1), f32(4096, 4096)),
         ("x.sum() [4096, 4096] f32 (whole tensor)", lambda x: x.sum(), f32(4096, 4096)),
         ("x.var() [1024, 1000] f32 (whole tensor)", lambda x: x.var(), f32(1024, 1000)),
+        ("((a - b) ** 2).mean() [4096, 4096] f32 (MSE)", lambda a, b: ((a - b) ** 2).mean(),
+         lambda: (torch.randn(4096, 4096, device="cuda"), torch.randn(4096, 4096, device="cuda"))),
+        ("x.amax() [1 << 20] bf16", lambda x: x.amax(), bf16(1 << 20)),
+        ("x.abs().sum() [64, 64, 56, 56] f32", lambda x: x.abs().sum(), f32(64, 64, 56, 56)),
         ("layer_norm(emb(idx) + pos(p)) [64, 128] of 30522x768 f32 (gathers in the row reduction)",
          embedding_layer_norm, embedding_inputs),
         ("softmax(emb(idx) * 2) [8192] of 32000x1024 bf16", embedding_softmax,

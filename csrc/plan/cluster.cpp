@@ -122,6 +122,7 @@ std::vector<int> Cluster::absorb(const Cluster& other) {
   if (sealed_ || other.sealed_) throw std::logic_error("Cluster::absorb: a sealed cluster cannot merge");
   row_reduce_ |= other.row_reduce_;
   if (other.column_reduce()) reduced_dims_ = other.reduced_dims_;  // the lowering merges like reductions only
+  if (other.split_) split_ = other.split_;                            // ... and like splits
   std::vector<int> remap(other.exprs_.size(), -1);
   for (size_t i = 0; i < other.exprs_.size(); ++i) {
     const codegen::Expr& e = other.exprs_[i];

@@ -5,11 +5,13 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "codegen/kernel_ir.h"
+#include "plan/split_reduce.h"
 
 namespace fastcomp::plan {
 
@@ -28,6 +30,10 @@ class Cluster {
   bool column_reduce() const { return !reduced_dims_.empty(); }
   const std::vector<bool>& reduced_dims() const { return reduced_dims_; }
   bool reduces() const { return row_reduce_ || column_reduce(); }
+  // A reduction whose kernel is split in two (split_reduce.h): its per-row (per-column) values may only be
+  // combined with each other, never used per element.
+  void set_split(std::optional<ReductionSplit> split) { split_ = split; }
+  const std::optional<ReductionSplit>& split() const { return split_; }
   // An attention kernel (kernel_ir.h) over a [B, H, T, D] space: q, k and v are Load expressions of the cluster
   // (one load may serve several, e.g. attention(x, x, x)) and its one store names o's buffer and layout (the
   // stored expression is not used: the kernel computes o).
@@ -94,6 +100,7 @@ class Cluster {
   codegen::Sizes space_;
   bool row_reduce_ = false;
   std::vector<bool> reduced_dims_;  // a column reduce's; empty otherwise
+  std::optional<ReductionSplit> split_;
   bool attention_ = false;
   std::vector<int> attention_loads_;  // q, k, v
   double attention_scale_ = 1;

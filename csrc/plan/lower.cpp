@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
+#include <utility>
 
 #include "plan/lowering.h"
 #include "support/pystr.h"
@@ -163,7 +165,8 @@ bool Lowerer::lazy_fits(const Value& v, graph::NodeId id, const Sizes& out_shape
     *row = true;
     return shape == space;
   }
-  if (out_shape == space) return shape.size() == space.size() && shape.back() == 1;
+  // A split reduction's per-row values exist only after its second kernel: they are combined, never broadcast.
+  if (out_shape == space) return shape.size() == space.size() && shape.back() == 1 && !c.split();
   *row = true;
   return out_shape == shape;
 }
@@ -385,14 +388,27 @@ void Lowerer::bind_lazy(const graph::Node& n, int cluster, int expr, bool per_ro
   result.expr = clusters_[cluster]->cast(expr, node_dtype(n.id));
 }
 
+bool Lowerer::reduction_split(const Sizes& space, const std::vector<bool>& reduced, DType x_dtype, bool splittable,
+                              int* target, std::optional<ReductionSplit>* split) const {
+  const codegen::Kernel::Kind kind = reduced.back() ? codegen::Kernel::Kind::RowReduce : codegen::Kernel::Kind::ColumnReduce;
+  const bool one_kernel_fits = one_kernel_reduction_fits(kind, space, reduced, codegen::dtype_size(x_dtype));
+  *split = splittable ? choose_split(kind, space, reduced, codegen::dtype_size(x_dtype)) : std::nullopt;
+  // A reduction joining another one of the same space keeps that one's split; a split kernel takes only
+  // reductions that split.
+  if (*target >= 0 && clusters_[*target]->reduces() && clusters_[*target]->split() != *split) {
+    if (clusters_[*target]->split() || !one_kernel_fits) *target = -1;
+    else split->reset();
+  }
+  return *split || one_kernel_fits;
+}
+
 bool Lowerer::row_reduce(const graph::Node& n, graph::NodeId x, const std::vector<Operand>& extra, const RowFn& fn,
-                          int row_dims) {
-  if (row_dims > 1) return extra.empty() && trailing_reduce(n, x, fn, row_dims);
+                          int row_dims, bool splittable) {
+  if (row_dims > 1) return extra.empty() && trailing_reduce(n, x, fn, row_dims, splittable);
   const Sizes space = meta_sizes(graph_.nodes[x].meta);
   if (space.empty() || space.back() == 0) return false;
   const Size rows = codegen::product(Sizes(space.begin(), space.end() - 1));
-  // A whole-tensor reduction runs best as torch's kernel (judged by the hints under dynamic shapes).
-  if (rows == 0 || (rows.hint() < 64 && space.back().hint() > 65536)) return false;
+  if (rows == 0) return false;
   Value& vx = values_[x];
   int target = -1;
   if (vx.cluster >= 0) {
@@ -401,6 +417,10 @@ bool Lowerer::row_reduce(const graph::Node& n, graph::NodeId x, const std::vecto
         !clusters_[c]->column_reduce())
       target = c;
   }
+  std::vector<bool> reduced(space.size(), false);
+  reduced.back() = true;
+  std::optional<ReductionSplit> split;
+  if (!reduction_split(space, reduced, node_dtype(x), splittable, &target, &split)) return false;
   for (const Operand& o : extra)
     if (o.kind == Operand::Kind::Node && graph_.nodes[o.node].meta.sizes.size() > space.size()) return false;
   std::vector<int> extra_buffers;
@@ -412,6 +432,7 @@ bool Lowerer::row_reduce(const graph::Node& n, graph::NodeId x, const std::vecto
   if (target < 0) target = new_cluster(space);
   Cluster& c = *clusters_[target];
   c.make_row_reduce();
+  c.set_split(split);
   const int x_expr = x_buffer < 0 ? vx.expr : load_buffer(c, x_buffer, space, false);
   std::vector<int> extra_exprs;
   for (size_t i = 0; i < extra.size(); ++i)
@@ -422,31 +443,48 @@ bool Lowerer::row_reduce(const graph::Node& n, graph::NodeId x, const std::vecto
   return true;
 }
 
-bool Lowerer::trailing_reduce(const graph::Node& n, graph::NodeId x, const RowFn& fn, int k) {
+bool Lowerer::trailing_reduce(const graph::Node& n, graph::NodeId x, const RowFn& fn, int k, bool splittable) {
   const Sizes sizes = meta_sizes(graph_.nodes[x].meta);
   const size_t rank = sizes.size();
   if (k < 2 || static_cast<size_t>(k) > rank || !codegen::all_static(sizes)) return false;
   const Sizes outer(sizes.begin(), sizes.end() - k);
   const Size len = codegen::product(Sizes(sizes.end() - k, sizes.end()));
   const Size rows = codegen::product(outer);
-  if (len == 0 || rows == 0 || (rows.hint() < 64 && len.hint() > 65536)) return false;
-  // The row is x's trailing k dimensions read with one stride when they collapse (a contiguous tensor's always
-  // do); otherwise a contiguous copy is read.
-  int xb = buffer_for(x);
-  std::optional<std::pair<Size, Size>> row = collapse(buffer(xb).sizes, buffer(xb).strides, rank - k, rank);
-  if (!row) {
-    xb = contiguous_copy(xb);
-    row = collapse(buffer(xb).sizes, buffer(xb).strides, rank - k, rank);
-  }
+  if (len == 0 || rows == 0) return false;
   Sizes space = outer;
   space.push_back(len);
-  const Buffer& b = buffer(xb);
-  Sizes strides(b.strides.begin(), b.strides.end() - k);
-  strides.push_back(row->second);
+  std::vector<bool> reduced(space.size(), false);
+  reduced.back() = true;
+  int no_target = -1;
+  std::optional<ReductionSplit> split;
+  if (!reduction_split(space, reduced, node_dtype(x), splittable, &no_target, &split)) return false;
   const int c = new_cluster(space);
   Cluster& cl = *clusters_[c];
+  // x's pointwise prologue joins the kernel when every load of it reads the trailing k dimensions with one stride
+  // (same-shaped contiguous operands, as in a loss: ((a - b) ** 2).mean()).
+  int x_expr = -1;
+  if (const Cluster* src = lazy_cluster(x); src && !src->reduces() && src->space() == sizes) {
+    Cluster copy(space);
+    std::map<int, int> copied;
+    if ((x_expr = collapsed_copy(*src, values_[x].expr, copy, rank - k, &copied)) >= 0) cl = std::move(copy);
+  }
+  if (x_expr < 0) {
+    // Otherwise the row is x's trailing k dimensions read from memory, with one stride when they collapse (a
+    // contiguous tensor's always do), else from a contiguous copy.
+    int xb = buffer_for(x);
+    std::optional<std::pair<Size, Size>> row = collapse(buffer(xb).sizes, buffer(xb).strides, rank - k, rank);
+    if (!row) {
+      xb = contiguous_copy(xb);
+      row = collapse(buffer(xb).sizes, buffer(xb).strides, rank - k, rank);
+    }
+    const Buffer& b = buffer(xb);
+    Sizes strides(b.strides.begin(), b.strides.end() - k);
+    strides.push_back(row->second);
+    x_expr = cl.load(b.root, b.dtype, strides, b.offset);
+  }
   cl.make_row_reduce();
-  auto [expr, per_row] = fn(cl, cl.load(b.root, b.dtype, strides, b.offset), {});
+  cl.set_split(split);
+  auto [expr, per_row] = fn(cl, x_expr, {});
   if (!per_row) throw std::logic_error("lower: a reduction over several dimensions must give one value per row");
   bind_lazy(n, c, expr, true);
   // keepdim=True leaves k dimensions of 1 that the per-row value's shape (the space less its row) does not
@@ -468,6 +506,38 @@ bool Lowerer::trailing_reduce(const graph::Node& n, graph::NodeId x, const RowFn
     seal(c);
   }
   return true;
+}
+
+int Lowerer::collapsed_copy(const Cluster& src, int expr, Cluster& dst, size_t from, std::map<int, int>* copied) {
+  if (auto it = copied->find(expr); it != copied->end()) return it->second;
+  const codegen::Expr& e = src.expr(expr);
+  int out = -1;
+  switch (e.op) {
+    case ExprOp::Load: {
+      const codegen::Operand& o = src.load_operand(expr);
+      const auto run = collapse(src.space(), o.strides, from, o.strides.size());
+      if (o.valid.dim >= 0 || !run) return -1;
+      Sizes strides(o.strides.begin(), o.strides.begin() + static_cast<std::ptrdiff_t>(from));
+      strides.push_back(run->second);
+      // The buffer's producer runs first, as for any load (its cluster was sealed when src first loaded it).
+      const int producer = buffer_producer_[src.load_buffer(expr)];
+      if (producer >= 0) seal(producer);
+      out = dst.load(src.load_buffer(expr), e.dtype, strides, o.storage_offset);
+      break;
+    }
+    case ExprOp::Constant: out = dst.constant(e.dtype, e.constant); break;
+    // A flat index, a range or a gather is tied to the shape of the space.
+    case ExprOp::RowIndex: case ExprOp::InRange: case ExprOp::Gather: return -1;
+    default: {
+      std::vector<int> args;
+      for (int a : e.args) {
+        args.push_back(collapsed_copy(src, a, dst, from, copied));
+        if (args.back() < 0) return -1;
+      }
+      out = dst.op(e.op, e.dtype, std::move(args));
+    }
+  }
+  return (*copied)[expr] = out;
 }
 
 const Cluster* Lowerer::lazy_cluster(graph::NodeId id) {
@@ -507,6 +577,8 @@ bool Lowerer::can_merge(int a, int b) const {
   }
   // Row and column reductions are different kernels; columns of one kernel reduce the same dimensions.
   if ((x.row_reduce() && y.column_reduce()) || (x.column_reduce() && y.row_reduce())) return false;
+  // A split kernel's per-row values cannot serve a kernel that is not split alike.
+  if (x.split() != y.split()) return false;
   return !(x.column_reduce() && y.column_reduce() && x.reduced_dims() != y.reduced_dims());
 }
 
@@ -544,6 +616,43 @@ bool Lowerer::decline(std::string why) {
   return false;
 }
 
+void Lowerer::emit_kernels(int c, std::vector<Step>* steps) {
+  auto add = [&](codegen::Kernel k, std::vector<int> args) {
+    KernelStep step;
+    step.kernel = static_cast<int>(program_.kernels.size());
+    step.args = std::move(args);
+    k.name = fmt::format("k{}", step.kernel);
+    program_.kernels.push_back(std::move(k));
+    steps->push_back({Step::Kind::Kernel, static_cast<int>(program_.kernel_steps.size())});
+    program_.kernel_steps.push_back(std::move(step));
+  };
+  std::vector<int> args;
+  codegen::Kernel k = clusters_[c]->kernel("k", &args);
+  // A split the finished kernel cannot take (an op joined it that the pieces cannot compute) leaves one kernel:
+  // slower, never wrong.
+  std::optional<SplitKernels> split;
+  if (clusters_[c]->split()) split = split_reduction(k, *clusters_[c]->split());
+  if (!split) return add(std::move(k), std::move(args));
+  const auto inputs_end = args.begin() + static_cast<std::ptrdiff_t>(k.inputs.size());
+  std::vector<int> partial_args(args.begin(), inputs_end);
+  for (const SplitKernels::PartialBuffer& p : split->partials) {
+    Buffer b;
+    b.kind = Buffer::Kind::Alloc;
+    b.dtype = p.dtype;
+    b.sizes = p.sizes;
+    b.strides = contiguous_strides(p.sizes);
+    partial_args.push_back(add_buffer(b));
+  }
+  std::vector<int> combine_args;
+  for (int i : split->combine_inputs) combine_args.push_back(args[i]);
+  combine_args.insert(combine_args.end(), partial_args.begin() + static_cast<std::ptrdiff_t>(k.inputs.size()),
+                      partial_args.end());
+  for (int o : split->partial_outputs) partial_args.push_back(inputs_end[o]);
+  for (int o : split->combine_outputs) combine_args.push_back(inputs_end[o]);
+  add(std::move(split->partial), std::move(partial_args));
+  add(std::move(split->combine), std::move(combine_args));
+}
+
 Program Lowerer::run() {
   program_.device = options_.device;
   program_.symbols = graph_.symbols;
@@ -558,12 +667,13 @@ Program Lowerer::run() {
   std::vector<int> step_cluster(program_.kernel_steps.size(), -1);
   for (size_t c = 0; c < clusters_.size(); ++c)
     if (kernel_step_of_[c] >= 0) step_cluster[kernel_step_of_[c]] = static_cast<int>(c);
-  for (const Step& s : program_.steps) {
-    if (s.kind != Step::Kind::Kernel) continue;
-    KernelStep& step = program_.kernel_steps[s.index];
-    step.kernel = static_cast<int>(program_.kernels.size());
-    program_.kernels.push_back(clusters_[step_cluster[s.index]]->kernel(fmt::format("k{}", step.kernel), &step.args));
+  std::vector<Step> steps;
+  program_.kernel_steps.clear();
+  for (const Step& s : std::exchange(program_.steps, {})) {
+    if (s.kind == Step::Kind::Kernel) emit_kernels(step_cluster[s.index], &steps);
+    else steps.push_back(s);
   }
+  program_.steps = std::move(steps);
   if (program_.is_dynamic()) {
     std::vector<bool> live(graph_.symbols.size(), false);
     auto mark = [&](const Size& s) {

@@ -5,18 +5,9 @@
 #include "plan/lowering.h"
 
 namespace fastcomp::plan::detail {
-namespace {
-
-// Torch's own kernel splits a long reduction across blocks (a semaphore, a second stage); the column kernel
-// spreads only its columns over blocks, 128 bytes of columns per block at the least. With fewer such blocks than
-// an H100 has SMs and columns longer than this, the column kernel would leave most of the GPU idle.
-constexpr int64_t kColumnLinesFloor = 132;
-constexpr int64_t kLongColumn = 4096;
-
-}  // namespace
 
 bool Lowerer::column_reduce(const graph::Node& n, graph::NodeId x, const std::vector<bool>& reduced,
-                            const RowFn& fn) {
+                            const RowFn& fn, bool splittable) {
   const Sizes space = meta_sizes(graph_.nodes[x].meta);
   if (space.empty() || reduced.size() != space.size() || reduced.back()) return false;
   Size length = 1, columns = 1;
@@ -26,8 +17,6 @@ bool Lowerer::column_reduce(const graph::Node& n, graph::NodeId x, const std::ve
   }
   // Judged by the hints under dynamic shapes; an empty reduction or result is torch's.
   if (length.hint() == 0 || columns.hint() == 0) return false;
-  const int64_t lines = (columns.hint() * codegen::dtype_size(node_dtype(x)) + 127) / 128;
-  if (lines < kColumnLinesFloor && length.hint() > kLongColumn) return false;
 
   Value& vx = values_[x];
   int target = -1;
@@ -39,6 +28,8 @@ bool Lowerer::column_reduce(const graph::Node& n, graph::NodeId x, const std::ve
         (!cl.column_reduce() || cl.reduced_dims() == reduced))
       target = c;
   }
+  std::optional<ReductionSplit> split;
+  if (!reduction_split(space, reduced, node_dtype(x), splittable, &target, &split)) return false;
   int x_buffer = -1;
   if (target < 0) {
     x_buffer = buffer_for(x);
@@ -46,6 +37,7 @@ bool Lowerer::column_reduce(const graph::Node& n, graph::NodeId x, const std::ve
   }
   Cluster& c = *clusters_[target];
   c.make_column_reduce(reduced);
+  c.set_split(split);
   const int x_expr = x_buffer < 0 ? vx.expr : load_buffer(c, x_buffer, space, false);
   auto [expr, per_column] = fn(c, x_expr, {});
   if (!per_column) throw std::logic_error("lower: a column reduction must give one value per column");

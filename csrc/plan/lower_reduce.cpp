@@ -3,8 +3,10 @@
 // f16/bf16, i64 for integer sums) and round once at the end. sum/mean/amax/amin/var/std also reduce the last
 // several dimensions together (x.mean((2, 3)) of an NCHW tensor) as one row, from a materialised x, and any
 // dimensions that keep the last one (x.sum(0), x.var((0, 2))) in a column-reduce kernel
-// (lower_column_reduce.cpp). Whole-tensor reductions and reductions over the last dimension together with
-// others that are not the trailing ones (x.sum((0, 2)) of a 3-d x) stay calls into torch.
+// (lower_column_reduce.cpp), and over every dimension (x.sum()) as one row. sum/mean/amax/amin over a few long
+// rows or columns (a whole large tensor) are split across blocks in two kernels (split_reduce.h); var/std
+// there stay calls into torch, as do reductions over the last dimension together with others that are not the
+// trailing ones (x.sum((0, 2)) of a 3-d x).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -26,10 +28,11 @@ bool last_dim_only(const graph::Arg* dims, size_t rank) {
 }
 
 // How many trailing dimensions `dims` names when it names the last k of a rank-`rank` tensor, each once, in any
-// order (x.mean((2, 3)), x.sum((-1, -2))); 0 otherwise. None (every dimension) counts only for rank 1.
+// order (x.mean((2, 3)), x.sum((-1, -2))); 0 otherwise. None names every dimension (x.sum()).
 int trailing_dims(const graph::Arg* dims, size_t rank) {
   if (last_dim_only(dims, rank)) return 1;
-  if (rank == 0 || is_none(dims)) return 0;
+  if (rank == 0) return 0;
+  if (is_none(dims)) return static_cast<int>(rank);
   auto d = const_int_list(dims);
   if (!d || d->empty() || d->size() > rank) return 0;
   std::vector<bool> named(rank, false);
@@ -91,9 +94,10 @@ std::pair<double, bool> reduced_length(const Sizes& sizes, const std::vector<boo
   return {n, fixed};
 }
 
-// The row-reduce or column-reduce kernel for `r`.
-bool reduce_over(Lowerer& L, const graph::Node& n, graph::NodeId x, const ReducedDims& r, const Lowerer::RowFn& fn) {
-  return r.k > 0 ? L.row_reduce(n, x, {}, fn, r.k) : L.column_reduce(n, x, r.flags, fn);
+// The row-reduce or column-reduce kernel for `r`; `splittable` as Lowerer::row_reduce's.
+bool reduce_over(Lowerer& L, const graph::Node& n, graph::NodeId x, const ReducedDims& r, const Lowerer::RowFn& fn,
+                 bool splittable) {
+  return r.k > 0 ? L.row_reduce(n, x, {}, fn, r.k, splittable) : L.column_reduce(n, x, r.flags, fn, splittable);
 }
 
 Operand node_operand(graph::NodeId id) {
@@ -149,7 +153,7 @@ bool lower_reduction_op(Lowerer& L, const graph::Node& n, const std::string& op)
       int r = c.op(reduce, acc, {c.cast(xe, acc)});
       if (mean) r = c.op(ExprOp::Div, acc, {r, c.constant(acc, n_len)});
       return std::make_pair(r, true);
-    });
+    }, /*splittable=*/true);
   }
   if (op == "var" || op == "std") {
     if (!args.only_keywords({"dim", "unbiased", "keepdim", "correction"}) || !is_floating(out)) return false;
@@ -182,7 +186,7 @@ bool lower_reduction_op(Lowerer& L, const graph::Node& n, const std::string& op)
       int r = c.op(ExprOp::Div, acc, {ss, c.constant(acc, std::max(n_len - correction, 0.0))});
       if (std_dev) r = c.op(ExprOp::Sqrt, acc, {r});
       return std::make_pair(r, true);
-    });
+    }, /*splittable=*/false);
   }
   if (op == "logsumexp") {
     if (!args.only_keywords({"dim", "keepdim"}) || !last_dim_only(args.get(1, "dim"), rank) || !is_floating(out))

@@ -3,6 +3,7 @@
 // lower_cat.cpp, lower_gather.cpp).
 #pragma once
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -99,16 +100,20 @@ class Lowerer {
   // layer_norm). False when it does not fit (the caller makes the node an extern call).
   // With `row_dims` > 1 the row is x's last `row_dims` dimensions read as one (x.mean((2, 3))): x is then
   // materialised (no prologue fusion) and the result must be per row; with `extra` operands it does not fit.
+  // With `splittable` (fn's reductions depend on none other: sum, mean, amax, amin), a few long rows are split
+  // across blocks in two kernels (split_reduce.h); otherwise such a reduction does not fit.
   using RowFn = std::function<std::pair<int, bool>(Cluster&, int, const std::vector<int>&)>;
   bool row_reduce(const graph::Node& n, graph::NodeId x, const std::vector<Operand>& extra, const RowFn& fn,
-                  int row_dims = 1);
+                  int row_dims = 1, bool splittable = false);
 
   // Reduction of `x` over the dimensions flagged in `reduced` (x's last dimension is kept) in a column-reduce
   // kernel: fn(cluster, x's expression, {}) returns the result expression, which must be per column. x's
   // pointwise prologue joins the kernel when x is lazy over its own shape; the result is a per-column value
   // (Value::row) that ops over its own shape (the epilogue) extend. False when it does not fit or torch's kernel
   // is the better choice (the caller makes the node an extern call).
-  bool column_reduce(const graph::Node& n, graph::NodeId x, const std::vector<bool>& reduced, const RowFn& fn);
+  // `splittable` as for row_reduce: few long columns are then split across blocks.
+  bool column_reduce(const graph::Node& n, graph::NodeId x, const std::vector<bool>& reduced, const RowFn& fn,
+                     bool splittable = false);
 
   // The open cluster whose expression (value(id).expr) node `id`'s per-element value is, or null.
   const Cluster* lazy_cluster(graph::NodeId id);
@@ -143,7 +148,18 @@ class Lowerer {
  private:
   void lower_node(const graph::Node& n);
   bool lower_call(const graph::Node& n);  // false: no lowering, use an extern step
-  bool trailing_reduce(const graph::Node& n, graph::NodeId x, const RowFn& fn, int k);  // row_reduce, k > 1
+  bool trailing_reduce(const graph::Node& n, graph::NodeId x, const RowFn& fn, int k,
+                       bool splittable);  // row_reduce, k > 1
+  // A copy of `src`'s expression `expr` in `dst`, whose space is src's with dimensions `from`.. collapsed into one:
+  // each load read with one stride over them. -1 when a load does not collapse or the expression depends on the
+  // shape (a range, a gather, a flat index). `copied` maps src's expressions already copied.
+  int collapsed_copy(const Cluster& src, int expr, Cluster& dst, size_t from, std::map<int, int>* copied);
+  // The split a reduction over `space` gets (nullopt: one kernel), or false when it does not fit: few long rows
+  // (columns) that cannot be split. `target` is the cluster it would join (-1: a new one), whose split it keeps.
+  bool reduction_split(const Sizes& space, const std::vector<bool>& reduced, DType x_dtype, bool splittable,
+                       int* target, std::optional<ReductionSplit>* split) const;
+  // Emits cluster `c`'s kernel step(s) into the program: two kernels and their partial buffers when it is split.
+  void emit_kernels(int c, std::vector<Step>* steps);
   int materialize(graph::NodeId id);      // a buffer holding the value; the cluster is not sealed
   void seal(int cluster);
   void ensure_object(graph::NodeId id);   // the value exists as a torch object at run time

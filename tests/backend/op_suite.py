@@ -148,7 +148,7 @@ case("stack_dim0", lambda x, y: torch.stack([x, y, x + y]) - 1, two, shapes=CUBE
 # extern op, before a row or column reduction (which take no ranges), and inside another cat (which does not copy
 # ranges).
 case("cat_output", lambda x, y: torch.cat((x, -y), 0), two, shapes=ROWS)
-case("cat_before_extern", lambda x, y: torch.cat((x, -y), -1).sum() * 2, two, shapes=((3, 1025),), plan=(2, 0, 1))
+case("cat_before_extern", lambda x, y: torch.cat((x, -y), -1).cumsum(-1) * 2, two, shapes=((3, 1025),), plan=(2, 0, 1))
 case("cat_before_column_sum", lambda x, y: torch.cat((x, -y), -1).sum(0) * 2, two, shapes=((3, 1025),),
      plan=(2, 0, 0))
 case("cat_before_softmax", lambda x, y: torch.softmax(torch.cat((x, -y), -1), -1), two, shapes=ROWS,
@@ -173,10 +173,15 @@ case("layer_norm_affine", lambda x, w: F.layer_norm(x, x.shape[-1:], w, w * 0.5,
      shapes=ROWS, plan=(2, 0, 0))
 case("rmsnorm", lambda x, w: (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6) * w).to(x.dtype),
      rows_and_vector, shapes=ROWS)
-# The last several dimensions as one row (global average pooling, per-sample statistics), from x materialised:
-# the pointwise prologue is its own kernel. keepdim=True stores the result at once, so its epilogue is another.
+# The last several dimensions as one row (global average pooling, per-sample statistics): the pointwise prologue
+# joins when each of its loads reads those dimensions with one stride, else x is written first (as for a
+# broadcast operand). keepdim=True stores the result at once, so its epilogue is another kernel.
 TRAILING = ((1, 1, 1, 1), (2, 3, 5, 7), (4, 8, 33, 31))
-case("mean_last_two", lambda x: (x * 2).mean((-1, -2)) + 1, shapes=TRAILING, plan=(2, 0, 0))
+case("mean_last_two", lambda x: (x * 2).mean((-1, -2)) + 1, shapes=TRAILING)
+case("mean_last_two_of_broadcast", lambda x, v: (x + v).mean((-1, -2)), rows_and_vector, shapes=TRAILING[1:],
+     plan=(2, 0, 0))
+case("mean_last_two_of_per_channel", lambda x, v: (x * v[:, :1, :1]).mean((-1, -2)), lambda shape, dtype, device: (
+    randn(shape, dtype, device), randn(shape[1:], dtype, device)), shapes=TRAILING[1:])
 case("sum_last_three_keepdim", lambda x: x - x.sum((1, 2, 3), keepdim=True), shapes=TRAILING, plan=(2, 0, 0))
 case("amax_amin_last_two", lambda x: x.amax((2, 3)) - x.amin((3, 2)), shapes=TRAILING)
 case("var_std_last_two", lambda x: x.var((2, 3)) + x.std((-2, -1), unbiased=False), shapes=TRAILING[1:])  # one element: torch gives nan (dof <= 0)
@@ -212,10 +217,39 @@ case("sum_dim0_of_slice", lambda x: x[1:, 3:].sum(0), shapes=((3, 1025), (64, 40
 case("center_columns", lambda x: x - x.mean(0, keepdim=True), shapes=COLUMNS[1:], plan=(2, 0, 0))
 case("column_sum_then_softmax", lambda x: torch.softmax(x.sum(0), -1), shapes=COLUMNS, plan=(2, 0, 0))
 case("row_and_column_sums", lambda x: (x.sum(0), x.sum(1)), shapes=COLUMNS[1:], plan=(2, 0, 0))
-# Declined: few, long columns (torch's kernel splits them across blocks); the last dimension reduced with others
-# that are not trailing.
-case("sum_dim0_long_few_columns_is_extern", lambda x: x.sum(0), shapes=((65537, 3),), plan=(0, 0, 1))
+# Few, long columns: split across blocks (split_reduce.h), a partial kernel then a combine kernel. A length with
+# no divisor to split at (a prime) or a reduction of a reduction (var) is torch's; so is the last dimension
+# reduced with others that are not trailing.
+case("sum_dim0_few_long_columns_split", lambda x: x.sum(0), shapes=((8192, 3), (65536, 5), (262144, 1)),
+     plan=(2, 0, 0))
+case("mean_dims_0_1_few_columns_split", lambda x, v: (x * 2).mean((0, 1)) + v,
+     lambda shape, dtype, device: (randn(shape, dtype, device), randn(shape[-1:], dtype, device)),
+     shapes=((64, 128, 3), (512, 64, 7)), plan=(2, 0, 0))
+case("sum_dim0_long_prime_columns_is_extern", lambda x: x.sum(0), shapes=((65537, 3),), plan=(0, 0, 1))
+case("var_dim0_few_long_columns_is_extern", lambda x: x.var(0), shapes=((65536, 3),), plan=(0, 0, 1))
 case("sum_dims_0_2_is_extern", lambda x: x.sum((0, 2)), shapes=((2, 3, 5),), plan=(0, 0, 1))
+
+# Whole-tensor reductions: one row (a multi-dimensional x is read from memory, as for trailing dimensions); a long
+# one is split across blocks, a partial kernel then a combine kernel, the prologue fused into the first.
+case("sum_all_small", lambda x: x.sum() * 2, shapes=((1,), (3, 1025), (5, 7, 9)))
+case("mean_all_keepdim", lambda x: x.mean((0, 1), keepdim=True) + 1, shapes=((1, 1), (3, 1025)), plan=(2, 0, 0))
+case("var_all_small", lambda x: x.var(), shapes=((3, 1025), (64, 1000)))
+case("sum_all_split", lambda x: x.sum(), shapes=((65536 * 2,), (1 << 18,), (3, 65536 * 3), (4, 512, 512)),
+     plan=(2, 0, 0))
+case("mse_all_split", lambda x, y: ((x - y) ** 2).mean() * 0.5, two, shapes=((1 << 17,), (1 << 20,)), plan=(2, 0, 0))
+# A multi-dimensional prologue joins when each of its loads reads the whole tensor with one stride; a broadcast
+# operand does not, so x + v is written first.
+case("mse_2d_split", lambda x, y: ((x - y) ** 2).mean(), two, shapes=((3, 65536), (512, 1024)), plan=(2, 0, 0))
+case("abs_sum_4d", lambda x: x.abs().sum() + 1, shapes=((1, 1, 1, 1), (2, 3, 5, 7)))
+case("sum_all_of_broadcast", lambda x, v: (x + v).sum(), rows_and_vector, shapes=((3, 1025),), plan=(2, 0, 0))
+case("amax_amin_all_split", lambda x: x.amax() - x.amin(), shapes=((1 << 17,), (1 << 20,)), plan=(2, 0, 0))
+case("int_sum_all_split", lambda x: (x > 0).sum() + (x * 4).int().sum(), shapes=((1 << 17,),), plan=(2, 0, 0))
+# A per-element use of the split result is a kernel of its own; a per-element use of the prologue is stored by the
+# partial kernel.
+case("center_all_split", lambda x: x - x.mean(), shapes=((1 << 17,),), plan=(3, 0, 0))
+case("prologue_also_returned_split", lambda x: (x * 2, (x * 2).sum()), shapes=((1 << 17),), plan=(2, 0, 0))
+case("sum_all_prime_is_extern", lambda x: x.sum(), shapes=((65537 * 2 + 1,),), plan=(0, 0, 1))
+case("var_all_long_is_extern", lambda x: x.var(), shapes=((1 << 18,),), plan=(0, 0, 1))
 
 # ---- matrix products ------------------------------------------------------------------------------------------------
 MM_SHAPES = ((1, 1, 1), (3, 17, 5), (64, 1025, 33), (128, 512, 256))

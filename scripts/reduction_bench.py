@@ -1,6 +1,7 @@
 """Reductions over dims that keep the last one (column reductions), over every dim (whole-tensor, split across
-blocks when long), over the last dim (row reductions), and row reductions of gathered rows: µs per call and GB/s (input read once + output written) for eager, torch.compile and fastcomp in
-the same process, each case's compiled functions warmed up first. Run on a GPU machine:
+blocks when long), over the last dim (row reductions), and row reductions of gathered rows: µs per call and GB/s
+(input read once + output written) for eager, torch.compile and fastcomp in the same process, each case's
+compiled functions warmed up first. Run on a GPU machine:
 
     python scripts/reduction_bench.py [--modes eager tc fc] [--out results.md]
 

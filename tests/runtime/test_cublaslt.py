@@ -742,8 +742,7 @@ def test_tuning_keeps_the_result_and_says_what_it_chose(torch_cuda):
 @pytest.mark.gpu
 def test_a_tuned_pick_is_kept_on_disk_for_the_next_process(tmp_path):
     """The kernel cache keeps the pick: a new process plans the same product as tuned and does not time it again
-    (a warm start would otherwise pay ~10 ms of GPU time and the candidates' module loads per product). It keeps
-    the algorithm too, rebuilt without asking the heuristic: the same algorithm gives the same bits."""
+    (a warm start would otherwise pay ~10 ms of GPU time and the candidates' module loads per product)."""
     code = """
         import torch, fastcomp
         from fastcomp._C import _testing as T
@@ -756,18 +755,15 @@ def test_a_tuned_pick_is_kept_on_disk_for_the_next_process(tmp_path):
             torch.cuda.synchronize()
             print(plan.tuning)
             print(float((d - (a @ b + bias)).abs().max()))
-            print(d.double().sum().item().hex(), d.double().abs().sum().item().hex())
     """
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = {"FASTCOMP_CACHE_DIR": str(tmp_path), "PYTHONPATH": os.pathsep.join([PACKAGE_ROOT, root])}
     first = run_python(code, **env).splitlines()
     assert first[0] == "not tuned yet" and first[1].startswith("tuned: "), first
     second = run_python(code, **env).splitlines()
-    assert second[0] == second[1] == first[1] + " (its algorithm from the kernel cache)", second
+    assert second[0] == second[1] == first[1] + " (in an earlier process, from the kernel cache)", second
     assert float(second[2]) < 1e-2
-    assert second[3] == first[3], "the restored algorithm computed other bits than the one it was saved from"
-    # The decision and the algorithm.
-    assert len(list((tmp_path / "kernels").glob("*.bin"))) == 2
+    assert len(list((tmp_path / "kernels").glob("*.bin"))) == 1
 
 
 @pytest.mark.gpu
@@ -796,7 +792,8 @@ def test_a_product_too_short_to_tune_is_decided_once(tmp_path):
     assert first[0].startswith("not tuned: ") and "too short" in first[0], first
     assert first[1] == first[0] + " (earlier in this process)"
     second = run_python(code, **env).splitlines()
-    assert second[0] == second[1] == first[0] + " (its algorithm from the kernel cache)", second
+    assert second[0] == first[0] + " (in an earlier process, from the kernel cache)", second
+    assert second[1] == first[0] + " (earlier in this process)", second
     assert float(second[2]) < 1e-4
 
 

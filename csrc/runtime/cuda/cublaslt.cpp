@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
-#include <sstream>
 #include <stdexcept>
 
 #include "runtime/cuda/arch.h"
@@ -92,45 +91,6 @@ void store_decision(const MatmulDesc& desc, int device, size_t workspace_bytes, 
   kernel_cache().store(parts, fmt::format("{} {} {}", d.rank, d.candidates, d.why));
 }
 
-// The algorithm a decision picked, on disk beside it, so that a new process plans the product without asking
-// the heuristic (which cost W5's two fp32 bias-epilogue products 45 ms in a fresh process on an H100). It is kept
-// as what cublasLt.h documents an algorithm to be made of, its id and configuration attributes, and rebuilt with
-// cublasLtMatmulAlgoInit and cublasLtMatmulAlgoConfigSetAttribute, then validated by cublasLtMatmulAlgoCheck:
-// not as the struct's bytes, which differ between processes for some algorithms (see TuningDecision).
-constexpr std::array<cublasLtMatmulAlgoConfigAttributes_t, 8> kAlgoConfig = {
-    CUBLASLT_ALGO_CONFIG_TILE_ID,       CUBLASLT_ALGO_CONFIG_SPLITK_NUM,    CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
-    CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, CUBLASLT_ALGO_CONFIG_STAGES_ID,
-    CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID};
-
-std::array<std::string, 3> algorithm_key(const MatmulDesc& desc, int device, size_t workspace_bytes) {
-  std::array<std::string, 3> key = disk_key(desc, device, workspace_bytes);
-  key[0] = "cuBLASLt algorithm";
-  return key;
-}
-
-// "<id> <attribute>:<bytes>:<value> ...": the algorithm's id and configuration; nullopt if cuBLASLt will not say.
-std::optional<std::string> algorithm_text(const cublasLtMatmulAlgo_t& algo) {
-  const CublasLtApi& api = cublaslt();
-  std::string text;
-  for (cublasLtMatmulAlgoConfigAttributes_t attribute : {CUBLASLT_ALGO_CONFIG_ID}) {
-    int32_t id = 0;
-    size_t written = 0;
-    if (api.cublasLtMatmulAlgoConfigGetAttribute(&algo, attribute, &id, sizeof id, &written) != CUBLAS_STATUS_SUCCESS)
-      return std::nullopt;
-    text = std::to_string(id);
-  }
-  for (cublasLtMatmulAlgoConfigAttributes_t attribute : kAlgoConfig) {
-    uint64_t value = 0;  // every attribute is an integer of at most 8 bytes, little-endian here as on the GPU host
-    size_t written = 0;
-    if (api.cublasLtMatmulAlgoConfigGetAttribute(&algo, attribute, &value, sizeof value, &written) !=
-            CUBLAS_STATUS_SUCCESS ||
-        written == 0 || written > sizeof value)
-      return std::nullopt;
-    text += fmt::format(" {}:{}:{}", attribute, written, value);
-  }
-  return text;
-}
-
 // Two events for timing on a stream, destroyed with it.
 struct EventPair {
   CUevent start = nullptr, stop = nullptr;
@@ -158,11 +118,6 @@ cudaDataType_t data_type(ScalarType type) {
     case ScalarType::F32: return CUDA_R_32F;
   }
   return CUDA_R_32F;
-}
-
-// fp32 accumulation and fp32 alpha/beta for every dtype, as torch does (unless allow_fp16_accumulation).
-cublasComputeType_t compute_type(const MatmulDesc& desc) {
-  return desc.dtype == ScalarType::F32 && desc.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
 }
 
 cublasLtEpilogue_t lt_epilogue(Epilogue epilogue) {
@@ -340,7 +295,10 @@ MatmulPlan::Descriptors::Descriptors(const MatmulDesc& desc, const LtMatmul& lt,
   const CublasLtApi& api = cublaslt();
   // A constructor that throws runs no destructor, so what it made so far is freed here.
   try {
-    check_cublas(api.cublasLtMatmulDescCreate(&matmul, compute_type(desc), CUDA_R_32F),
+    // fp32 accumulation and fp32 alpha/beta for every dtype, as torch does (unless allow_fp16_accumulation).
+    cublasComputeType_t compute =
+        desc.dtype == ScalarType::F32 && desc.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    check_cublas(api.cublasLtMatmulDescCreate(&matmul, compute, CUDA_R_32F),
                  "cublasLtMatmulDescCreate(&matmul, compute, CUDA_R_32F)");
     FC_SET_ATTRIBUTE(cublasLtMatmulDescSetAttribute, matmul, CUBLASLT_MATMUL_DESC_TRANSA, int32_t(lt.transa));
     FC_SET_ATTRIBUTE(cublasLtMatmulDescSetAttribute, matmul, CUBLASLT_MATMUL_DESC_TRANSB, int32_t(lt.transb));
@@ -413,13 +371,10 @@ MatmulPlan::MatmulPlan(const MatmulDesc& desc, int device, size_t workspace_byte
       handle_(cublaslt_handle(device)),
       descriptors_(desc_, lt_, workspace_bytes) {
   ContextGuard context(device_);  // the heuristic reads the current device's arch and SM count
-  if (restore_algorithm()) return;
   candidates_ = choose_algos(kPlannedAlignment, kTuningCandidates);
   aligned_ = candidates_.front();
   if (candidates_.size() == 1) tuned_ = true, tuning_ = "one candidate";
   if (!tuned_) adopt_decision(/*look_on_disk=*/true);
-  // A product with C is never tuned: its favourite is final too.
-  if (tuned_ || desc_.has_c) remember_algorithm();
 } catch (const CublasError& e) {
   throw with_matmul(e, desc);
 }
@@ -442,56 +397,6 @@ bool MatmulPlan::adopt_decision(bool look_on_disk) const {
   if (!d || !use(*d, "in an earlier process, from the kernel cache")) return false;
   tuned_algos()[key] = *d;
   return true;
-}
-
-bool MatmulPlan::restore_algorithm() {
-  const std::array<std::string, 3> key = algorithm_key(desc_, device_, workspace_bytes_);
-  const std::array<std::string_view, 3> parts{key[0], key[1], key[2]};
-  std::shared_ptr<const std::string> text = kernel_cache().find(parts);
-  if (!text) return false;
-  const CublasLtApi& api = cublaslt();
-  std::istringstream in(*text);
-  int id = 0;
-  if (!(in >> id)) return false;
-  const cudaDataType_t type = data_type(desc_.dtype);
-  Algo algo{};
-  if (api.cublasLtMatmulAlgoInit(handle_, compute_type(desc_), CUDA_R_32F, type, type, type, type, id, &algo.algo) !=
-      CUBLAS_STATUS_SUCCESS)
-    return false;
-  for (size_t i = 0; i < kAlgoConfig.size(); ++i) {
-    int attribute = 0;
-    size_t bytes = 0;
-    uint64_t value = 0;
-    char colon1 = 0, colon2 = 0;
-    if (!(in >> attribute >> colon1 >> bytes >> colon2 >> value) || colon1 != ':' || colon2 != ':' ||
-        attribute != kAlgoConfig[i] || bytes == 0 || bytes > sizeof value ||
-        api.cublasLtMatmulAlgoConfigSetAttribute(&algo.algo, attribute, &value, bytes) != CUBLAS_STATUS_SUCCESS)
-      return false;
-  }
-  std::string why;
-  std::getline(in >> std::ws, why);
-  descriptors_.expect_alignment(kPlannedAlignment, epilogue_has_bias(desc_.epilogue));
-  cublasLtMatmulHeuristicResult_t check{};
-  cublasLtMatrixLayout_t c = descriptors_.c ? descriptors_.c : descriptors_.d;
-  if (api.cublasLtMatmulAlgoCheck(handle_, descriptors_.matmul, descriptors_.a, descriptors_.b, c, descriptors_.d,
-                                  &algo.algo, &check) != CUBLAS_STATUS_SUCCESS ||
-      check.state != CUBLAS_STATUS_SUCCESS || check.workspaceSize > workspace_bytes_)
-    return false;
-  algo.workspace = check.workspaceSize;
-  algo.waves = check.wavesCount;
-  candidates_ = {algo};
-  aligned_ = algo;
-  tuned_ = true;
-  tuning_ = why + " (its algorithm from the kernel cache)";
-  return true;
-}
-
-void MatmulPlan::remember_algorithm() const {
-  std::optional<std::string> text = algorithm_text(aligned_.algo);
-  if (!text) return;
-  const std::array<std::string, 3> key = algorithm_key(desc_, device_, workspace_bytes_);
-  const std::array<std::string_view, 3> parts{key[0], key[1], key[2]};
-  kernel_cache().store(parts, *text + " " + tuning_);
 }
 
 std::vector<MatmulPlan::Algo> MatmulPlan::choose_algos(uint32_t alignment, int wanted) const {
@@ -564,7 +469,6 @@ void MatmulPlan::tune(const void* a, const void* b, const void* c, void* d, void
                           "per launch)",
                           favourite_ms * 1e3, favourite_host_ms * 1e3);
     store_decision(desc_, device_, workspace_bytes_, {0, int(candidates_.size()), tuning_});
-    remember_algorithm();
     return;
   }
   const int n = int(candidates_.size());
@@ -579,7 +483,6 @@ void MatmulPlan::tune(const void* a, const void* b, const void* c, void* d, void
                       : fmt::format("tuned: candidate {} of {}, {:.1f} us vs the heuristic's favourite at {:.1f} us",
                                     best + 1, n, ms[best] * 1e3, ms[0] * 1e3);
   store_decision(desc_, device_, workspace_bytes_, {best, n, tuning_});
-  remember_algorithm();
 }
 
 void MatmulPlan::run(const void* a, const void* b, const void* c, void* d, const void* bias, void* workspace,

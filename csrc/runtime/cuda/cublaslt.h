@@ -117,8 +117,7 @@ std::string check_matmul_descriptors(const MatmulDesc& desc, size_t workspace_by
 // 10 ms of GPU time at most per product. The decision (the pick, or "too short") is kept for the process (keyed
 // by desc, device and workspace size), so another plan of the same product does not time it again, and in the
 // kernel cache on disk (keyed by desc, the GPU's arch and SM count, cuBLASLt's version and the workspace size),
-// so a new process does not either; a pick is kept as its rank among the heuristic's candidates, and the final
-// algorithm as its id and configuration, so a new process plans the product without asking the heuristic at all.
+// so a new process does not either; a pick is kept as its rank among the heuristic's candidates.
 // config().matmul_tuning = false
 // keeps the heuristic's favourite (then the choice never depends on timing noise).
 class MatmulPlan {
@@ -182,11 +181,6 @@ class MatmulPlan {
   // Takes the decision kept for this product (in this process, else on disk when `look_on_disk`), if its pick is
   // among candidates_: sets aligned_, tuned_ and tuning_ and returns true.
   bool adopt_decision(bool look_on_disk) const;
-  // Plans with the algorithm kept on disk for this product (when it is there and cuBLASLt accepts it): sets
-  // candidates_, aligned_, tuned_ and tuning_ without asking the heuristic, and returns true.
-  bool restore_algorithm();
-  // Keeps aligned_, once final, on disk for restore_algorithm().
-  void remember_algorithm() const;
   // Times candidates_ (see the class comment) and sets aligned_ to the fastest. Called with mutex_ held.
   void tune(const void* a, const void* b, const void* c, void* d, void* workspace, CUstream stream) const;
 

@@ -111,19 +111,6 @@ inline constexpr cublasLtEpilogue_t CUBLASLT_EPILOGUE_RELU_BIAS = 6;  // RELU | 
 inline constexpr cublasLtEpilogue_t CUBLASLT_EPILOGUE_GELU = 32;
 inline constexpr cublasLtEpilogue_t CUBLASLT_EPILOGUE_GELU_BIAS = 36;  // GELU | BIAS
 
-// cublasLt.h: enum cublasLtMatmulAlgoConfigAttributes_t, what makes an algorithm (cublasLtMatmulAlgoInit's id,
-// then these); value types in the comments.
-using cublasLtMatmulAlgoConfigAttributes_t = int;
-inline constexpr cublasLtMatmulAlgoConfigAttributes_t CUBLASLT_ALGO_CONFIG_ID = 0;                // int32_t
-inline constexpr cublasLtMatmulAlgoConfigAttributes_t CUBLASLT_ALGO_CONFIG_TILE_ID = 1;           // uint32_t
-inline constexpr cublasLtMatmulAlgoConfigAttributes_t CUBLASLT_ALGO_CONFIG_SPLITK_NUM = 2;        // int32_t
-inline constexpr cublasLtMatmulAlgoConfigAttributes_t CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME = 3;  // uint32_t
-inline constexpr cublasLtMatmulAlgoConfigAttributes_t CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING = 4;     // uint32_t
-inline constexpr cublasLtMatmulAlgoConfigAttributes_t CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION = 5;     // uint32_t
-inline constexpr cublasLtMatmulAlgoConfigAttributes_t CUBLASLT_ALGO_CONFIG_STAGES_ID = 6;         // uint32_t
-inline constexpr cublasLtMatmulAlgoConfigAttributes_t CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID = 7;    // uint16_t
-inline constexpr cublasLtMatmulAlgoConfigAttributes_t CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID = 8;  // uint16_t
-
 // cublasLt.h: enum cublasLtReductionScheme_t, a bit mask over the ways split-K partial sums are combined.
 inline constexpr uint32_t CUBLASLT_REDUCTION_SCHEME_INPLACE = 1;       // added up in D, in D's type
 inline constexpr uint32_t CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE = 2;  // kept in the workspace in fp32

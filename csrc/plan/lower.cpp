@@ -443,32 +443,32 @@ bool Lowerer::row_reduce(const graph::Node& n, graph::NodeId x, const std::vecto
   return true;
 }
 
-bool Lowerer::trailing_reduce(const graph::Node& n, graph::NodeId x, const RowFn& fn, int k, bool splittable) {
+int Lowerer::trailing_rows(graph::NodeId x, int k, bool splittable, int* x_expr) {
   const Sizes sizes = meta_sizes(graph_.nodes[x].meta);
   const size_t rank = sizes.size();
-  if (k < 2 || static_cast<size_t>(k) > rank || !codegen::all_static(sizes)) return false;
+  if (k < 1 || static_cast<size_t>(k) > rank || !codegen::all_static(sizes)) return -1;
   const Sizes outer(sizes.begin(), sizes.end() - k);
   const Size len = codegen::product(Sizes(sizes.end() - k, sizes.end()));
   const Size rows = codegen::product(outer);
-  if (len == 0 || rows == 0) return false;
+  if (len == 0 || rows == 0) return -1;
   Sizes space = outer;
   space.push_back(len);
   std::vector<bool> reduced(space.size(), false);
   reduced.back() = true;
   int no_target = -1;
   std::optional<ReductionSplit> split;
-  if (!reduction_split(space, reduced, node_dtype(x), splittable, &no_target, &split)) return false;
+  if (!reduction_split(space, reduced, node_dtype(x), splittable, &no_target, &split)) return -1;
   const int c = new_cluster(space);
   Cluster& cl = *clusters_[c];
   // x's pointwise prologue joins the kernel when every load of it reads the trailing k dimensions with one stride
   // (same-shaped contiguous operands, as in a loss: ((a - b) ** 2).mean()).
-  int x_expr = -1;
+  *x_expr = -1;
   if (const Cluster* src = lazy_cluster(x); src && !src->reduces() && src->space() == sizes) {
     Cluster copy(space);
     std::map<int, int> copied;
-    if ((x_expr = collapsed_copy(*src, values_[x].expr, copy, rank - k, &copied)) >= 0) cl = std::move(copy);
+    if ((*x_expr = collapsed_copy(*src, values_[x].expr, copy, rank - k, &copied)) >= 0) cl = std::move(copy);
   }
-  if (x_expr < 0) {
+  if (*x_expr < 0) {
     // Otherwise the row is x's trailing k dimensions read from memory, with one stride when they collapse (a
     // contiguous tensor's always do), else from a contiguous copy.
     int xb = buffer_for(x);
@@ -480,16 +480,25 @@ bool Lowerer::trailing_reduce(const graph::Node& n, graph::NodeId x, const RowFn
     const Buffer& b = buffer(xb);
     Sizes strides(b.strides.begin(), b.strides.end() - k);
     strides.push_back(row->second);
-    x_expr = cl.load(b.root, b.dtype, strides, b.offset);
+    *x_expr = cl.load(b.root, b.dtype, strides, b.offset);
   }
   cl.make_row_reduce();
   cl.set_split(split);
+  return c;
+}
+
+bool Lowerer::trailing_reduce(const graph::Node& n, graph::NodeId x, const RowFn& fn, int k, bool splittable) {
+  int x_expr = -1;
+  const int c = k >= 2 ? trailing_rows(x, k, splittable, &x_expr) : -1;
+  if (c < 0) return false;
+  Cluster& cl = *clusters_[c];
+  const size_t outer_rank = cl.space().size() - 1;
   auto [expr, per_row] = fn(cl, x_expr, {});
   if (!per_row) throw std::logic_error("lower: a reduction over several dimensions must give one value per row");
   bind_lazy(n, c, expr, true);
   // keepdim=True leaves k dimensions of 1 that the per-row value's shape (the space less its row) does not
   // have: the result is stored at once, in its own shape, and later ops read it as a buffer.
-  if (meta_sizes(graph_.nodes[n.id].meta).size() != outer.size()) {
+  if (meta_sizes(graph_.nodes[n.id].meta).size() != outer_rank) {
     Value& result = values_[n.id];
     Buffer out;
     out.kind = Buffer::Kind::Alloc;

@@ -4,9 +4,9 @@
 // several dimensions together (x.mean((2, 3)) of an NCHW tensor) as one row, from a materialised x, and any
 // dimensions that keep the last one (x.sum(0), x.var((0, 2))) in a column-reduce kernel
 // (lower_column_reduce.cpp), and over every dimension (x.sum()) as one row. sum/mean/amax/amin over a few long
-// rows or columns (a whole large tensor) are split across blocks in two kernels (split_reduce.h); var/std
-// there stay calls into torch, as do reductions over the last dimension together with others that are not the
-// trailing ones (x.sum((0, 2)) of a 3-d x).
+// rows or columns (a whole large tensor) are split across blocks in two kernels (split_reduce.h), and over the
+// last dimension together with others that are not the trailing ones (x.mean((0, 2, 3)) of NCHW) a row
+// reduction into partials then a column reduction (Lowerer::mixed_reduce); var/std there stay calls into torch.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -47,8 +47,8 @@ int trailing_dims(const graph::Arg* dims, size_t rank) {
 }
 
 // The dimensions `dims` names, one flag per dimension of a rank-`rank` tensor, when they are constants, each
-// named once and the last one is not among them (a column reduction); nullopt otherwise.
-std::optional<std::vector<bool>> column_dims(const graph::Arg* dims, size_t rank) {
+// named once; nullopt otherwise.
+std::optional<std::vector<bool>> named_dims(const graph::Arg* dims, size_t rank) {
   if (rank < 2 || is_none(dims)) return std::nullopt;
   auto d = const_int_list(dims);
   if (!d || d->empty()) return std::nullopt;
@@ -58,15 +58,16 @@ std::optional<std::vector<bool>> column_dims(const graph::Arg* dims, size_t rank
     if (v < 0 || v >= static_cast<int64_t>(rank) || reduced[v]) return std::nullopt;
     reduced[v] = true;
   }
-  if (reduced.back()) return std::nullopt;
   return reduced;
 }
 
-// Which dimensions a reduction over `dims` combines: the trailing `k` (a row reduction, k > 0) or those a column
-// reduction flags (k == 0); empty when neither kernel takes it.
+// Which dimensions a reduction over `dims` combines (`flags`, empty when no kernel takes it), and how: the
+// trailing `k` alone (a row reduction), the last one kept (a column reduction, k == 0), or the trailing k and
+// others apart from them (`mixed`: a row reduction, then a column one).
 struct ReducedDims {
   int k = 0;
   std::vector<bool> flags;
+  bool mixed = false;
 };
 
 ReducedDims reduced_dims(const graph::Arg* dims, size_t rank) {
@@ -75,8 +76,12 @@ ReducedDims reduced_dims(const graph::Arg* dims, size_t rank) {
   if (r.k > 0) {
     r.flags.assign(rank, false);
     std::fill(r.flags.end() - r.k, r.flags.end(), true);
-  } else if (auto c = column_dims(dims, rank)) {
-    r.flags = std::move(*c);
+  } else if (auto named = named_dims(dims, rank)) {
+    r.flags = std::move(*named);
+    if (r.flags.back()) {
+      r.mixed = true;
+      for (size_t d = rank; d-- > 0 && r.flags[d];) ++r.k;
+    }
   }
   return r;
 }
@@ -94,9 +99,11 @@ std::pair<double, bool> reduced_length(const Sizes& sizes, const std::vector<boo
   return {n, fixed};
 }
 
-// The row-reduce or column-reduce kernel for `r`; `splittable` as Lowerer::row_reduce's.
+// The row-reduce or column-reduce kernel for `r`; `splittable` as Lowerer::row_reduce's. A mixed reduction takes
+// `partial` (the reduction of fn, in `acc`) and needs `splittable`.
 bool reduce_over(Lowerer& L, const graph::Node& n, graph::NodeId x, const ReducedDims& r, const Lowerer::RowFn& fn,
-                 bool splittable) {
+                 bool splittable, ExprOp partial = ExprOp::ReduceSum, DType acc = DType::F32) {
+  if (r.mixed) return splittable && L.mixed_reduce(n, x, r.k, r.flags, partial, acc, fn);
   return r.k > 0 ? L.row_reduce(n, x, {}, fn, r.k, splittable) : L.column_reduce(n, x, r.flags, fn, splittable);
 }
 
@@ -153,7 +160,7 @@ bool lower_reduction_op(Lowerer& L, const graph::Node& n, const std::string& op)
       int r = c.op(reduce, acc, {c.cast(xe, acc)});
       if (mean) r = c.op(ExprOp::Div, acc, {r, c.constant(acc, n_len)});
       return std::make_pair(r, true);
-    }, /*splittable=*/true);
+    }, /*splittable=*/true, reduce, acc);
   }
   if (op == "var" || op == "std") {
     if (!args.only_keywords({"dim", "unbiased", "keepdim", "correction"}) || !is_floating(out)) return false;

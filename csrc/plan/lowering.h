@@ -114,6 +114,13 @@ class Lowerer {
   // `splittable` as for row_reduce: few long columns are then split across blocks.
   bool column_reduce(const graph::Node& n, graph::NodeId x, const std::vector<bool>& reduced, const RowFn& fn,
                      bool splittable = false);
+  // A reduction over the dimensions flagged in `reduced`, the last k of them trailing and the others not
+  // adjacent to those (x.mean((0, 2, 3)) of NCHW): a row reduction of the trailing k into partials (`partial`,
+  // ReduceSum/Max/Min in `acc`, stored per outer coordinate), then a column reduction of the partials over the
+  // other flagged dimensions, fn giving the result from each partial (a sum of sums; fn applies mean's division
+  // by the whole count). For reductions whose partials combine so: sum, mean, amax, amin.
+  bool mixed_reduce(const graph::Node& n, graph::NodeId x, int k, const std::vector<bool>& reduced, ExprOp partial,
+                    DType acc, const RowFn& fn);
 
   // The open cluster whose expression (value(id).expr) node `id`'s per-element value is, or null.
   const Cluster* lazy_cluster(graph::NodeId id);
@@ -147,9 +154,15 @@ class Lowerer {
 
  private:
   void lower_node(const graph::Node& n);
+  // column_reduce of node x's value, or of buffer x_buffer's when it is >= 0 (x unused).
+  bool column_reduce_of(const graph::Node& n, graph::NodeId x, int x_buffer, const std::vector<bool>& reduced,
+                        const RowFn& fn, bool splittable);
   bool lower_call(const graph::Node& n);  // false: no lowering, use an extern step
   bool trailing_reduce(const graph::Node& n, graph::NodeId x, const RowFn& fn, int k,
                        bool splittable);  // row_reduce, k > 1
+  // A new row-reduce cluster over x's shape with its trailing k dimensions read as one row ([outer..., len]),
+  // split as reduction_split says; *x_expr is x's value in it. -1 when it does not fit.
+  int trailing_rows(graph::NodeId x, int k, bool splittable, int* x_expr);
   // A copy of `src`'s expression `expr` in `dst`, whose space is src's with dimensions `from`.. collapsed into one:
   // each load read with one stride over them. -1 when a load does not collapse or the expression depends on the
   // shape (a range, a gather, a flat index). `copied` maps src's expressions already copied.

@@ -14,7 +14,7 @@ bool Lowerer::column_reduce(const graph::Node& n, graph::NodeId x, const std::ve
 }
 
 bool Lowerer::column_reduce_of(const graph::Node& n, graph::NodeId x, int x_buffer, const std::vector<bool>& reduced,
-                               const RowFn& fn, bool splittable) {
+                               const RowFn& fn, bool splittable, const std::vector<int>& extra_buffers) {
   const Sizes space = x_buffer >= 0 ? buffer(x_buffer).sizes : meta_sizes(graph_.nodes[x].meta);
   const DType x_dtype = x_buffer >= 0 ? buffer(x_buffer).dtype : node_dtype(x);
   if (space.empty() || reduced.size() != space.size() || reduced.back()) return false;
@@ -44,14 +44,16 @@ bool Lowerer::column_reduce_of(const graph::Node& n, graph::NodeId x, int x_buff
   c.make_column_reduce(reduced);
   c.set_split(split);
   const int x_expr = x_buffer < 0 ? values_[x].expr : load_buffer(c, x_buffer, space, false);
-  auto [expr, per_column] = fn(c, x_expr, {});
+  std::vector<int> extra;
+  for (int b : extra_buffers) extra.push_back(load_buffer(c, b, space, false));
+  auto [expr, per_column] = fn(c, x_expr, extra);
   if (!per_column) throw std::logic_error("lower: a column reduction must give one value per column");
   bind_lazy(n, target, expr, true);
   return true;
 }
 
-bool Lowerer::mixed_reduce(const graph::Node& n, graph::NodeId x, int k, const std::vector<bool>& reduced,
-                           ExprOp partial, DType acc, const RowFn& fn) {
+bool Lowerer::mixed_reduce(const graph::Node& n, graph::NodeId x, int k, const std::vector<bool>& reduced, DType acc,
+                           const PartialsFn& partials, const RowFn& fn) {
   const Sizes sizes = meta_sizes(graph_.nodes[x].meta);
   const size_t rank = sizes.size();
   if (k < 1 || static_cast<size_t>(k) >= rank || reduced.size() != rank || !codegen::all_static(sizes)) return false;
@@ -61,26 +63,31 @@ bool Lowerer::mixed_reduce(const graph::Node& n, graph::NodeId x, int k, const s
   {
     int no_target = -1;
     std::optional<ReductionSplit> unused;
-    if (!reduction_split(outer, outer_reduced, acc, /*splittable=*/true, &no_target, &unused)) return false;
+    if (!reduction_split(outer, outer_reduced, acc, partials.splittable, &no_target, &unused)) return false;
   }
   int x_expr = -1;
-  const int a = trailing_rows(x, k, /*splittable=*/true, &x_expr);
+  const int a = trailing_rows(x, k, /*splittable=*/partials.splittable, &x_expr);
   if (a < 0) return false;
-  // First kernel: the trailing dimensions, one partial per outer coordinate, in a buffer of its own.
+  // First kernel: the trailing dimensions, partials per outer coordinate, each in a buffer of its own.
   Cluster& rows = *clusters_[a];
-  Buffer p;
-  p.kind = Buffer::Kind::Alloc;
-  p.dtype = acc;
-  p.sizes = outer;
-  p.strides = contiguous_strides(outer);
-  const int pb = add_buffer(p);
-  Sizes in_rows = p.strides;
-  in_rows.push_back(0);
-  rows.store(rows.op(partial, acc, {rows.cast(x_expr, acc)}), pb, acc, in_rows, 0);
-  buffer_producer_[pb] = a;
+  std::vector<int> partial_buffers;
+  for (int e : partials.build(rows, x_expr, codegen::product(Sizes(sizes.end() - k, sizes.end())).hint())) {
+    Buffer p;
+    p.kind = Buffer::Kind::Alloc;
+    p.dtype = acc;
+    p.sizes = outer;
+    p.strides = contiguous_strides(outer);
+    const int pb = add_buffer(p);
+    Sizes in_rows = p.strides;
+    in_rows.push_back(0);
+    rows.store(rows.cast(e, acc), pb, acc, in_rows, 0);
+    buffer_producer_[pb] = a;
+    partial_buffers.push_back(pb);
+  }
   seal(a);
   // Second kernel: the other reduced dimensions of the partials, with the epilogue.
-  if (!column_reduce_of(n, -1, pb, outer_reduced, fn, /*splittable=*/true))
+  const std::vector<int> extra(partial_buffers.begin() + 1, partial_buffers.end());
+  if (!column_reduce_of(n, -1, partial_buffers.front(), outer_reduced, fn, partials.splittable, extra))
     throw std::logic_error("lower: the column stage of a mixed reduction did not fit after all");
   // keepdim=True: the result has x's rank, which the per-column value of the partials' space does not: it is
   // stored at once, in its own shape (as a trailing reduction's is), and later ops read it as a buffer.

@@ -6,7 +6,8 @@
 // (lower_column_reduce.cpp), and over every dimension (x.sum()) as one row. sum/mean/amax/amin over a few long
 // rows or columns (a whole large tensor) are split across blocks in two kernels (split_reduce.h), and over the
 // last dimension together with others that are not the trailing ones (x.mean((0, 2, 3)) of NCHW) a row
-// reduction into partials then a column reduction (Lowerer::mixed_reduce); var/std there stay calls into torch.
+// reduction into partials then a column reduction (Lowerer::mixed_reduce: var/std combine each row's sum and
+// squared deviations); var/std over a few long rows or columns stay calls into torch.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -99,11 +100,11 @@ std::pair<double, bool> reduced_length(const Sizes& sizes, const std::vector<boo
   return {n, fixed};
 }
 
-// The row-reduce or column-reduce kernel for `r`; `splittable` as Lowerer::row_reduce's. A mixed reduction takes
-// `partial` (the reduction of fn, in `acc`) and needs `splittable`.
+// The row-reduce or column-reduce kernel for `r`; `splittable` as Lowerer::row_reduce's. A mixed reduction needs
+// `partials` (the per-row values fn then combines, in `acc`).
 bool reduce_over(Lowerer& L, const graph::Node& n, graph::NodeId x, const ReducedDims& r, const Lowerer::RowFn& fn,
-                 bool splittable, ExprOp partial = ExprOp::ReduceSum, DType acc = DType::F32) {
-  if (r.mixed) return splittable && L.mixed_reduce(n, x, r.k, r.flags, partial, acc, fn);
+                 bool splittable, const Lowerer::PartialsFn& partials, DType acc) {
+  if (r.mixed) return L.mixed_reduce(n, x, r.k, r.flags, acc, partials, fn);
   return r.k > 0 ? L.row_reduce(n, x, {}, fn, r.k, splittable) : L.column_reduce(n, x, r.flags, fn, splittable);
 }
 
@@ -160,7 +161,9 @@ bool lower_reduction_op(Lowerer& L, const graph::Node& n, const std::string& op)
       int r = c.op(reduce, acc, {c.cast(xe, acc)});
       if (mean) r = c.op(ExprOp::Div, acc, {r, c.constant(acc, n_len)});
       return std::make_pair(r, true);
-    }, /*splittable=*/true, reduce, acc);
+    }, /*splittable=*/true, {[=](Cluster& c, int xe, int64_t) {
+      return std::vector<int>{c.op(reduce, acc, {c.cast(xe, acc)})};
+    }, /*splittable=*/true}, acc);
   }
   if (op == "var" || op == "std") {
     if (!args.only_keywords({"dim", "unbiased", "keepdim", "correction"}) || !is_floating(out)) return false;
@@ -184,16 +187,40 @@ bool lower_reduction_op(Lowerer& L, const graph::Node& n, const std::string& op)
       if (!const_bool(k)) return false;
     const DType acc = opmath(out);
     const bool std_dev = op == "std";
+    const double dof = std::max(n_len - correction, 0.0);
+    auto finish = [=](Cluster& c, int squares) {
+      int r = c.op(ExprOp::Div, acc, {squares, c.constant(acc, dof)});
+      return std_dev ? c.op(ExprOp::Sqrt, acc, {r}) : r;
+    };
     // Two passes over the reduced elements (the mean, then the squared deviations from it), as torch's result.
-    return reduce_over(L, n, x, red, [=](Cluster& c, int xe, const std::vector<int>&) {
+    auto sum_and_squares = [=](Cluster& c, int xe, double count) {
       const int xf = c.cast(xe, acc);
-      const int mean = c.op(ExprOp::Div, acc, {c.op(ExprOp::ReduceSum, acc, {xf}), c.constant(acc, n_len)});
-      const int d = c.op(ExprOp::Sub, acc, {xf, mean});
-      const int ss = c.op(ExprOp::ReduceSum, acc, {c.op(ExprOp::Mul, acc, {d, d})});
-      int r = c.op(ExprOp::Div, acc, {ss, c.constant(acc, std::max(n_len - correction, 0.0))});
-      if (std_dev) r = c.op(ExprOp::Sqrt, acc, {r});
-      return std::make_pair(r, true);
-    }, /*splittable=*/false);
+      const int sum = c.op(ExprOp::ReduceSum, acc, {xf});
+      const int d = c.op(ExprOp::Sub, acc, {xf, c.op(ExprOp::Div, acc, {sum, c.constant(acc, count)})});
+      return std::make_pair(sum, c.op(ExprOp::ReduceSum, acc, {c.op(ExprOp::Mul, acc, {d, d})}));
+    };
+    // Over the last dimension and others (x.var((0, 2, 3))): each row's sum and squared deviations from its own
+    // mean, then, over rows of equal length m, the squares are theirs plus m * (row mean - mean)^2 each (Chan
+    // et al.'s pairwise update), two passes over the partials.
+    Lowerer::PartialsFn partials{[=](Cluster& c, int xe, int64_t row_length) {
+      auto [sum, squares] = sum_and_squares(c, xe, static_cast<double>(row_length));
+      return std::vector<int>{sum, squares};
+    }, /*splittable=*/false};
+    const Sizes sizes = meta_sizes(L.node(x).meta);
+    double row_length = 1;
+    if (red.mixed)
+      for (size_t d = rank - red.k; d < rank; ++d) row_length *= static_cast<double>(sizes[d].hint());
+    return reduce_over(L, n, x, red, [=](Cluster& c, int xe, const std::vector<int>& ex) {
+      if (!red.mixed) return std::make_pair(finish(c, sum_and_squares(c, xe, n_len).second), true);
+      // xe: each row's sum; ex[0]: its squared deviations from its own mean.
+      const int mean = c.op(ExprOp::Div, acc, {c.op(ExprOp::ReduceSum, acc, {xe}), c.constant(acc, n_len)});
+      const int d = c.op(ExprOp::Sub, acc, {c.op(ExprOp::Div, acc, {xe, c.constant(acc, row_length)}), mean});
+      const int between = c.op(ExprOp::ReduceSum, acc, {c.op(ExprOp::Mul, acc, {d, d})});
+      const int within = c.op(ExprOp::ReduceSum, acc, {ex.at(0)});
+      const int squares =
+          c.op(ExprOp::Add, acc, {within, c.op(ExprOp::Mul, acc, {c.constant(acc, row_length), between})});
+      return std::make_pair(finish(c, squares), true);
+    }, /*splittable=*/false, partials, acc);
   }
   if (op == "logsumexp") {
     if (!args.only_keywords({"dim", "keepdim"}) || !last_dim_only(args.get(1, "dim"), rank) || !is_floating(out))

@@ -115,12 +115,18 @@ class Lowerer {
   bool column_reduce(const graph::Node& n, graph::NodeId x, const std::vector<bool>& reduced, const RowFn& fn,
                      bool splittable = false);
   // A reduction over the dimensions flagged in `reduced`, the last k of them trailing and the others not
-  // adjacent to those (x.mean((0, 2, 3)) of NCHW): a row reduction of the trailing k into partials (`partial`,
-  // ReduceSum/Max/Min in `acc`, stored per outer coordinate), then a column reduction of the partials over the
-  // other flagged dimensions, fn giving the result from each partial (a sum of sums; fn applies mean's division
-  // by the whole count). For reductions whose partials combine so: sum, mean, amax, amin.
-  bool mixed_reduce(const graph::Node& n, graph::NodeId x, int k, const std::vector<bool>& reduced, ExprOp partial,
-                    DType acc, const RowFn& fn);
+  // adjacent to those (x.mean((0, 2, 3)) of NCHW): a row reduction of the trailing k into partials, then a column
+  // reduction of the partials over the other flagged dimensions. partials.build(cluster, x's expression, the
+  // row length) gives the per-row partials (each stored in `acc` to a buffer of its own); fn(cluster, first
+  // partial, the others) the per-column result from them (a sum of sums; mean divides by the whole count; var
+  // combines per-row sums and squared deviations). `splittable`: fn's and build's reductions depend on no other
+  // (sum, mean, amax, amin), so long rows or few long columns may be split.
+  struct PartialsFn {
+    std::function<std::vector<int>(Cluster&, int, int64_t)> build;
+    bool splittable = false;
+  };
+  bool mixed_reduce(const graph::Node& n, graph::NodeId x, int k, const std::vector<bool>& reduced, DType acc,
+                    const PartialsFn& partials, const RowFn& fn);
 
   // The open cluster whose expression (value(id).expr) node `id`'s per-element value is, or null.
   const Cluster* lazy_cluster(graph::NodeId id);
@@ -155,8 +161,9 @@ class Lowerer {
  private:
   void lower_node(const graph::Node& n);
   // column_reduce of node x's value, or of buffer x_buffer's when it is >= 0 (x unused).
+  // fn's third argument: loads of `extra_buffers` (the shape of x_buffer's).
   bool column_reduce_of(const graph::Node& n, graph::NodeId x, int x_buffer, const std::vector<bool>& reduced,
-                        const RowFn& fn, bool splittable);
+                        const RowFn& fn, bool splittable, const std::vector<int>& extra_buffers = {});
   bool lower_call(const graph::Node& n);  // false: no lowering, use an extern step
   bool trailing_reduce(const graph::Node& n, graph::NodeId x, const RowFn& fn, int k,
                        bool splittable);  // row_reduce, k > 1

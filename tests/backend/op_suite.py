@@ -227,7 +227,7 @@ case("mean_dims_0_1_few_columns_split", lambda x, v: (x * 2).mean((0, 1)) + v,
 case("sum_dim0_long_prime_columns_is_extern", lambda x: x.sum(0), shapes=((65537, 3),), plan=(0, 0, 1))
 case("var_dim0_few_long_columns_is_extern", lambda x: x.var(0), shapes=((65536, 3),), plan=(0, 0, 1))
 # The last dimension reduced with others that are not trailing: a row reduction of the trailing ones into
-# partials, then a column reduction of those with the epilogue (batch-norm statistics); var/std there are torch's.
+# partials, then a column reduction of those with the epilogue (batch-norm statistics).
 BATCH_NORM = ((1, 1, 1, 1), (2, 3, 5, 7), (4, 8, 33, 31), (8, 64, 14, 14))
 case("mean_dims_0_2_3_keepdim", lambda x: x.mean((0, 2, 3), keepdim=True), shapes=BATCH_NORM, plan=(2, 0, 0))
 case("sum_dims_0_2", lambda x: (x * 2).sum((0, 2)) + 1, shapes=((1, 1, 1), (2, 3, 5), (4, 33, 65)), plan=(2, 0, 0))
@@ -236,7 +236,13 @@ case("int_sum_dims_1_3", lambda x: (x > 0).sum((1, 3)), shapes=BATCH_NORM, plan=
 case("batch_norm_centered", lambda x: x - x.mean((0, 2, 3), keepdim=True), shapes=BATCH_NORM, plan=(3, 0, 0))
 case("sum_dims_0_2_3_long_rows_split", lambda x: x.sum((0, 2, 3)), positive, shapes=((2, 3, 256, 512),),
      plan=(3, 0, 0))
-case("var_dims_0_2_3_is_extern", lambda x: x.var((0, 2, 3)), shapes=((2, 3, 5, 7),), plan=(0, 0, 1))
+# var/std: each row's sum and squared deviations from its own mean, combined per column (Chan et al.); a mean far
+# from 0 checks that no sum of squares cancels.
+case("var_dims_0_2_3", lambda x: x.var((0, 2, 3)), shapes=BATCH_NORM[1:], plan=(2, 0, 0))
+case("std_dims_0_2_keepdim_offset", lambda x: torch.std(x + 100, (0, 2), correction=0, keepdim=True),
+     shapes=((2, 3, 5), (4, 33, 65)), plan=(2, 0, 0))
+case("var_dims_0_2_3_few_long_columns_is_extern", lambda x: x.var((0, 2, 3)), shapes=((8192, 3, 2, 2),),
+     plan=(0, 0, 1))
 
 # Whole-tensor reductions: one row (a multi-dimensional x is read from memory, as for trailing dimensions); a long
 # one is split across blocks, a partial kernel then a combine kernel, the prologue fused into the first.

@@ -10,4 +10,7 @@ if [ ! -f "$build/build.ninja" ]; then
     -DPython_EXECUTABLE="$(command -v "$py")" -Dpybind11_DIR="$("$py" -m pybind11 --cmakedir)" >/dev/null
 fi
 cmake --build "$build"
-cp -f "$build"/_C*.so python/fastcomp/
+# Copied then renamed: a process that has the old library loaded (a test run) keeps its file, not a rewrite.
+for so in "$build"/_C*.so; do
+  cp -f "$so" "python/fastcomp/.$(basename "$so").new" && mv -f "python/fastcomp/.$(basename "$so").new" "python/fastcomp/$(basename "$so")"
+done

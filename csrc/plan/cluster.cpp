@@ -118,6 +118,20 @@ bool Cluster::store(int expr, int buffer, DType dtype, const codegen::Sizes& str
   return true;
 }
 
+void Cluster::split_last(int64_t pieces) {
+  if (sealed_ || !stores_.empty() || pointwise_only() || space_.empty() || !space_.back().is_static() ||
+      pieces < 1 || space_.back().hint() % pieces != 0)
+    throw std::logic_error("Cluster::split_last: only a fresh cluster's static last dimension splits evenly");
+  const int64_t piece = space_.back().hint() / pieces;
+  space_.back() = pieces;
+  space_.push_back(piece);
+  for (Load& l : loads_) {
+    const codegen::Size stride = l.operand.strides.back();
+    l.operand.strides.back() = stride * codegen::Size(piece);
+    l.operand.strides.push_back(stride);
+  }
+}
+
 std::vector<int> Cluster::absorb(const Cluster& other) {
   if (sealed_ || other.sealed_) throw std::logic_error("Cluster::absorb: a sealed cluster cannot merge");
   row_reduce_ |= other.row_reduce_;

@@ -74,6 +74,10 @@ class Cluster {
   bool store(int expr, int buffer, DType dtype, const codegen::Sizes& strides, const codegen::Size& offset);
   bool has_stores() const { return !stores_.empty(); }
 
+  // Cuts the space's last dimension into [pieces, length / pieces] (row-major), every load reading the same
+  // elements as before. Only while the cluster has no stores and no ranges or gathers.
+  void split_last(int64_t pieces);
+
   // Appends `other`'s loads, expressions and stores; returns the index each of its expressions now has.
   std::vector<int> absorb(const Cluster& other);
 

@@ -443,7 +443,7 @@ bool Lowerer::row_reduce(const graph::Node& n, graph::NodeId x, const std::vecto
   return true;
 }
 
-int Lowerer::trailing_rows(graph::NodeId x, int k, bool splittable, int* x_expr) {
+int Lowerer::trailing_rows(graph::NodeId x, int k, bool splittable, int* x_expr, int64_t pieces) {
   const Sizes sizes = meta_sizes(graph_.nodes[x].meta);
   const size_t rank = sizes.size();
   if (k < 1 || static_cast<size_t>(k) > rank || !codegen::all_static(sizes)) return -1;
@@ -457,7 +457,8 @@ int Lowerer::trailing_rows(graph::NodeId x, int k, bool splittable, int* x_expr)
   reduced.back() = true;
   int no_target = -1;
   std::optional<ReductionSplit> split;
-  if (!reduction_split(space, reduced, node_dtype(x), splittable, &no_target, &split)) return -1;
+  if (pieces == 1 && !reduction_split(space, reduced, node_dtype(x), splittable, &no_target, &split)) return -1;
+  if (pieces > 1 && len.hint() % pieces != 0) return -1;
   const int c = new_cluster(space);
   Cluster& cl = *clusters_[c];
   // x's pointwise prologue joins the kernel when every load of it reads the trailing k dimensions with one stride
@@ -484,6 +485,7 @@ int Lowerer::trailing_rows(graph::NodeId x, int k, bool splittable, int* x_expr)
   }
   cl.make_row_reduce();
   cl.set_split(split);
+  if (pieces > 1) cl.split_last(pieces);
   return c;
 }
 
@@ -498,22 +500,7 @@ bool Lowerer::trailing_reduce(const graph::Node& n, graph::NodeId x, const RowFn
   bind_lazy(n, c, expr, true);
   // keepdim=True leaves k dimensions of 1 that the per-row value's shape (the space less its row) does not
   // have: the result is stored at once, in its own shape, and later ops read it as a buffer.
-  if (meta_sizes(graph_.nodes[n.id].meta).size() != outer_rank) {
-    Value& result = values_[n.id];
-    Buffer out;
-    out.kind = Buffer::Kind::Alloc;
-    out.node = n.id;
-    out.dtype = node_dtype(n.id);
-    out.sizes = meta_sizes(graph_.nodes[n.id].meta);
-    out.strides = contiguous_strides(out.sizes);
-    Sizes in_space(out.strides.begin(), out.strides.end() - k);
-    in_space.push_back(0);
-    const int ob = add_buffer(out);
-    cl.store(result.expr, ob, out.dtype, in_space, 0);
-    buffer_producer_[ob] = c;
-    result.buffer = ob;
-    seal(c);
-  }
+  if (meta_sizes(graph_.nodes[n.id].meta).size() != outer_rank) store_keepdim_result(n, keepdim_rows(outer_rank + k, k));
   return true;
 }
 

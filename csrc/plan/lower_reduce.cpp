@@ -6,14 +6,16 @@
 // (lower_column_reduce.cpp), and over every dimension (x.sum()) as one row. sum/mean/amax/amin over a few long
 // rows or columns (a whole large tensor) are split across blocks in two kernels (split_reduce.h), and over the
 // last dimension together with others that are not the trailing ones (x.mean((0, 2, 3)) of NCHW) a row
-// reduction into partials then a column reduction (Lowerer::mixed_reduce: var/std combine each row's sum and
-// squared deviations); var/std over a few long rows or columns stay calls into torch.
+// reduction into partials then a column reduction (lower_two_stage_reduce.cpp: var/std combine each row's sum
+// and squared deviations, and over a few long rows each piece's); var/std over few long columns stay calls into
+// torch.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
 
 #include "plan/lowering.h"
+#include "plan/split_reduce.h"
 
 namespace fastcomp::plan::detail {
 namespace {
@@ -199,28 +201,43 @@ bool lower_reduction_op(Lowerer& L, const graph::Node& n, const std::string& op)
       const int d = c.op(ExprOp::Sub, acc, {xf, c.op(ExprOp::Div, acc, {sum, c.constant(acc, count)})});
       return std::make_pair(sum, c.op(ExprOp::ReduceSum, acc, {c.op(ExprOp::Mul, acc, {d, d})}));
     };
-    // Over the last dimension and others (x.var((0, 2, 3))): each row's sum and squared deviations from its own
-    // mean, then, over rows of equal length m, the squares are theirs plus m * (row mean - mean)^2 each (Chan
-    // et al.'s pairwise update), two passes over the partials.
+    // Over parts of equal length m (rows of x.var((0, 2, 3)), pieces of x.var()'s one long row): each part's sum
+    // and squared deviations from its own mean, then the squares are theirs plus m * (part mean - mean)^2 each
+    // (Chan et al.'s pairwise update), two passes over the partials.
     Lowerer::PartialsFn partials{[=](Cluster& c, int xe, int64_t row_length) {
       auto [sum, squares] = sum_and_squares(c, xe, static_cast<double>(row_length));
       return std::vector<int>{sum, squares};
     }, /*splittable=*/false};
+    // Two kernels where one does not fit: per part (a row of the trailing dimensions, or an equal piece of a long
+    // row) its sum and squared deviations, then their combination.
     const Sizes sizes = meta_sizes(L.node(x).meta);
-    double row_length = 1;
-    if (red.mixed)
-      for (size_t d = rank - red.k; d < rank; ++d) row_length *= static_cast<double>(sizes[d].hint());
-    return reduce_over(L, n, x, red, [=](Cluster& c, int xe, const std::vector<int>& ex) {
-      if (!red.mixed) return std::make_pair(finish(c, sum_and_squares(c, xe, n_len).second), true);
-      // xe: each row's sum; ex[0]: its squared deviations from its own mean.
+    double part_length = 1;
+    int64_t pieces = 1;
+    if (red.mixed) {
+      for (size_t d = rank - red.k; d < rank; ++d) part_length *= static_cast<double>(sizes[d].hint());
+    } else if (red.k > 0 && codegen::all_static(sizes)) {
+      Sizes rows(sizes.begin(), sizes.end() - red.k);
+      rows.push_back(codegen::product(Sizes(sizes.end() - red.k, sizes.end())));
+      std::vector<bool> last(rows.size(), false);
+      last.back() = true;
+      if (auto split = choose_split(codegen::Kernel::Kind::RowReduce, rows, last, codegen::dtype_size(L.node_dtype(x)))) {
+        pieces = split->pieces;
+        part_length = static_cast<double>(rows.back().hint() / pieces);
+      }
+    }
+    auto combine = [=](Cluster& c, int xe, const std::vector<int>& ex) {
+      if (ex.empty()) return std::make_pair(finish(c, sum_and_squares(c, xe, n_len).second), true);
+      // xe: each part's sum; ex[0]: its squared deviations from its own mean.
       const int mean = c.op(ExprOp::Div, acc, {c.op(ExprOp::ReduceSum, acc, {xe}), c.constant(acc, n_len)});
-      const int d = c.op(ExprOp::Sub, acc, {c.op(ExprOp::Div, acc, {xe, c.constant(acc, row_length)}), mean});
+      const int d = c.op(ExprOp::Sub, acc, {c.op(ExprOp::Div, acc, {xe, c.constant(acc, part_length)}), mean});
       const int between = c.op(ExprOp::ReduceSum, acc, {c.op(ExprOp::Mul, acc, {d, d})});
       const int within = c.op(ExprOp::ReduceSum, acc, {ex.at(0)});
       const int squares =
-          c.op(ExprOp::Add, acc, {within, c.op(ExprOp::Mul, acc, {c.constant(acc, row_length), between})});
+          c.op(ExprOp::Add, acc, {within, c.op(ExprOp::Mul, acc, {c.constant(acc, part_length), between})});
       return std::make_pair(finish(c, squares), true);
-    }, /*splittable=*/false, partials, acc);
+    };
+    if (pieces > 1) return L.pieces_reduce(n, x, red.k, pieces, acc, partials, combine);
+    return reduce_over(L, n, x, red, combine, /*splittable=*/false, partials, acc);
   }
   if (op == "logsumexp") {
     if (!args.only_keywords({"dim", "keepdim"}) || !last_dim_only(args.get(1, "dim"), rank) || !is_floating(out))

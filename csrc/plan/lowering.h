@@ -127,6 +127,11 @@ class Lowerer {
   };
   bool mixed_reduce(const graph::Node& n, graph::NodeId x, int k, const std::vector<bool>& reduced, DType acc,
                     const PartialsFn& partials, const RowFn& fn);
+  // A reduction over x's trailing k dimensions whose rows are few and long, as two kernels: each row cut into
+  // `pieces` equal pieces reduced to partials (partials.build, given the piece length), then a row reduction of
+  // each row's partials (fn, as mixed_reduce's). For reductions the generic split cannot take (var, std).
+  bool pieces_reduce(const graph::Node& n, graph::NodeId x, int k, int64_t pieces, DType acc,
+                     const PartialsFn& partials, const RowFn& fn);
 
   // The open cluster whose expression (value(id).expr) node `id`'s per-element value is, or null.
   const Cluster* lazy_cluster(graph::NodeId id);
@@ -160,6 +165,14 @@ class Lowerer {
 
  private:
   void lower_node(const graph::Node& n);
+  // Stores partials.build's per-row values of row-reduce cluster `rows_cluster` (x's value x_expr, rows of
+  // `part_length`) each to a buffer of its own (in `acc`, one element per row), seals the cluster and returns them.
+  std::vector<int> store_partials(int rows_cluster, int x_expr, DType acc, const PartialsFn& partials,
+                                  int64_t part_length);
+  // keepdim=True for a reduction whose lazy result does not have the node's rank: the result is stored at once in
+  // its own shape (its cluster sealed); out_dims gives, per dimension of the cluster's space, the result dimension
+  // it walks, or -1 for none (stride 0).
+  void store_keepdim_result(const graph::Node& n, const std::vector<int>& out_dims);
   // column_reduce of node x's value, or of buffer x_buffer's when it is >= 0 (x unused).
   // fn's third argument: loads of `extra_buffers` (the shape of x_buffer's).
   bool column_reduce_of(const graph::Node& n, graph::NodeId x, int x_buffer, const std::vector<bool>& reduced,
@@ -168,8 +181,10 @@ class Lowerer {
   bool trailing_reduce(const graph::Node& n, graph::NodeId x, const RowFn& fn, int k,
                        bool splittable);  // row_reduce, k > 1
   // A new row-reduce cluster over x's shape with its trailing k dimensions read as one row ([outer..., len]),
-  // split as reduction_split says; *x_expr is x's value in it. -1 when it does not fit.
-  int trailing_rows(graph::NodeId x, int k, bool splittable, int* x_expr);
+  // split as reduction_split says; *x_expr is x's value in it. -1 when it does not fit. With `pieces` > 1 each
+  // row is cut into that many rows of len / pieces instead ([outer..., pieces, len / pieces]; the caller
+  // combines them).
+  int trailing_rows(graph::NodeId x, int k, bool splittable, int* x_expr, int64_t pieces = 1);
   // A copy of `src`'s expression `expr` in `dst`, whose space is src's with dimensions `from`.. collapsed into one:
   // each load read with one stride over them. -1 when a load does not collapse or the expression depends on the
   // shape (a range, a gather, a flat index). `copied` maps src's expressions already copied.
@@ -219,6 +234,9 @@ bool lower_view_op(Lowerer& L, const graph::Node& n, const std::string& op);
 bool lower_cat_op(Lowerer& L, const graph::Node& n, const std::string& op);
 bool lower_attention_op(Lowerer& L, const graph::Node& n, const std::string& op);
 bool lower_gather_op(Lowerer& L, const graph::Node& n, const std::string& op);
+
+// store_keepdim_result's out_dims for a result over [outer..., row] of a rank-`rank` x reduced over its last k.
+std::vector<int> keepdim_rows(size_t rank, int k);
 
 // Softmax (log_softmax when `log`) of row-reduce expression `x` along its row, computed in `acc`; per element.
 int softmax_expr(Cluster& c, int x, DType acc, bool log);

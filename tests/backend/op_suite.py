@@ -266,7 +266,14 @@ case("int_sum_all_split", lambda x: (x > 0).sum() + (x * 4).int().sum(), shapes=
 case("center_all_split", lambda x: x - x.mean(), shapes=((1 << 17,),), plan=(3, 0, 0))
 case("prologue_also_returned_split", lambda x: (x * 2, (x * 2).sum()), shapes=((1 << 17),), plan=(2, 0, 0))
 case("sum_all_prime_is_extern", lambda x: x.sum(), shapes=((65537 * 2 + 1,),), plan=(0, 0, 1))
-case("var_all_long_is_extern", lambda x: x.var(), shapes=((1 << 18,),), plan=(0, 0, 1))
+# var/std over a few long rows: each row cut into equal pieces, each piece's sum and squared deviations, then
+# combined per row (Chan et al.); a mean of 100 checks that nothing cancels.
+case("var_all_long_pieces", lambda x: (x + 100).var(), shapes=((1 << 17,), (1 << 18,)), plan=(2, 0, 0))
+case("std_last_few_long_rows", lambda x: x.std(-1, correction=0), shapes=((3, 1 << 17), (4, 1 << 18)),
+     plan=(2, 0, 0))
+case("var_all_2d_keepdim", lambda x: torch.var(x * 2, (0, 1), keepdim=True), shapes=((512, 256), (256, 1024)),
+     plan=(2, 0, 0))
+case("var_all_long_prime_is_extern", lambda x: x.var(), shapes=((65537 * 2 + 1,),), plan=(0, 0, 1))
 
 # ---- matrix products ------------------------------------------------------------------------------------------------
 MM_SHAPES = ((1, 1, 1), (3, 17, 5), (64, 1025, 33), (128, 512, 256))

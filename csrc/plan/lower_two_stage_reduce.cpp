@@ -1,0 +1,116 @@
+// Reductions in two kernels that the one-kernel shapes (row, column) and the generic split (split_reduce.h) do
+// not take: a first kernel reduces x's trailing dimensions to partials per row, a second combines the partials.
+//  - mixed_reduce: the last dimension reduced with others that are not trailing (x.mean((0, 2, 3)) of NCHW,
+//    batch-norm statistics): the partials of each row, then a column reduction over the other dimensions.
+//  - pieces_reduce: a few long rows (x.var() of a large tensor) for a reduction whose partials do not simply add
+//    up: each row cut into equal pieces, each piece's partials, then a row reduction over each row's pieces.
+// Sums, maxima and minima combine as themselves (a sum of sums); var/std combine each part's sum and squared
+// deviations from its own mean (lower_reduce.cpp).
+#include "plan/lowering.h"
+
+namespace fastcomp::plan::detail {
+
+std::vector<int> keepdim_rows(size_t rank, int k) {
+  std::vector<int> out_dims;
+  for (size_t d = 0; d + k < rank; ++d) out_dims.push_back(static_cast<int>(d));
+  out_dims.push_back(-1);
+  return out_dims;
+}
+
+std::vector<int> Lowerer::store_partials(int rows_cluster, int x_expr, DType acc, const PartialsFn& partials,
+                                         int64_t part_length) {
+  Cluster& rows = *clusters_[rows_cluster];
+  const Sizes outer(rows.space().begin(), rows.space().end() - 1);
+  std::vector<int> buffers;
+  for (int e : partials.build(rows, x_expr, part_length)) {
+    Buffer p;
+    p.kind = Buffer::Kind::Alloc;
+    p.dtype = acc;
+    p.sizes = outer;
+    p.strides = contiguous_strides(outer);
+    const int pb = add_buffer(p);
+    Sizes in_rows = p.strides;
+    in_rows.push_back(0);
+    rows.store(rows.cast(e, acc), pb, acc, in_rows, 0);
+    buffer_producer_[pb] = rows_cluster;
+    buffers.push_back(pb);
+  }
+  seal(rows_cluster);
+  return buffers;
+}
+
+void Lowerer::store_keepdim_result(const graph::Node& n, const std::vector<int>& out_dims) {
+  Value& result = values_[n.id];
+  const int c = cluster_of(result.cluster);
+  Buffer out;
+  out.kind = Buffer::Kind::Alloc;
+  out.node = n.id;
+  out.dtype = node_dtype(n.id);
+  out.sizes = meta_sizes(graph_.nodes[n.id].meta);
+  out.strides = contiguous_strides(out.sizes);
+  Sizes in_space;
+  for (int d : out_dims) in_space.push_back(d < 0 ? Size(0) : out.strides[d]);
+  const int ob = add_buffer(out);
+  clusters_[c]->store(result.expr, ob, out.dtype, in_space, 0);
+  buffer_producer_[ob] = c;
+  result.buffer = ob;
+  seal(c);
+}
+
+bool Lowerer::mixed_reduce(const graph::Node& n, graph::NodeId x, int k, const std::vector<bool>& reduced, DType acc,
+                           const PartialsFn& partials, const RowFn& fn) {
+  const Sizes sizes = meta_sizes(graph_.nodes[x].meta);
+  const size_t rank = sizes.size();
+  if (k < 1 || static_cast<size_t>(k) >= rank || reduced.size() != rank || !codegen::all_static(sizes)) return false;
+  // The second kernel must fit before the first is made.
+  const Sizes outer(sizes.begin(), sizes.end() - k);
+  const std::vector<bool> outer_reduced(reduced.begin(), reduced.end() - k);
+  {
+    int no_target = -1;
+    std::optional<ReductionSplit> unused;
+    if (!reduction_split(outer, outer_reduced, acc, partials.splittable, &no_target, &unused)) return false;
+  }
+  int x_expr = -1;
+  const int rows = trailing_rows(x, k, partials.splittable, &x_expr);
+  if (rows < 0) return false;
+  const std::vector<int> parts =
+      store_partials(rows, x_expr, acc, partials, codegen::product(Sizes(sizes.end() - k, sizes.end())).hint());
+  const std::vector<int> extra(parts.begin() + 1, parts.end());
+  if (!column_reduce_of(n, -1, parts.front(), outer_reduced, fn, partials.splittable, extra))
+    throw std::logic_error("lower: the column stage of a mixed reduction did not fit after all");
+  // keepdim=True: the result has x's rank, which the per-column value of the partials' space does not: it is
+  // stored at once, in its own shape (as a trailing reduction's is), and later ops read it as a buffer.
+  if (meta_sizes(graph_.nodes[n.id].meta).size() == rank) {
+    std::vector<int> out_dims;
+    for (size_t d = 0; d < outer.size(); ++d) out_dims.push_back(outer_reduced[d] ? -1 : static_cast<int>(d));
+    store_keepdim_result(n, out_dims);
+  }
+  return true;
+}
+
+bool Lowerer::pieces_reduce(const graph::Node& n, graph::NodeId x, int k, int64_t pieces, DType acc,
+                            const PartialsFn& partials, const RowFn& fn) {
+  const Sizes sizes = meta_sizes(graph_.nodes[x].meta);
+  const size_t rank = sizes.size();
+  if (k < 1 || static_cast<size_t>(k) > rank || pieces < 2 || !codegen::all_static(sizes)) return false;
+  const int64_t len = codegen::product(Sizes(sizes.end() - k, sizes.end())).hint();
+  if (len % pieces != 0) return false;
+  int x_expr = -1;
+  const int cut = trailing_rows(x, k, /*splittable=*/false, &x_expr, pieces);
+  if (cut < 0) return false;
+  const std::vector<int> parts = store_partials(cut, x_expr, acc, partials, len / pieces);
+  // Second kernel: each row's pieces, [outer..., pieces], one row reduction with the epilogue.
+  const Sizes space = buffer(parts.front()).sizes;
+  const int c = new_cluster(space);
+  Cluster& combine = *clusters_[c];
+  combine.make_row_reduce();
+  std::vector<int> extra;
+  for (size_t i = 1; i < parts.size(); ++i) extra.push_back(load_buffer(combine, parts[i], space, false));
+  auto [expr, per_row] = fn(combine, load_buffer(combine, parts.front(), space, false), extra);
+  if (!per_row) throw std::logic_error("lower: a reduction in pieces must give one value per row");
+  bind_lazy(n, c, expr, true);
+  if (meta_sizes(graph_.nodes[n.id].meta).size() == rank) store_keepdim_result(n, keepdim_rows(rank, k));
+  return true;
+}
+
+}  // namespace fastcomp::plan::detail

@@ -7,8 +7,7 @@
 // rows or columns (a whole large tensor) are split across blocks in two kernels (split_reduce.h), and over the
 // last dimension together with others that are not the trailing ones (x.mean((0, 2, 3)) of NCHW) a row
 // reduction into partials then a column reduction (lower_two_stage_reduce.cpp: var/std combine each row's sum
-// and squared deviations, and over a few long rows each piece's); var/std over few long columns stay calls into
-// torch.
+// and squared deviations, and over a few long rows or columns each piece's).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -213,8 +212,17 @@ bool lower_reduction_op(Lowerer& L, const graph::Node& n, const std::string& op)
     const Sizes sizes = meta_sizes(L.node(x).meta);
     double part_length = 1;
     int64_t pieces = 1;
+    std::optional<ReductionSplit> column_split;
     if (red.mixed) {
       for (size_t d = rank - red.k; d < rank; ++d) part_length *= static_cast<double>(sizes[d].hint());
+    } else if (red.k == 0 && codegen::all_static(sizes)) {
+      if (auto split = choose_split(codegen::Kernel::Kind::ColumnReduce, sizes, red.flags,
+                                    codegen::dtype_size(L.node_dtype(x)))) {
+        column_split = split;
+        part_length = static_cast<double>(sizes[split->dim].hint() / split->pieces);
+        for (size_t d = 0; d < rank; ++d)
+          if (red.flags[d] && static_cast<int>(d) != split->dim) part_length *= static_cast<double>(sizes[d].hint());
+      }
     } else if (red.k > 0 && codegen::all_static(sizes)) {
       Sizes rows(sizes.begin(), sizes.end() - red.k);
       rows.push_back(codegen::product(Sizes(sizes.end() - red.k, sizes.end())));
@@ -237,6 +245,7 @@ bool lower_reduction_op(Lowerer& L, const graph::Node& n, const std::string& op)
       return std::make_pair(finish(c, squares), true);
     };
     if (pieces > 1) return L.pieces_reduce(n, x, red.k, pieces, acc, partials, combine);
+    if (column_split) return L.column_pieces_reduce(n, x, red.flags, *column_split, acc, partials, combine);
     return reduce_over(L, n, x, red, combine, /*splittable=*/false, partials, acc);
   }
   if (op == "logsumexp") {

@@ -4,6 +4,8 @@
 //    batch-norm statistics): the partials of each row, then a column reduction over the other dimensions.
 //  - pieces_reduce: a few long rows (x.var() of a large tensor) for a reduction whose partials do not simply add
 //    up: each row cut into equal pieces, each piece's partials, then a row reduction over each row's pieces.
+//  - column_pieces_reduce: the same for few long columns (x.var(0) of [8192, 1024]): one reduced dimension cut
+//    into equal pieces, partials per piece and column, then a column reduction over the pieces.
 // Sums, maxima and minima combine as themselves (a sum of sums); var/std combine each part's sum and squared
 // deviations from its own mean (lower_reduce.cpp).
 #include "plan/lowering.h"
@@ -110,6 +112,76 @@ bool Lowerer::pieces_reduce(const graph::Node& n, graph::NodeId x, int k, int64_
   if (!per_row) throw std::logic_error("lower: a reduction in pieces must give one value per row");
   bind_lazy(n, c, expr, true);
   if (meta_sizes(graph_.nodes[n.id].meta).size() == rank) store_keepdim_result(n, keepdim_rows(rank, k));
+  return true;
+}
+
+bool Lowerer::column_pieces_reduce(const graph::Node& n, graph::NodeId x, const std::vector<bool>& reduced,
+                                   const ReductionSplit& split, DType acc, const PartialsFn& partials,
+                                   const RowFn& fn) {
+  const Sizes sizes = meta_sizes(graph_.nodes[x].meta);
+  const size_t rank = sizes.size();
+  const int d = split.dim;
+  if (!codegen::all_static(sizes) || reduced.size() != rank || reduced.back() || d < 0 ||
+      static_cast<size_t>(d) >= rank || !reduced[d] || split.pieces < 2 || sizes[d].hint() % split.pieces != 0)
+    return false;
+  const int64_t pieces = split.pieces, piece = sizes[d].hint() / pieces;
+  // First kernel: x's space with dimension d cut into [pieces, piece], the pieces kept (partials per piece and
+  // column), x read from memory.
+  Sizes space = sizes;
+  space[d] = pieces;
+  space.insert(space.begin() + d + 1, Size(piece));
+  std::vector<bool> first = reduced;
+  first[d] = false;
+  first.insert(first.begin() + d + 1, true);
+  int64_t part_length = 1;
+  for (size_t i = 0; i < space.size(); ++i)
+    if (first[i]) part_length *= space[i].hint();
+  // The partials' space: the first kernel's kept dimensions, in order; the pieces are what the second reduces.
+  Sizes parts_sizes;
+  std::vector<bool> second;
+  std::vector<int> out_dims;  // per dimension of the partials' space: x's dimension, -1 for the pieces
+  for (int i = 0; i < static_cast<int>(space.size()); ++i) {
+    if (first[i]) continue;
+    parts_sizes.push_back(space[i]);
+    second.push_back(i == d);
+    out_dims.push_back(i == d ? -1 : i < d ? i : i - 1);  // x's dimension: the pieces' dimension follows d
+  }
+  {
+    int no_target = -1;
+    std::optional<ReductionSplit> unused;
+    if (!reduction_split(parts_sizes, second, acc, /*splittable=*/false, &no_target, &unused)) return false;
+  }
+  const int xb = buffer_for(x);
+  const Buffer& b = buffer(xb);
+  Sizes strides;
+  for (size_t i = 0; i < rank; ++i) strides.push_back(sizes[i] == 1 ? Size(0) : b.strides[i]);
+  strides.insert(strides.begin() + d + 1, strides[d]);
+  strides[d] = strides[d] * Size(piece);
+  const int c = new_cluster(space);
+  Cluster& cl = *clusters_[c];
+  cl.make_column_reduce(first);
+  const int x_expr = cl.load(b.root, b.dtype, strides, b.offset);
+  const Sizes parts_strides = contiguous_strides(parts_sizes);
+  Sizes in_space;
+  for (size_t i = 0, kept = 0; i < space.size(); ++i) in_space.push_back(first[i] ? Size(0) : parts_strides[kept++]);
+  std::vector<int> parts;
+  for (int e : partials.build(cl, x_expr, part_length)) {
+    Buffer p;
+    p.kind = Buffer::Kind::Alloc;
+    p.dtype = acc;
+    p.sizes = parts_sizes;
+    p.strides = parts_strides;
+    const int pb = add_buffer(p);
+    cl.store(cl.cast(e, acc), pb, acc, in_space, 0);
+    buffer_producer_[pb] = c;
+    parts.push_back(pb);
+  }
+  seal(c);
+  // Second kernel: the pieces of each column combined, with the epilogue.
+  const std::vector<int> extra(parts.begin() + 1, parts.end());
+  if (!column_reduce_of(n, -1, parts.front(), second, fn, /*splittable=*/false, extra))
+    throw std::logic_error("lower: the combine stage of a column reduction in pieces did not fit after all");
+  if (meta_sizes(graph_.nodes[n.id].meta).size() == rank) store_keepdim_result(n, out_dims);
   return true;
 }
 

@@ -132,6 +132,12 @@ class Lowerer {
   // each row's partials (fn, as mixed_reduce's). For reductions the generic split cannot take (var, std).
   bool pieces_reduce(const graph::Node& n, graph::NodeId x, int k, int64_t pieces, DType acc,
                      const PartialsFn& partials, const RowFn& fn);
+  // The same for a column reduction (the dimensions flagged in `reduced`, the last kept) over few long columns:
+  // reduced dimension split.dim cut into split.pieces equal pieces, the partials of each piece and column
+  // (partials.build, given the elements per piece and column), then a column reduction over the pieces (fn).
+  // x is read from memory.
+  bool column_pieces_reduce(const graph::Node& n, graph::NodeId x, const std::vector<bool>& reduced,
+                            const ReductionSplit& split, DType acc, const PartialsFn& partials, const RowFn& fn);
 
   // The open cluster whose expression (value(id).expr) node `id`'s per-element value is, or null.
   const Cluster* lazy_cluster(graph::NodeId id);

@@ -225,7 +225,14 @@ case("mean_dims_0_1_few_columns_split", lambda x, v: (x * 2).mean((0, 1)) + v,
      lambda shape, dtype, device: (randn(shape, dtype, device), randn(shape[-1:], dtype, device)),
      shapes=((64, 128, 3), (512, 64, 7)), plan=(2, 0, 0))
 case("sum_dim0_long_prime_columns_is_extern", lambda x: x.sum(0), shapes=((65537, 3),), plan=(0, 0, 1))
-case("var_dim0_few_long_columns_is_extern", lambda x: x.var(0), shapes=((65536, 3),), plan=(0, 0, 1))
+# var/std over few long columns: a reduced dimension cut into equal pieces, each piece's sums and squared
+# deviations per column, combined over the pieces; x is read from memory (a prologue is written first), and a
+# keepdim result is stored before its epilogue.
+case("var_dim0_few_long_columns_pieces", lambda x: x.var(0), shapes=((8192, 3), (65536, 5)), plan=(2, 0, 0))
+case("var_dim0_few_long_columns_offset", lambda x: (x + 100).var(0), shapes=((8192, 3),), plan=(3, 0, 0))
+case("std_dims_0_1_few_columns_keepdim", lambda x: torch.std(x, (0, 1), correction=0, keepdim=True) * 2,
+     shapes=((64, 128, 3), (512, 64, 7)), plan=(3, 0, 0))
+case("var_dim0_long_prime_columns_is_extern", lambda x: x.var(0), shapes=((65537, 3),), plan=(0, 0, 1))
 # The last dimension reduced with others that are not trailing: a row reduction of the trailing ones into
 # partials, then a column reduction of those with the epilogue (batch-norm statistics).
 BATCH_NORM = ((1, 1, 1, 1), (2, 3, 5, 7), (4, 8, 33, 31), (8, 64, 14, 14))
@@ -241,7 +248,7 @@ case("sum_dims_0_2_3_long_rows_split", lambda x: x.sum((0, 2, 3)), positive, sha
 case("var_dims_0_2_3", lambda x: x.var((0, 2, 3)), shapes=BATCH_NORM[1:], plan=(2, 0, 0))
 case("std_dims_0_2_keepdim_offset", lambda x: torch.std(x + 100, (0, 2), correction=0, keepdim=True),
      shapes=((2, 3, 5), (4, 33, 65)), plan=(2, 0, 0))
-case("var_dims_0_2_3_few_long_columns_is_extern", lambda x: x.var((0, 2, 3)), shapes=((8192, 3, 2, 2),),
+case("var_dims_0_2_3_few_long_columns_is_extern", lambda x: x.var((0, 2, 3)), shapes=((8191, 3, 2, 2),),
      plan=(0, 0, 1))
 
 # Whole-tensor reductions: one row (a multi-dimensional x is read from memory, as for trailing dimensions); a long

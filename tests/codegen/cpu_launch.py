@@ -40,6 +40,7 @@ PTX_CONVERSIONS = {
 
 FLAGS = ["-std=c++17", "-O1", "-fno-strict-aliasing", "-fPIC", "-pthread", "-w"]
 _HEADER_DIR = None  # a folder holding cuda_on_cpu.h and its precompiled form, made once per process
+_PROGRAMS = 0  # programs built in this process (each gets its own namespace)
 
 
 def _header_dir():
@@ -61,11 +62,17 @@ class Program:
         for ptx, host in PTX_CONVERSIONS.items():
             program = program.replace(ptx, host)
         assert "asm(" not in program, "inline PTX the CPU cannot run"
-        source = ['#include "cuda_on_cpu.h"', "namespace fc_program {", program, "}  // namespace fc_program"]
+        # A namespace of its own per program: a kernel's __shared__ arrays are static locals of its (inline, template)
+        # device function, which GCC makes process-wide unique symbols even across dlopen'ed libraries, so two
+        # programs with a kernel of the same name and signature (k0 of two graphs) would share them.
+        global _PROGRAMS
+        _PROGRAMS += 1
+        ns = f"fc_program_{_PROGRAMS}"
+        source = ['#include "cuda_on_cpu.h"', f"namespace {ns} {{", program, f"}}  // namespace {ns}"]
         for name in names:
             args = ", ".join(_argument(i, p) for i, p in enumerate(_signature(program, name)))
             source.append(f'extern "C" void fc_launch_{name}(void** args, unsigned grid, unsigned block) {{\n'
-                          f"  fc_cpu::launch(grid, block, [&] {{ fc_program::{name}({args}); }});\n}}")
+                          f"  fc_cpu::launch(grid, block, [&] {{ {ns}::{name}({args}); }});\n}}")
         self._dir = tempfile.TemporaryDirectory(prefix="fastcomp-cpu-kernels-")
         src, lib = os.path.join(self._dir.name, "program.cpp"), os.path.join(self._dir.name, "program.so")
         with open(src, "w") as f:

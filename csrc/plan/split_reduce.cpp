@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "plan/program.h"
+
 namespace fastcomp::plan {
 namespace {
 
@@ -32,17 +34,6 @@ constexpr int kColumnLineBytes = 128;  // a column-reduce block covers at least 
 bool is_reduce(ExprOp op) { return op == ExprOp::ReduceSum || op == ExprOp::ReduceMax || op == ExprOp::ReduceMin; }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// Row-major strides of `sizes`.
-Sizes contiguous(const Sizes& sizes) {
-  Sizes s(sizes.size(), 0);
-  int64_t step = 1;
-  for (size_t d = sizes.size(); d-- > 0;) {
-    s[d] = step;
-    step *= sizes[d].hint();
-  }
-  return s;
-}
 
 // `strides` over the partial kernel's space: dimension `dim` becomes [pieces, piece length].
 Sizes split_strides(const Sizes& strides, int dim, int64_t piece) {
@@ -182,7 +173,7 @@ std::optional<SplitKernels> split_reduction(const Kernel& k, const ReductionSpli
   Sizes kept_sizes;
   for (size_t d = 0; d < p.shape.size(); ++d)
     if (!p_reduced[d]) kept_sizes.push_back(p.shape[d]);
-  const Sizes kept_strides = contiguous(kept_sizes);
+  const Sizes kept_strides = contiguous_strides(kept_sizes);
   Sizes partial_strides;  // over the partial space
   for (size_t d = 0, kept = 0; d < p.shape.size(); ++d)
     partial_strides.push_back(p_reduced[d] ? Size(0) : kept_strides[kept++]);

@@ -34,6 +34,12 @@ bool Lowerer::column_reduce_of(const graph::Node& n, graph::NodeId x, int x_buff
         (!cl.column_reduce() || cl.reduced_dims() == reduced))
       target = c;
   }
+  // Reductions of buffers (the partials of a two-stage reduction) over one space and dimensions are one kernel:
+  // batch norm's mean and var combine their row partials together.
+  for (size_t c = clusters_.size(); x_buffer >= 0 && target < 0 && c-- > 0;)
+    if (merged_into_[c] < 0 && !clusters_[c]->sealed() && clusters_[c]->column_reduce() &&
+        clusters_[c]->space() == space && clusters_[c]->reduced_dims() == reduced && !clusters_[c]->split())
+      target = static_cast<int>(c);
   std::optional<ReductionSplit> split;
   if (!reduction_split(space, reduced, x_dtype, splittable, &target, &split)) return false;
   if (target < 0 && x_buffer < 0) x_buffer = buffer_for(x);

@@ -8,6 +8,8 @@
 //    into equal pieces, partials per piece and column, then a column reduction over the pieces.
 // Sums, maxima and minima combine as themselves (a sum of sums); var/std combine each part's sum and squared
 // deviations from its own mean (lower_reduce.cpp).
+#include <tuple>
+
 #include "plan/lowering.h"
 
 namespace fastcomp::plan::detail {
@@ -25,6 +27,12 @@ std::vector<int> Lowerer::store_partials(int rows_cluster, int x_expr, DType acc
   const Sizes outer(rows.space().begin(), rows.space().end() - 1);
   std::vector<int> buffers;
   for (int e : partials.build(rows, x_expr, part_length)) {
+    e = rows.cast(e, acc);
+    // A partial another reduction of x already stores (mean's sum, var's sum) is read from its buffer.
+    if (auto it = stored_partials_.find({rows_cluster, e}); it != stored_partials_.end()) {
+      buffers.push_back(it->second);
+      continue;
+    }
     Buffer p;
     p.kind = Buffer::Kind::Alloc;
     p.dtype = acc;
@@ -33,8 +41,9 @@ std::vector<int> Lowerer::store_partials(int rows_cluster, int x_expr, DType acc
     const int pb = add_buffer(p);
     Sizes in_rows = p.strides;
     in_rows.push_back(0);
-    rows.store(rows.cast(e, acc), pb, acc, in_rows, 0);
+    rows.store(e, pb, acc, in_rows, 0);
     buffer_producer_[pb] = rows_cluster;
+    stored_partials_[{rows_cluster, e}] = pb;
     buffers.push_back(pb);
   }
   seal(rows_cluster);
@@ -72,9 +81,13 @@ bool Lowerer::mixed_reduce(const graph::Node& n, graph::NodeId x, int k, const s
     std::optional<ReductionSplit> unused;
     if (!reduction_split(outer, outer_reduced, acc, partials.splittable, &no_target, &unused)) return false;
   }
-  int x_expr = -1;
-  const int rows = trailing_rows(x, k, partials.splittable, &x_expr);
-  if (rows < 0) return false;
+  // Another mixed reduction of x over the same trailing dimensions (batch norm's mean and var) adds its partials
+  // to that one's first kernel, which reads x once for both (a sealed kernel may gain outputs, not loads).
+  int x_expr = -1, rows = -1;
+  if (auto it = mixed_rows_.find({x, k}); it != mixed_rows_.end() && !clusters_[it->second.first]->split())
+    std::tie(rows, x_expr) = it->second;
+  if (rows < 0 && (rows = trailing_rows(x, k, partials.splittable, &x_expr)) < 0) return false;
+  mixed_rows_[{x, k}] = {rows, x_expr};
   const std::vector<int> parts =
       store_partials(rows, x_expr, acc, partials, codegen::product(Sizes(sizes.end() - k, sizes.end())).hint());
   const std::vector<int> extra(parts.begin() + 1, parts.end());

@@ -230,6 +230,10 @@ class Lowerer {
   std::vector<int> buffer_producer_;   // per buffer: the cluster that stores it, or -1
   std::vector<int> last_use_;          // per node: the last node using it (graph size: the output)
   std::string declined_;               // decline()'s reason for the node being lowered
+  // mixed_reduce's first kernels: (x, trailing dims) -> (cluster, x's expression in it)
+  std::map<std::pair<graph::NodeId, int>, std::pair<int, int>> mixed_rows_;
+  // store_partials' buffers: (cluster, expression) -> the buffer holding it
+  std::map<std::pair<int, int>, int> stored_partials_;
 };
 
 // The op families. Each returns false when it has no lowering for `n` (an extern step is used).

@@ -241,6 +241,12 @@ case("sum_dims_0_2", lambda x: (x * 2).sum((0, 2)) + 1, shapes=((1, 1, 1), (2, 3
 case("amax_dims_0_2_3", lambda x: x.amax((0, 2, 3)) * 2, shapes=BATCH_NORM, plan=(2, 0, 0))
 case("int_sum_dims_1_3", lambda x: (x > 0).sum((1, 3)), shapes=BATCH_NORM, plan=(2, 0, 0))
 case("batch_norm_centered", lambda x: x - x.mean((0, 2, 3), keepdim=True), shapes=BATCH_NORM, plan=(3, 0, 0))
+# Batch norm's statistics: mean and var of one tensor share the kernel that reads it (and its row sums); the two
+# column stages are one kernel too.
+case("batch_norm_mean_and_var", lambda x: (x.mean((0, 2, 3)), x.var((0, 2, 3), unbiased=False)),
+     shapes=BATCH_NORM[1:], plan=(2, 0, 0))
+case("amax_minus_amin_dims_0_2", lambda x: x.amax((0, 2)) - x.amin((0, 2)), shapes=((2, 3, 5), (4, 33, 65)),
+     plan=(2, 0, 0))
 case("sum_dims_0_2_3_long_rows_split", lambda x: x.sum((0, 2, 3)), positive, shapes=((2, 3, 256, 512),),
      plan=(3, 0, 0))
 # var/std: each row's sum and squared deviations from its own mean, combined per column (Chan et al.); a mean far

@@ -1,7 +1,8 @@
 // Lowering: graph -> fusion plan for the CUDA backend. Pointwise chains, broadcasts and casts become loads and
 // expressions of one kernel; reductions over the last dimension (sum, mean, amax, var, softmax, layer_norm, ...)
 // join their prologue and epilogue in a row-reduce kernel, and sum/mean/amax/amin/var/std over dimensions that
-// keep the last one in a column-reduce kernel; views are index arithmetic; matrix products become
+// keep the last one in a column-reduce kernel (over a few long rows or columns, or the last dimension with others,
+// in two: split_reduce.h, lower_two_stage_reduce.cpp); views are index arithmetic; matrix products become
 // cuBLASLt calls with their bias fused; every other op stays a call into torch (an extern step), so lowering
 // never fails on an unfamiliar op.
 #pragma once

@@ -168,7 +168,6 @@ std::string binary_value(const Kernel& k, const Expr& e, const std::string& a, c
 
 bool is_floating(DType t) { return t == DType::F16 || t == DType::BF16 || t == DType::F32 || t == DType::F64; }
 bool is_integer(DType t) { return !is_floating(t) && t != DType::Bool; }
-bool is_reduce(ExprOp op) { return op == ExprOp::ReduceSum || op == ExprOp::ReduceMax || op == ExprOp::ReduceMin; }
 
 const char* value_type(DType t) { return is_half_like(t) ? "float" : dtype_c_type(t); }
 

@@ -37,7 +37,6 @@ std::string expr_statement(const Kernel& k, int i, const std::string& leaf, cons
 // Gather expression `i`'s bounds check, one statement: __trap() unless 0 <= its index < `size` (C text).
 std::string gather_check(const Kernel& k, int i, const std::string& size);
 
-bool is_reduce(ExprOp op);
 // Reductions accumulate in float (f16/bf16/f32), double, int64 or int (narrower integers and bool), combined by
 // the prelude's functor ("fc_sum_op()"), starting from the identity in the accumulator (0, or the lowest/highest
 // value of the dtype).

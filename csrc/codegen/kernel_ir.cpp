@@ -69,6 +69,8 @@ int dtype_size(DType t) {
   return 0;
 }
 
+bool is_reduce(ExprOp op) { return op == ExprOp::ReduceSum || op == ExprOp::ReduceMax || op == ExprOp::ReduceMin; }
+
 const char* expr_op_name(ExprOp op) {
   switch (op) {
     case ExprOp::Load: return "load";

@@ -62,6 +62,7 @@ enum class ExprOp : uint8_t {
   ReduceSum, ReduceMax, ReduceMin,
 };
 const char* expr_op_name(ExprOp op);
+bool is_reduce(ExprOp op);  // ReduceSum, ReduceMax, ReduceMin
 
 // Coordinates [begin, end) along dimension `dim` of a kernel's iteration space; dim -1 stands for the whole
 // space. Symbolic bounds work like any other size.

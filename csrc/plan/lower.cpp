@@ -458,7 +458,6 @@ int Lowerer::trailing_rows(graph::NodeId x, int k, bool splittable, int* x_expr,
   int no_target = -1;
   std::optional<ReductionSplit> split;
   if (pieces == 1 && !reduction_split(space, reduced, node_dtype(x), splittable, &no_target, &split)) return -1;
-  if (pieces > 1 && len.hint() % pieces != 0) return -1;
   const int c = new_cluster(space);
   Cluster& cl = *clusters_[c];
   // x's pointwise prologue joins the kernel when every load of it reads the trailing k dimensions with one stride

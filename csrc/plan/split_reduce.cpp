@@ -11,6 +11,7 @@ namespace {
 using codegen::DType;
 using codegen::Expr;
 using codegen::ExprOp;
+using codegen::is_reduce;
 using codegen::Kernel;
 using codegen::Size;
 using codegen::Sizes;
@@ -30,8 +31,6 @@ constexpr int64_t kRowSplitBelow = 64;  // rows: one block each
 constexpr int64_t kMinRowPiece = 4096;
 constexpr int64_t kMinColumnPiece = 256;
 constexpr int kColumnLineBytes = 128;  // a column-reduce block covers at least one 128-byte line of columns
-
-bool is_reduce(ExprOp op) { return op == ExprOp::ReduceSum || op == ExprOp::ReduceMax || op == ExprOp::ReduceMin; }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 

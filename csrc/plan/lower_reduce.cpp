@@ -14,7 +14,6 @@
 #include <optional>
 
 #include "plan/lowering.h"
-#include "plan/split_reduce.h"
 
 namespace fastcomp::plan::detail {
 namespace {
@@ -101,12 +100,14 @@ std::pair<double, bool> reduced_length(const Sizes& sizes, const std::vector<boo
   return {n, fixed};
 }
 
-// The row-reduce or column-reduce kernel for `r`; `splittable` as Lowerer::row_reduce's. A mixed reduction needs
-// `partials` (the per-row values fn then combines, in `acc`).
+// The reduction of x over `r`: in parts where one kernel cannot do it (Lowerer::reduce_in_parts: `partials`, in
+// `acc`), else the row-reduce or column-reduce kernel computing fn (split as partials.splittable allows).
 bool reduce_over(Lowerer& L, const graph::Node& n, graph::NodeId x, const ReducedDims& r, const Lowerer::RowFn& fn,
-                 bool splittable, const Lowerer::PartialsFn& partials, DType acc) {
-  if (r.mixed) return L.mixed_reduce(n, x, r.k, r.flags, acc, partials, fn);
-  return r.k > 0 ? L.row_reduce(n, x, {}, fn, r.k, splittable) : L.column_reduce(n, x, r.flags, fn, splittable);
+                 const Lowerer::PartialsFn& partials, DType acc) {
+  if (std::optional<bool> in_parts = L.reduce_in_parts(n, x, r.k, r.flags, acc, partials)) return *in_parts;
+  if (r.mixed) return false;
+  const bool split = partials.splittable;
+  return r.k > 0 ? L.row_reduce(n, x, {}, fn, r.k, split) : L.column_reduce(n, x, r.flags, fn, split);
 }
 
 Operand node_operand(graph::NodeId id) {
@@ -158,13 +159,18 @@ bool lower_reduction_op(Lowerer& L, const graph::Node& n, const std::string& op)
     const DType acc = is_floating(out) ? opmath(out) : DType::I64;
     const ExprOp reduce = op == "amax" ? ExprOp::ReduceMax : op == "amin" ? ExprOp::ReduceMin : ExprOp::ReduceSum;
     const bool mean = op == "mean";
+    // The result from values to reduce: x's elements, or the parts' partial results (a sum of sums).
+    auto result = [=](Cluster& c, int values) {
+      int r = c.op(reduce, acc, {c.cast(values, acc)});
+      return mean ? c.op(ExprOp::Div, acc, {r, c.constant(acc, n_len)}) : r;
+    };
+    const Lowerer::PartialsFn partials{
+        [=](Cluster& c, int xe, int64_t) { return std::vector<int>{c.op(reduce, acc, {c.cast(xe, acc)})}; },
+        [=](Cluster& c, const std::vector<int>& parts, int64_t) { return result(c, parts[0]); },
+        /*splittable=*/true};
     return reduce_over(L, n, x, red, [=](Cluster& c, int xe, const std::vector<int>&) {
-      int r = c.op(reduce, acc, {c.cast(xe, acc)});
-      if (mean) r = c.op(ExprOp::Div, acc, {r, c.constant(acc, n_len)});
-      return std::make_pair(r, true);
-    }, /*splittable=*/true, {[=](Cluster& c, int xe, int64_t) {
-      return std::vector<int>{c.op(reduce, acc, {c.cast(xe, acc)})};
-    }, /*splittable=*/true}, acc);
+      return std::make_pair(result(c, xe), true);
+    }, partials, acc);
   }
   if (op == "var" || op == "std") {
     if (!args.only_keywords({"dim", "unbiased", "keepdim", "correction"}) || !is_floating(out)) return false;
@@ -203,50 +209,23 @@ bool lower_reduction_op(Lowerer& L, const graph::Node& n, const std::string& op)
     // Over parts of equal length m (rows of x.var((0, 2, 3)), pieces of x.var()'s one long row): each part's sum
     // and squared deviations from its own mean, then the squares are theirs plus m * (part mean - mean)^2 each
     // (Chan et al.'s pairwise update), two passes over the partials.
-    Lowerer::PartialsFn partials{[=](Cluster& c, int xe, int64_t row_length) {
-      auto [sum, squares] = sum_and_squares(c, xe, static_cast<double>(row_length));
-      return std::vector<int>{sum, squares};
-    }, /*splittable=*/false};
-    // Two kernels where one does not fit: per part (a row of the trailing dimensions, or an equal piece of a long
-    // row) its sum and squared deviations, then their combination.
-    const Sizes sizes = meta_sizes(L.node(x).meta);
-    double part_length = 1;
-    int64_t pieces = 1;
-    std::optional<ReductionSplit> column_split;
-    if (red.mixed) {
-      for (size_t d = rank - red.k; d < rank; ++d) part_length *= static_cast<double>(sizes[d].hint());
-    } else if (red.k == 0 && codegen::all_static(sizes)) {
-      if (auto split = choose_split(codegen::Kernel::Kind::ColumnReduce, sizes, red.flags,
-                                    codegen::dtype_size(L.node_dtype(x)))) {
-        column_split = split;
-        part_length = static_cast<double>(sizes[split->dim].hint() / split->pieces);
-        for (size_t d = 0; d < rank; ++d)
-          if (red.flags[d] && static_cast<int>(d) != split->dim) part_length *= static_cast<double>(sizes[d].hint());
-      }
-    } else if (red.k > 0 && codegen::all_static(sizes)) {
-      Sizes rows(sizes.begin(), sizes.end() - red.k);
-      rows.push_back(codegen::product(Sizes(sizes.end() - red.k, sizes.end())));
-      std::vector<bool> last(rows.size(), false);
-      last.back() = true;
-      if (auto split = choose_split(codegen::Kernel::Kind::RowReduce, rows, last, codegen::dtype_size(L.node_dtype(x)))) {
-        pieces = split->pieces;
-        part_length = static_cast<double>(rows.back().hint() / pieces);
-      }
-    }
-    auto combine = [=](Cluster& c, int xe, const std::vector<int>& ex) {
-      if (ex.empty()) return std::make_pair(finish(c, sum_and_squares(c, xe, n_len).second), true);
-      // xe: each part's sum; ex[0]: its squared deviations from its own mean.
-      const int mean = c.op(ExprOp::Div, acc, {c.op(ExprOp::ReduceSum, acc, {xe}), c.constant(acc, n_len)});
-      const int d = c.op(ExprOp::Sub, acc, {c.op(ExprOp::Div, acc, {xe, c.constant(acc, part_length)}), mean});
-      const int between = c.op(ExprOp::ReduceSum, acc, {c.op(ExprOp::Mul, acc, {d, d})});
-      const int within = c.op(ExprOp::ReduceSum, acc, {ex.at(0)});
-      const int squares =
-          c.op(ExprOp::Add, acc, {within, c.op(ExprOp::Mul, acc, {c.constant(acc, part_length), between})});
-      return std::make_pair(finish(c, squares), true);
-    };
-    if (pieces > 1) return L.pieces_reduce(n, x, red.k, pieces, acc, partials, combine);
-    if (column_split) return L.column_pieces_reduce(n, x, red.flags, *column_split, acc, partials, combine);
-    return reduce_over(L, n, x, red, combine, /*splittable=*/false, partials, acc);
+    const Lowerer::PartialsFn partials{
+        [=](Cluster& c, int xe, int64_t m) {
+          auto [sum, squares] = sum_and_squares(c, xe, static_cast<double>(m));
+          return std::vector<int>{sum, squares};
+        },
+        [=](Cluster& c, const std::vector<int>& parts, int64_t m) {
+          const int sums = parts.at(0), squares = parts.at(1);
+          const int mean = c.op(ExprOp::Div, acc, {c.op(ExprOp::ReduceSum, acc, {sums}), c.constant(acc, n_len)});
+          const int d = c.op(ExprOp::Sub, acc, {c.op(ExprOp::Div, acc, {sums, c.constant(acc, m)}), mean});
+          const int between = c.op(ExprOp::ReduceSum, acc, {c.op(ExprOp::Mul, acc, {d, d})});
+          const int within = c.op(ExprOp::ReduceSum, acc, {squares});
+          return finish(c, c.op(ExprOp::Add, acc, {within, c.op(ExprOp::Mul, acc, {c.constant(acc, m), between})}));
+        },
+        /*splittable=*/false};
+    return reduce_over(L, n, x, red, [=](Cluster& c, int xe, const std::vector<int>&) {
+      return std::make_pair(finish(c, sum_and_squares(c, xe, n_len).second), true);
+    }, partials, acc);
   }
   if (op == "logsumexp") {
     if (!args.only_keywords({"dim", "keepdim"}) || !last_dim_only(args.get(1, "dim"), rank) || !is_floating(out))

@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "plan/lowering.h"
+#include "plan/split_reduce.h"
 
 namespace fastcomp::plan::detail {
 
@@ -21,33 +22,75 @@ std::vector<int> keepdim_rows(size_t rank, int k) {
   return out_dims;
 }
 
-std::vector<int> Lowerer::store_partials(int rows_cluster, int x_expr, DType acc, const PartialsFn& partials,
-                                         int64_t part_length) {
-  Cluster& rows = *clusters_[rows_cluster];
-  const Sizes outer(rows.space().begin(), rows.space().end() - 1);
+std::optional<bool> Lowerer::reduce_in_parts(const graph::Node& n, graph::NodeId x, int k,
+                                             const std::vector<bool>& reduced, DType acc, const PartialsFn& partials) {
+  const Sizes sizes = meta_sizes(graph_.nodes[x].meta);
+  const size_t rank = sizes.size();
+  if (reduced.size() != rank || rank == 0) return std::nullopt;
+  if (reduced.back() && static_cast<size_t>(k) < rank && !reduced[rank - k - 1]) {
+    bool others = false;
+    for (size_t d = 0; d + k < rank; ++d) others = others || reduced[d];
+    if (others) return mixed_reduce(n, x, k, reduced, acc, partials);
+  }
+  // Few long rows or columns: the generic split takes splittable reductions; the others are cut here.
+  if (partials.splittable || !codegen::all_static(sizes)) return std::nullopt;
+  const int bytes = codegen::dtype_size(node_dtype(x));
+  if (reduced.back()) {
+    Sizes rows(sizes.begin(), sizes.end() - k);
+    rows.push_back(codegen::product(Sizes(sizes.end() - k, sizes.end())));
+    std::vector<bool> last(rows.size(), false);
+    last.back() = true;
+    if (auto split = choose_split(codegen::Kernel::Kind::RowReduce, rows, last, bytes))
+      return pieces_reduce(n, x, k, split->pieces, acc, partials);
+  } else if (auto split = choose_split(codegen::Kernel::Kind::ColumnReduce, sizes, reduced, bytes)) {
+    return column_pieces_reduce(n, x, reduced, *split, acc, partials);
+  }
+  return std::nullopt;
+}
+
+std::vector<int> Lowerer::store_partials(int cluster, const std::vector<int>& exprs, DType acc, const Sizes& sizes,
+                                         const Sizes& in_space) {
+  Cluster& cl = *clusters_[cluster];
   std::vector<int> buffers;
-  for (int e : partials.build(rows, x_expr, part_length)) {
-    e = rows.cast(e, acc);
+  for (int e : exprs) {
+    e = cl.cast(e, acc);
     // A partial another reduction of x already stores (mean's sum, var's sum) is read from its buffer.
-    if (auto it = stored_partials_.find({rows_cluster, e}); it != stored_partials_.end()) {
+    if (auto it = stored_partials_.find({cluster, e}); it != stored_partials_.end()) {
       buffers.push_back(it->second);
       continue;
     }
     Buffer p;
     p.kind = Buffer::Kind::Alloc;
     p.dtype = acc;
-    p.sizes = outer;
-    p.strides = contiguous_strides(outer);
+    p.sizes = sizes;
+    p.strides = contiguous_strides(sizes);
     const int pb = add_buffer(p);
-    Sizes in_rows = p.strides;
-    in_rows.push_back(0);
-    rows.store(e, pb, acc, in_rows, 0);
-    buffer_producer_[pb] = rows_cluster;
-    stored_partials_[{rows_cluster, e}] = pb;
+    cl.store(e, pb, acc, in_space, 0);
+    buffer_producer_[pb] = cluster;
+    stored_partials_[{cluster, e}] = pb;
     buffers.push_back(pb);
   }
-  seal(rows_cluster);
+  seal(cluster);
   return buffers;
+}
+
+std::vector<int> Lowerer::store_row_partials(int rows, int x_expr, DType acc, const PartialsFn& partials,
+                                             int64_t part_length) {
+  Cluster& cl = *clusters_[rows];
+  const Sizes outer(cl.space().begin(), cl.space().end() - 1);
+  Sizes in_space = contiguous_strides(outer);
+  in_space.push_back(0);
+  return store_partials(rows, partials.build(cl, x_expr, part_length), acc, outer, in_space);
+}
+
+bool Lowerer::combine_columns(const graph::Node& n, const std::vector<int>& parts, const std::vector<bool>& reduced,
+                              const PartialsFn& partials, int64_t part_length) {
+  const std::vector<int> extra(parts.begin() + 1, parts.end());
+  return column_reduce_of(n, -1, parts.front(), reduced, [&](Cluster& c, int first, const std::vector<int>& others) {
+    std::vector<int> loaded{first};
+    loaded.insert(loaded.end(), others.begin(), others.end());
+    return std::make_pair(partials.combine(c, loaded, part_length), true);
+  }, partials.splittable, extra);
 }
 
 void Lowerer::store_keepdim_result(const graph::Node& n, const std::vector<int>& out_dims) {
@@ -69,7 +112,7 @@ void Lowerer::store_keepdim_result(const graph::Node& n, const std::vector<int>&
 }
 
 bool Lowerer::mixed_reduce(const graph::Node& n, graph::NodeId x, int k, const std::vector<bool>& reduced, DType acc,
-                           const PartialsFn& partials, const RowFn& fn) {
+                           const PartialsFn& partials) {
   const Sizes sizes = meta_sizes(graph_.nodes[x].meta);
   const size_t rank = sizes.size();
   if (k < 1 || static_cast<size_t>(k) >= rank || reduced.size() != rank || !codegen::all_static(sizes)) return false;
@@ -88,10 +131,9 @@ bool Lowerer::mixed_reduce(const graph::Node& n, graph::NodeId x, int k, const s
     std::tie(rows, x_expr) = it->second;
   if (rows < 0 && (rows = trailing_rows(x, k, partials.splittable, &x_expr)) < 0) return false;
   mixed_rows_[{x, k}] = {rows, x_expr};
-  const std::vector<int> parts =
-      store_partials(rows, x_expr, acc, partials, codegen::product(Sizes(sizes.end() - k, sizes.end())).hint());
-  const std::vector<int> extra(parts.begin() + 1, parts.end());
-  if (!column_reduce_of(n, -1, parts.front(), outer_reduced, fn, partials.splittable, extra))
+  const int64_t row_length = codegen::product(Sizes(sizes.end() - k, sizes.end())).hint();
+  const std::vector<int> parts = store_row_partials(rows, x_expr, acc, partials, row_length);
+  if (!combine_columns(n, parts, outer_reduced, partials, row_length))
     throw std::logic_error("lower: the column stage of a mixed reduction did not fit after all");
   // keepdim=True: the result has x's rank, which the per-column value of the partials' space does not: it is
   // stored at once, in its own shape (as a trailing reduction's is), and later ops read it as a buffer.
@@ -104,7 +146,7 @@ bool Lowerer::mixed_reduce(const graph::Node& n, graph::NodeId x, int k, const s
 }
 
 bool Lowerer::pieces_reduce(const graph::Node& n, graph::NodeId x, int k, int64_t pieces, DType acc,
-                            const PartialsFn& partials, const RowFn& fn) {
+                            const PartialsFn& partials) {
   const Sizes sizes = meta_sizes(graph_.nodes[x].meta);
   const size_t rank = sizes.size();
   if (k < 1 || static_cast<size_t>(k) > rank || pieces < 2 || !codegen::all_static(sizes)) return false;
@@ -113,24 +155,22 @@ bool Lowerer::pieces_reduce(const graph::Node& n, graph::NodeId x, int k, int64_
   int x_expr = -1;
   const int cut = trailing_rows(x, k, /*splittable=*/false, &x_expr, pieces);
   if (cut < 0) return false;
-  const std::vector<int> parts = store_partials(cut, x_expr, acc, partials, len / pieces);
+  const std::vector<int> parts = store_row_partials(cut, x_expr, acc, partials, len / pieces);
   // Second kernel: each row's pieces, [outer..., pieces], one row reduction with the epilogue.
   const Sizes space = buffer(parts.front()).sizes;
   const int c = new_cluster(space);
   Cluster& combine = *clusters_[c];
   combine.make_row_reduce();
-  std::vector<int> extra;
-  for (size_t i = 1; i < parts.size(); ++i) extra.push_back(load_buffer(combine, parts[i], space, false));
-  auto [expr, per_row] = fn(combine, load_buffer(combine, parts.front(), space, false), extra);
-  if (!per_row) throw std::logic_error("lower: a reduction in pieces must give one value per row");
+  std::vector<int> loaded;
+  for (int b : parts) loaded.push_back(load_buffer(combine, b, space, false));
+  const int expr = partials.combine(combine, loaded, len / pieces);
   bind_lazy(n, c, expr, true);
   if (meta_sizes(graph_.nodes[n.id].meta).size() == rank) store_keepdim_result(n, keepdim_rows(rank, k));
   return true;
 }
 
 bool Lowerer::column_pieces_reduce(const graph::Node& n, graph::NodeId x, const std::vector<bool>& reduced,
-                                   const ReductionSplit& split, DType acc, const PartialsFn& partials,
-                                   const RowFn& fn) {
+                                   const ReductionSplit& split, DType acc, const PartialsFn& partials) {
   const Sizes sizes = meta_sizes(graph_.nodes[x].meta);
   const size_t rank = sizes.size();
   const int d = split.dim;
@@ -177,22 +217,10 @@ bool Lowerer::column_pieces_reduce(const graph::Node& n, graph::NodeId x, const 
   const Sizes parts_strides = contiguous_strides(parts_sizes);
   Sizes in_space;
   for (size_t i = 0, kept = 0; i < space.size(); ++i) in_space.push_back(first[i] ? Size(0) : parts_strides[kept++]);
-  std::vector<int> parts;
-  for (int e : partials.build(cl, x_expr, part_length)) {
-    Buffer p;
-    p.kind = Buffer::Kind::Alloc;
-    p.dtype = acc;
-    p.sizes = parts_sizes;
-    p.strides = parts_strides;
-    const int pb = add_buffer(p);
-    cl.store(cl.cast(e, acc), pb, acc, in_space, 0);
-    buffer_producer_[pb] = c;
-    parts.push_back(pb);
-  }
-  seal(c);
+  const std::vector<int> parts =
+      store_partials(c, partials.build(cl, x_expr, part_length), acc, parts_sizes, in_space);
   // Second kernel: the pieces of each column combined, with the epilogue.
-  const std::vector<int> extra(parts.begin() + 1, parts.end());
-  if (!column_reduce_of(n, -1, parts.front(), second, fn, /*splittable=*/false, extra))
+  if (!combine_columns(n, parts, second, partials, part_length))
     throw std::logic_error("lower: the combine stage of a column reduction in pieces did not fit after all");
   if (meta_sizes(graph_.nodes[n.id].meta).size() == rank) store_keepdim_result(n, out_dims);
   return true;

@@ -114,30 +114,24 @@ class Lowerer {
   // `splittable` as for row_reduce: few long columns are then split across blocks.
   bool column_reduce(const graph::Node& n, graph::NodeId x, const std::vector<bool>& reduced, const RowFn& fn,
                      bool splittable = false);
-  // A reduction over the dimensions flagged in `reduced`, the last k of them trailing and the others not
-  // adjacent to those (x.mean((0, 2, 3)) of NCHW): a row reduction of the trailing k into partials, then a column
-  // reduction of the partials over the other flagged dimensions. partials.build(cluster, x's expression, the
-  // row length) gives the per-row partials (each stored in `acc` to a buffer of its own); fn(cluster, first
-  // partial, the others) the per-column result from them (a sum of sums; mean divides by the whole count; var
-  // combines per-row sums and squared deviations). `splittable`: fn's and build's reductions depend on no other
-  // (sum, mean, amax, amin), so long rows or few long columns may be split.
+  // A reduction computed in parts of equal length, in two kernels (lower_two_stage_reduce.cpp): build(cluster,
+  // x's expression, the part length) gives each part's values (each stored in `acc` to a buffer of its own);
+  // combine(cluster, those values of all parts of a row or column, the part length) gives the result (a sum of
+  // sums; mean divides by the whole count; var/std apply Chan et al.'s update). `splittable`: build's and
+  // combine's reductions depend on no other (sum, mean, amax, amin), so the generic split (split_reduce.h) takes
+  // their few long rows or columns, and long rows may be split in the first kernel.
   struct PartialsFn {
     std::function<std::vector<int>(Cluster&, int, int64_t)> build;
+    std::function<int(Cluster&, const std::vector<int>&, int64_t)> combine;
     bool splittable = false;
   };
-  bool mixed_reduce(const graph::Node& n, graph::NodeId x, int k, const std::vector<bool>& reduced, DType acc,
-                    const PartialsFn& partials, const RowFn& fn);
-  // A reduction over x's trailing k dimensions whose rows are few and long, as two kernels: each row cut into
-  // `pieces` equal pieces reduced to partials (partials.build, given the piece length), then a row reduction of
-  // each row's partials (fn, as mixed_reduce's). For reductions the generic split cannot take (var, std).
-  bool pieces_reduce(const graph::Node& n, graph::NodeId x, int k, int64_t pieces, DType acc,
-                     const PartialsFn& partials, const RowFn& fn);
-  // The same for a column reduction (the dimensions flagged in `reduced`, the last kept) over few long columns:
-  // reduced dimension split.dim cut into split.pieces equal pieces, the partials of each piece and column
-  // (partials.build, given the elements per piece and column), then a column reduction over the pieces (fn).
-  // x is read from memory.
-  bool column_pieces_reduce(const graph::Node& n, graph::NodeId x, const std::vector<bool>& reduced,
-                            const ReductionSplit& split, DType acc, const PartialsFn& partials, const RowFn& fn);
+  // Reduces x over the dimensions flagged in `reduced` (the trailing k of them when k > 0) in parts when one
+  // kernel cannot: the last dimension with others that are not trailing (x.mean((0, 2, 3)) of NCHW: each row's
+  // parts, then a column reduction over the others), or, for reductions that are not splittable, a few long rows
+  // or columns (x.var(), x.var(0) of [8192, 3]: equal pieces of a row or of a reduced dimension, then a row or
+  // column reduction over the pieces). nullopt when one kernel is the way; else whether it was lowered.
+  std::optional<bool> reduce_in_parts(const graph::Node& n, graph::NodeId x, int k, const std::vector<bool>& reduced,
+                                      DType acc, const PartialsFn& partials);
 
   // The open cluster whose expression (value(id).expr) node `id`'s per-element value is, or null.
   const Cluster* lazy_cluster(graph::NodeId id);
@@ -171,10 +165,24 @@ class Lowerer {
 
  private:
   void lower_node(const graph::Node& n);
-  // Stores partials.build's per-row values of row-reduce cluster `rows_cluster` (x's value x_expr, rows of
-  // `part_length`) each to a buffer of its own (in `acc`, one element per row), seals the cluster and returns them.
-  std::vector<int> store_partials(int rows_cluster, int x_expr, DType acc, const PartialsFn& partials,
-                                  int64_t part_length);
+  // reduce_in_parts' three forms: see there.
+  bool mixed_reduce(const graph::Node& n, graph::NodeId x, int k, const std::vector<bool>& reduced, DType acc,
+                    const PartialsFn& partials);
+  bool pieces_reduce(const graph::Node& n, graph::NodeId x, int k, int64_t pieces, DType acc,
+                     const PartialsFn& partials);
+  bool column_pieces_reduce(const graph::Node& n, graph::NodeId x, const std::vector<bool>& reduced,
+                            const ReductionSplit& split, DType acc, const PartialsFn& partials);
+  // Stores each of `exprs` (per coordinate of `sizes`, addressed by `in_space` over the cluster's space) cast to
+  // `acc` to a contiguous buffer of its own, one the cluster already stores the same expression to if any; seals
+  // the cluster and returns the buffers.
+  std::vector<int> store_partials(int cluster, const std::vector<int>& exprs, DType acc, const Sizes& sizes,
+                                  const Sizes& in_space);
+  // Per-row partials of row-reduce cluster `rows` (x's expression x_expr, rows of `part_length`), stored.
+  std::vector<int> store_row_partials(int rows, int x_expr, DType acc, const PartialsFn& partials,
+                                      int64_t part_length);
+  // column_reduce_of for the second kernel of a reduction in parts: the partials `parts` over `reduced`.
+  bool combine_columns(const graph::Node& n, const std::vector<int>& parts, const std::vector<bool>& reduced,
+                       const PartialsFn& partials, int64_t part_length);
   // keepdim=True for a reduction whose lazy result does not have the node's rank: the result is stored at once in
   // its own shape (its cluster sealed); out_dims gives, per dimension of the cluster's space, the result dimension
   // it walks, or -1 for none (stride 0).

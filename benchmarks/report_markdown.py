@@ -51,6 +51,7 @@ COLUMNS: dict[str, list[Column]] = {
         ("ready ms", lambda r, d: _fmt(d.get("cold_ready_ms"), ".0f")),
         ("trace ms", lambda r, d: _fmt(d["trace_ms"], ".1f")),
         ("warm ms", lambda r, d: _fmt(d["warm_compile_ms"], ".0f")),
+        ("warm ready ms", lambda r, d: _fmt(d.get("warm_ready_ms"), ".0f")),
         ("µs/call", lambda r, d: _fmt(d["us_per_call"], ".1f")),
         ("× eager", lambda r, d: _fmt(d["speedup_vs_eager"], ".2f")),
         ("latency µs", lambda r, d: _fmt(d["latency_us"], ".1f")),
@@ -93,7 +94,9 @@ LEGENDS = {
     "workloads": "cold/warm ms: import of the compiler + compile() + first call, with empty / reused compiler "
                  "caches, each in a fresh process. ready ms: cold ms + the wait until the compiled kernels run "
                  "(fastcomp compiles them on a background thread and answers the first calls through torch "
-                 "meanwhile; the cold-compile target is judged on it). " + TRACE_LEGEND + " µs/call: back-to-back calls then one "
+                 "meanwhile; the cold-compile target is judged on it); warm ready ms likewise for the warm start "
+                 "(cuBLASLt's first plan of a dtype in a process is made on that thread too), which the "
+                 "warm-compile target is judged on. " + TRACE_LEGEND + " µs/call: back-to-back calls then one "
                  "synchronize, median of repeats. latency: one call on an idle device. rel err: ‖out − ref‖/‖ref‖ "
                  "against float64 eager (✗: outside tolerance). GB/s: minimal bytes moved / µs/call, memory-bound "
                  "workloads only.",

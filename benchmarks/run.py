@@ -142,6 +142,7 @@ def progress_line(index: int, total: int, row: dict) -> str:
     parts = [f"compile {d['cold_compile_ms']:.0f} ms" if d["cold_compile_ms"] is not None else None,
              f"trace {d['trace_ms']:.1f} ms" if d["trace_ms"] is not None else None,
              f"warm {d['warm_compile_ms']:.0f} ms" if d["warm_compile_ms"] is not None else None,
+             f"warm ready {d['warm_ready_ms']:.0f} ms" if d["warm_ready_ms"] is not None else None,
              f"{d['us_per_call']:.1f} µs/call" if d["us_per_call"] is not None else None,
              "warm failed" if row["warm"] and row["warm"]["status"] != "ok" else None]
     caveat = f" [{row['caveat']}]" if row.get("caveat") else ""

@@ -29,6 +29,7 @@ def derive(row: dict, eager_us: float | None, copy_gb_per_s: float | None) -> di
         "cold_ready_ms": None if is_eager else _ms(_get(row, "cold", "ready_s")),
         "trace_ms": _ms(_get(row, "cold", "trace_s")),
         "warm_compile_ms": _ms(_get(row, "warm", "compile_s")) if _get(row, "warm", "status") == "ok" else None,
+        "warm_ready_ms": _ms(_get(row, "warm", "ready_s")) if _get(row, "warm", "status") == "ok" else None,
         "warm_trace_ms": _ms(_get(row, "warm", "trace_s")) if _get(row, "warm", "status") == "ok" else None,
         "retrace_ms": _ms(_get(row, "cold", "retrace", "trace_s")),
         "retrace_compile_ms": _ms(_get(row, "cold", "retrace", "compile_s")),

@@ -148,13 +148,16 @@ def _gpu_checks(section_rows: dict) -> list[dict]:
                                  GPU_W1_MAX_US, fc_us, _fmt_us(fc_us)))
         # Judged on when the compiled kernels are in use ("ready"), not on the first call, which fastcomp answers
         # through torch while its kernels compile in the background.
-        first, ready, warm = d.get("cold_compile_ms"), d.get("cold_ready_ms"), d.get("warm_compile_ms")
+        first, ready = d.get("cold_compile_ms"), d.get("cold_ready_ms")
+        warm_first, warm_ready = d.get("warm_compile_ms"), d.get("warm_ready_ms")
         cold = ready if ready is not None else first
+        warm = warm_ready if warm_ready is not None else warm_first
         checks.append(_check("workloads", case, FASTCOMP_MODE, f"cold compile < {GPU_COLD_MAX_MS:g} ms", "max",
                              GPU_COLD_MAX_MS, cold, f"{_fmt_ms(cold)} until kernels run (first call "
                              f"{_fmt_ms(first)}, trace {_fmt_ms(d.get('trace_ms'))})"))
         checks.append(_check("workloads", case, FASTCOMP_MODE, f"warm compile < {GPU_WARM_MAX_MS:g} ms", "max",
-                             GPU_WARM_MAX_MS, warm, _fmt_ms(warm)))
+                             GPU_WARM_MAX_MS, warm, f"{_fmt_ms(warm)} until kernels run (first call "
+                             f"{_fmt_ms(warm_first)})"))
         graphs, breaks = d.get("graphs"), d.get("graph_breaks")
         exact = None if graphs is None else float(graphs == 1 and breaks == 0)
         checks.append(_check("workloads", case, FASTCOMP_MODE, "1 graph, 0 breaks", "equal", 1.0, exact,

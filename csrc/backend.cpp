@@ -61,15 +61,6 @@ std::filesystem::path dump(const std::string& graph_text, const std::string& pla
   return dir;
 }
 
-// Where a failed program's source goes when no dump folder is set, so the warning can name a file.
-std::string save_failed_source(const std::string& cuda) {
-  std::error_code ec;
-  std::filesystem::path dir = std::filesystem::temp_directory_path(ec);
-  if (ec) return "";
-  std::filesystem::path path = dir / fmt::format("fastcomp-failed-{:016x}.cu", std::hash<std::string>{}(cuda));
-  return write_file(path, cuda).empty() ? path.string() : "";
-}
-
 void add_tf32_guard(frontend::GuardSet& guards) {
   PyRef c = PyRef::steal(PyObject_GetAttrString(frontend::torch_refs().torch.get(), "_C"));
   PyRef fn = c ? PyRef::steal(PyObject_GetAttrString(c.get(), "_get_cublas_allow_tf32")) : PyRef();
@@ -199,13 +190,17 @@ BuiltExecutable build_cuda_executable(graph::Graph graph, frontend::GuardSet& gu
   const plan::Program program_for_replay = cuda_graphs ? program : plan::Program{};
   try {
     std::shared_ptr<const std::string> binary = runtime::cached_plan_binary(program, source);
-    if (!binary && !source.program.empty() && config().background_compile) {
-      const std::string path = dumped.empty() ? save_failed_source(source.program) : (dumped / "kernels.cu").string();
+    const runtime::MatmulSwitches switches = runtime::read_matmul_switches();
+    // What is slow (NVRTC on a cache miss, cuBLASLt's first plan of a dtype) happens on the background thread
+    // while the first calls run through torch; what is quick (a cached cubin, warm cuBLASLt) happens now.
+    const bool slow = (!binary && !source.program.empty()) || !runtime::matmuls_plan_quickly(program);
+    if (slow && config().background_compile) {
+      const std::string dumped_source = dumped.empty() ? "" : (dumped / "kernels.cu").string();
       out.executable = runtime::make_background_executable(std::move(graph), std::move(program), std::move(source),
-                                                           out.summary, path);
+                                                           std::move(binary), switches, out.summary, dumped_source);
     } else {
       if (!binary) binary = runtime::compile_plan(program, source);
-      out.executable = runtime::make_cuda_executable(graph, std::move(program), source, std::move(binary));
+      out.executable = runtime::make_cuda_executable(graph, std::move(program), source, std::move(binary), switches);
     }
     // A CUDA graph replays one set of sizes: a dynamic graph's change per call, so it launches directly.
     if (cuda_graphs && program_for_replay.is_dynamic())
@@ -213,7 +208,8 @@ BuiltExecutable build_cuda_executable(graph::Graph graph, frontend::GuardSet& gu
     else if (cuda_graphs) use_cuda_graph(out, graph_for_replay, program_for_replay);
     return out;
   } catch (const runtime::cuda::NvrtcError& e) {
-    const std::string path = dumped.empty() ? save_failed_source(source.program) : (dumped / "kernels.cu").string();
+    const std::string path =
+        dumped.empty() ? runtime::cuda::save_rejected_source(source.program) : (dumped / "kernels.cu").string();
     FC_LOG(compile, warning, "fastcomp: NVRTC rejected the generated CUDA C ({}); this graph runs through torch "
            "instead. Please report it with the source: {}\nNVRTC log:\n{}", e.what(), path, e.log);
     return torch_runner(std::move(graph), "NVRTC failed");

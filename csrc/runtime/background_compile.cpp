@@ -5,9 +5,11 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <future>
 #include <mutex>
 #include <thread>
 
+#include "runtime/cuda/cublaslt.h"
 #include "runtime/cuda/nvrtc.h"
 #include "support/log.h"
 
@@ -29,34 +31,53 @@ InFlight& in_flight() {
 struct Outcome {
   std::atomic<bool> ready{false};
   std::shared_ptr<const std::string> binary;
+  MatmulPlans plans;
   std::string error, nvrtc_log;
+  bool nvrtc_failed = false;
 };
+
+// The thread's work: NVRTC (unless the cubin came from the cache) and cuBLASLt's planning side by side, since
+// neither waits for the other and each can take 100 ms.
+void compile_and_plan(Outcome& outcome, const plan::Program& program, const CudaSource& source,
+                      const MatmulSwitches& switches) {
+  std::future<MatmulPlans> plans;
+  if (!program.matmul_steps.empty())
+    plans = std::async(std::launch::async, [&] { return plan_matmuls(program, switches); });
+  try {
+    if (!outcome.binary) outcome.binary = compile_plan(program, source);
+  } catch (const cuda::NvrtcError& e) {
+    outcome.error = e.what(), outcome.nvrtc_log = e.log, outcome.nvrtc_failed = true;
+  } catch (const std::exception& e) {
+    outcome.error = e.what();
+  }
+  try {
+    if (plans.valid()) outcome.plans = plans.get();
+  } catch (const std::exception& e) {
+    if (outcome.error.empty()) outcome.error = e.what();
+  }
+}
 
 class BackgroundExecutable final : public Executable {
  public:
-  BackgroundExecutable(graph::Graph graph, plan::Program program, CudaSource source, std::string summary,
+  BackgroundExecutable(graph::Graph graph, plan::Program program, CudaSource source,
+                       std::shared_ptr<const std::string> binary, const MatmulSwitches& switches, std::string summary,
                        std::string source_path)
       : fallback_(make_torch_runner(graph)),
         graph_(std::move(graph)),
         program_(std::move(program)),
         source_(std::move(source)),
+        switches_(switches),
         summary_(std::move(summary)),
         source_path_(std::move(source_path)),
         outcome_(std::make_shared<Outcome>()) {
+    outcome_->binary = std::move(binary);
     {
       std::lock_guard lock(in_flight().mutex);
       ++in_flight().count;
     }
     // The thread owns copies of everything it reads, so the executable may die (fastcomp.reset()) first.
-    std::thread([outcome = outcome_, program = program_, source = source_] {
-      try {
-        outcome->binary = compile_plan(program, source);
-      } catch (const cuda::NvrtcError& e) {
-        outcome->error = e.what();
-        outcome->nvrtc_log = e.log;
-      } catch (const std::exception& e) {
-        outcome->error = e.what();
-      }
+    std::thread([outcome = outcome_, program = program_, source = source_, switches = switches_] {
+      compile_and_plan(*outcome, program, source, switches);
       outcome->ready.store(true, std::memory_order_release);
       std::lock_guard lock(in_flight().mutex);
       --in_flight().count;
@@ -80,16 +101,19 @@ class BackgroundExecutable final : public Executable {
 
  private:
   void promote() {
-    if (!outcome_->error.empty()) {
+    if (outcome_->nvrtc_failed) {
       failed_ = true;
       FC_LOG(compile, warning,
              "fastcomp: NVRTC rejected the generated CUDA C ({}); this graph keeps running through torch. Please "
              "report it with the source: {}\nNVRTC log:\n{}",
-             outcome_->error, source_path_, outcome_->nvrtc_log);
+             outcome_->error, source_path_.empty() ? cuda::save_rejected_source(source_.program) : source_path_,
+             outcome_->nvrtc_log);
       return;
     }
     try {
-      cuda_ = make_cuda_executable(std::move(graph_), std::move(program_), source_, outcome_->binary);
+      if (!outcome_->error.empty()) throw std::runtime_error(outcome_->error);
+      cuda_ = make_cuda_executable(std::move(graph_), std::move(program_), source_, outcome_->binary, switches_,
+                                   std::move(outcome_->plans));
       FC_LOG(compile, debug, "background compile finished: {}", summary_);
     } catch (const std::exception& e) {
       failed_ = true;
@@ -103,6 +127,7 @@ class BackgroundExecutable final : public Executable {
   graph::Graph graph_;
   plan::Program program_;
   CudaSource source_;
+  MatmulSwitches switches_;
   std::string summary_, source_path_;
   std::shared_ptr<Outcome> outcome_;
   bool failed_ = false;
@@ -111,9 +136,12 @@ class BackgroundExecutable final : public Executable {
 }  // namespace
 
 std::unique_ptr<Executable> make_background_executable(graph::Graph graph, plan::Program program, CudaSource source,
-                                                       std::string summary, std::string source_path) {
+                                                       std::shared_ptr<const std::string> binary,
+                                                       const MatmulSwitches& switches, std::string summary,
+                                                       std::string source_path) {
   return std::make_unique<BackgroundExecutable>(std::move(graph), std::move(program), std::move(source),
-                                                std::move(summary), std::move(source_path));
+                                                std::move(binary), switches, std::move(summary),
+                                                std::move(source_path));
 }
 
 bool wait_for_compiles(double timeout_s) {

@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <chrono>
 
 #include "frontend/trace/torch_refs.h"
@@ -73,6 +74,39 @@ bool torch_flag(const char* getter) {
   return v.get() == Py_True;
 }
 
+// A matmul step's shape fields in the order with_shape() reads them.
+std::array<const codegen::Size*, 12> shape_fields(const plan::MatmulStep& s) {
+  return {&s.m, &s.n, &s.k, &s.batch, &s.a_row_stride, &s.a_col_stride, &s.a_batch_stride,
+          &s.b_row_stride, &s.b_col_stride, &s.b_batch_stride, &s.d_row_stride, &s.d_batch_stride};
+}
+
+// A step's desc without its shape: dtype, epilogue and what torch's switches allow.
+cuda::MatmulDesc unshaped_desc(const plan::MatmulStep& s, const MatmulSwitches& switches) {
+  cuda::MatmulDesc d;
+  d.dtype = scalar_type(s.dtype);
+  d.epilogue = epilogue(s.epilogue);
+  d.allow_tf32 = switches.tf32;
+  d.allow_reduced_precision_reduction =
+      s.dtype == codegen::DType::F16 ? switches.fp16_reduction : switches.bf16_reduction;
+  return d;
+}
+
+// `d` with the shape fields `f` (shape_fields' order) filled in.
+cuda::MatmulDesc with_shape(cuda::MatmulDesc d, const std::vector<int64_t>& f) {
+  d.m = f[0], d.n = f[1], d.k = f[2], d.batch = f[3];
+  d.a_row_stride = f[4], d.a_col_stride = f[5], d.a_batch_stride = f[6];
+  d.b_row_stride = f[7], d.b_col_stride = f[8], d.b_batch_stride = f[9];
+  d.d_row_stride = f[10], d.d_batch_stride = f[11];
+  return d;
+}
+
+// The step's desc at its trace-time shape, the one planned when the executable is built.
+cuda::MatmulDesc trace_time_desc(const plan::MatmulStep& s, const MatmulSwitches& switches) {
+  std::vector<int64_t> hints;
+  for (const codegen::Size* f : shape_fields(s)) hints.push_back(f->hint());
+  return with_shape(unshaped_desc(s, switches), hints);
+}
+
 PyObject* int_tuple(const std::vector<SizeSlots::Ref>& v, const std::vector<int64_t>& values) {  // new reference
   PyObject* t = PyTuple_New(v.size());
   for (size_t i = 0; t && i < v.size(); ++i) PyTuple_SET_ITEM(t, i, PyLong_FromLongLong(SizeSlots::get(v[i], values)));
@@ -99,7 +133,7 @@ PyRef torch_dtype(codegen::DType t) {
 class CudaExecutable final : public Executable {
  public:
   CudaExecutable(graph::Graph graph, plan::Program program, const CudaSource& source,
-                 std::shared_ptr<const std::string> binary)
+                 std::shared_ptr<const std::string> binary, const MatmulSwitches& switches, MatmulPlans plans)
       : graph_(std::move(graph)), program_(std::move(program)) {
     const auto start = std::chrono::steady_clock::now();
     const auto& T = frontend::torch_refs();
@@ -130,26 +164,15 @@ class CudaExecutable final : public Executable {
         launches_.push_back(l);
       }
     }
-    const bool tf32 = torch_flag("_get_cublas_allow_tf32");
-    const bool fp16_reduction = torch_flag("_get_cublas_allow_fp16_reduced_precision_reduction");
-    const bool bf16_reduction = torch_flag("_get_cublas_allow_bf16_reduced_precision_reduction");
-    for (const plan::MatmulStep& s : program_.matmul_steps) {
+    // The trace-time shapes are planned by now (given, or here), so a shape cuBLASLt refuses sends the graph to
+    // torch at build time.
+    if (plans.empty()) plans = plan_matmuls(program_, switches);
+    for (size_t i = 0; i < program_.matmul_steps.size(); ++i) {
+      const plan::MatmulStep& s = program_.matmul_steps[i];
       Matmul mm;
-      mm.desc.dtype = scalar_type(s.dtype);
-      mm.desc.epilogue = epilogue(s.epilogue);
-      mm.desc.allow_tf32 = tf32;
-      mm.desc.allow_reduced_precision_reduction = s.dtype == codegen::DType::F16 ? fp16_reduction : bf16_reduction;
-      // The trace-time shape (`hints`) is planned now, so a shape cuBLASLt refuses sends the graph to torch at
-      // build time. The fields in Matmul::shaped's order.
-      std::vector<int64_t> hints;
-      for (const codegen::Size* f : {&s.m, &s.n, &s.k, &s.batch, &s.a_row_stride, &s.a_col_stride, &s.a_batch_stride,
-                                     &s.b_row_stride, &s.b_col_stride, &s.b_batch_stride, &s.d_row_stride,
-                                     &s.d_batch_stride}) {
-        mm.fields.push_back(slots_.add(*f));
-        hints.push_back(f->hint());
-      }
-      const cuda::MatmulDesc d = mm.shaped(hints);
-      mm.plans.emplace_back(d, std::make_unique<cuda::MatmulPlan>(d, device, kCublasWorkspaceBytes));
+      mm.desc = unshaped_desc(s, switches);
+      for (const codegen::Size* f : shape_fields(s)) mm.fields.push_back(slots_.add(*f));
+      mm.plans.emplace_back(plans[i]->desc(), std::move(plans[i]));
       mm.dynamic = any_symbolic(mm.fields);
       matmuls_.push_back(std::move(mm));
     }
@@ -362,15 +385,6 @@ class CudaExecutable final : public Executable {
     std::vector<SizeSlots::Ref> fields;  // m n k batch, A's row/col/batch, B's row/col/batch, D's row/batch strides
     bool dynamic = false;
     std::vector<std::pair<cuda::MatmulDesc, std::unique_ptr<cuda::MatmulPlan>>> plans;
-
-    cuda::MatmulDesc shaped(const std::vector<int64_t>& f) const {
-      cuda::MatmulDesc d = desc;
-      d.m = f[0], d.n = f[1], d.k = f[2], d.batch = f[3];
-      d.a_row_stride = f[4], d.a_col_stride = f[5], d.a_batch_stride = f[6];
-      d.b_row_stride = f[7], d.b_col_stride = f[8], d.b_batch_stride = f[9];
-      d.d_row_stride = f[10], d.d_batch_stride = f[11];
-      return d;
-    }
   };
 
   // Kernel `kernel` from the program for pointers of any alignment, compiled (through the kernel cache) and
@@ -396,7 +410,7 @@ class CudaExecutable final : public Executable {
     if (!mm.dynamic) return *mm.plans.front().second;
     std::vector<int64_t> f;
     for (const SizeSlots::Ref& r : mm.fields) f.push_back(SizeSlots::get(r, values));
-    const cuda::MatmulDesc d = mm.shaped(f);
+    const cuda::MatmulDesc d = with_shape(mm.desc, f);
     for (size_t i = 0; i < mm.plans.size(); ++i) {
       if (!(mm.plans[i].first == d)) continue;
       if (i != 0) std::rotate(mm.plans.begin(), mm.plans.begin() + i, mm.plans.begin() + i + 1);
@@ -607,9 +621,30 @@ std::shared_ptr<const std::string> cached_plan_binary(const plan::Program& progr
                                   cuda::Output::Cubin, {});
 }
 
+MatmulSwitches read_matmul_switches() {
+  return {torch_flag("_get_cublas_allow_tf32"), torch_flag("_get_cublas_allow_fp16_reduced_precision_reduction"),
+          torch_flag("_get_cublas_allow_bf16_reduced_precision_reduction")};
+}
+
+MatmulPlans plan_matmuls(const plan::Program& program, const MatmulSwitches& switches) {
+  MatmulPlans plans;
+  for (const plan::MatmulStep& s : program.matmul_steps)
+    plans.push_back(std::make_unique<cuda::MatmulPlan>(trace_time_desc(s, switches), program.device,
+                                                       kCublasWorkspaceBytes));
+  return plans;
+}
+
+bool matmuls_plan_quickly(const plan::Program& program) {
+  for (const plan::MatmulStep& s : program.matmul_steps)
+    if (!cuda::heuristic_warm(scalar_type(s.dtype), program.device)) return false;
+  return true;
+}
+
 std::unique_ptr<Executable> make_cuda_executable(graph::Graph graph, plan::Program program, const CudaSource& source,
-                                                 std::shared_ptr<const std::string> binary) {
-  return std::make_unique<CudaExecutable>(std::move(graph), std::move(program), source, std::move(binary));
+                                                 std::shared_ptr<const std::string> binary,
+                                                 const MatmulSwitches& switches, MatmulPlans plans) {
+  return std::make_unique<CudaExecutable>(std::move(graph), std::move(program), source, std::move(binary), switches,
+                                          std::move(plans));
 }
 
 }  // namespace fastcomp::runtime

@@ -1,5 +1,6 @@
 """The CUDA backend on a GPU: every op-suite case, at every shape and float dtype, equals eager on fresh random
 inputs and runs as the plan says (generated kernels, cuBLASLt calls, extern torch ops); the seed workloads too."""
+import os
 import re
 
 import pytest
@@ -111,6 +112,57 @@ def test_background_compile_answers_through_torch_then_switches_to_kernels():
         for _ in range(3):
             x = torch.randn(3, 77, device="cuda")
             torch.testing.assert_close(compiled(x), f(x), rtol=1e-5, atol=1e-6)
+
+
+WARM_START = """
+    import logging, torch, fastcomp
+    from fastcomp._C import _testing as T
+    lines = []
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(record.getMessage())
+    logging.getLogger("fastcomp").addHandler(handler)
+    fastcomp.set_logs(compile=logging.DEBUG)
+    torch.manual_seed(0)
+    # f32 products with a kernel after each (erf-GELU and tanh are no cuBLASLt epilogue), so each graph has a
+    # program for NVRTC.
+    mlp = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 256)).cuda()
+    other = torch.nn.Linear(256, 384).cuda()
+
+    def other_fn(x):
+        return torch.tanh(other(x))
+
+    def run(name, fn, x):
+        compiled = fastcomp.compile(fn)
+        torch.testing.assert_close(compiled(x), fn(x), rtol=1e-5, atol=1e-5)
+        print(name, "first call loaded:", sum("cuda executable: loaded" in line for line in lines))
+        fastcomp.wait_for_compiles(timeout=120)
+        for _ in range(2):
+            x = torch.randn_like(x)
+            torch.testing.assert_close(compiled(x), fn(x), rtol=1e-5, atol=1e-5)
+        print(name, "later calls loaded:", sum("cuda executable: loaded" in line for line in lines))
+
+    with fastcomp.config.patch(background_compile=True), torch.no_grad():
+        run("mlp", mlp, torch.randn(32, 256, device="cuda"))
+        run("other", other_fn, torch.randn(32, 256, device="cuda"))
+    print("nvrtc misses:", T.kernel_cache_stats()["misses"])
+"""
+
+
+def test_cublaslt_is_planned_in_the_background_until_it_is_warm(tmp_path):
+    """cuBLASLt's first plan of a dtype in a process costs 30-110 ms, so it is made on the background thread (beside
+    NVRTC on a cold start; alone on a warm one, whose cubin comes from the disk cache) while the first calls run
+    through torch; once f32 is warm in the process, another graph's f32 product is planned at once, and with its
+    cubin cached its first call runs the kernels."""
+    from tests.runtime.test_cublaslt import run_python
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {"FASTCOMP_CACHE_DIR": str(tmp_path), "PYTHONPATH": root}
+    cold = run_python(WARM_START, **env).splitlines()
+    assert cold == ["mlp first call loaded: 0", "mlp later calls loaded: 1", "other first call loaded: 1",
+                    "other later calls loaded: 2", "nvrtc misses: 2"], cold
+    warm = run_python(WARM_START, **env).splitlines()
+    assert warm == ["mlp first call loaded: 0", "mlp later calls loaded: 1", "other first call loaded: 2",
+                    "other later calls loaded: 2", "nvrtc misses: 0"], warm
 
 
 def test_a_view_starting_mid_vector_runs_the_kernels_compiled_for_any_alignment(caplog):

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <set>
 #include <stdexcept>
 
 #include "runtime/cuda/arch.h"
@@ -89,6 +90,13 @@ void store_decision(const MatmulDesc& desc, int device, size_t workspace_bytes, 
   const std::array<std::string, 3> key = disk_key(desc, device, workspace_bytes);
   const std::array<std::string_view, 3> parts{key[0], key[1], key[2]};
   kernel_cache().store(parts, fmt::format("{} {} {}", d.rank, d.candidates, d.why));
+}
+
+// (device, dtype) pairs whose first heuristic query has finished: heuristic_warm().
+std::mutex warm_mutex;
+std::set<std::pair<int, ScalarType>>& warm_heuristics() {
+  static std::set<std::pair<int, ScalarType>> warm;
+  return warm;
 }
 
 // Two events for timing on a stream, destroyed with it.
@@ -289,6 +297,11 @@ LtMatmul lower_matmul(const MatmulDesc& desc) {
   return lt;
 }
 
+bool heuristic_warm(ScalarType type, int device) {
+  std::lock_guard lock(warm_mutex);
+  return warm_heuristics().count({device, type}) > 0;
+}
+
 // ---- MatmulPlan --------------------------------------------------------------------------------------------
 
 MatmulPlan::Descriptors::Descriptors(const MatmulDesc& desc, const LtMatmul& lt, size_t workspace_bytes) {
@@ -415,6 +428,10 @@ std::vector<MatmulPlan::Algo> MatmulPlan::choose_algos(uint32_t alignment, int w
                                   "for this matmul on device {} with {}-byte aligned pointers and a workspace of {} "
                                   "bytes; run it through torch instead\n  cublasLt: {}",
                                   cublaslt_version(), device_, alignment, workspace_bytes_, lt_.to_string()));
+  {
+    std::lock_guard lock(warm_mutex);
+    warm_heuristics().insert({device_, desc_.dtype});
+  }
   std::vector<Algo> algos;
   for (int i = 0; i < count; ++i) algos.push_back({results[i].algo, results[i].workspaceSize, results[i].wavesCount});
   return algos;

@@ -97,6 +97,12 @@ LtMatmul lower_matmul(const MatmulDesc& desc);
 // cuBLASLt accepts every attribute this file sets. Throws CublasError, CudaLibraryError, std::invalid_argument.
 std::string check_matmul_descriptors(const MatmulDesc& desc, size_t workspace_bytes);
 
+// Whether cuBLASLt's heuristic already answered a query for `type` on `device` in this process. The first query
+// of each dtype costs 30-110 ms (cuBLASLt 13.1 on an H100: f32 109 ms, then f16 103 ms, then bf16 93 ms; later
+// queries of any shape 0.1-1 ms; torch's own matmuls beforehand cut the f32 one to 30 ms:
+// scripts/cublaslt_plan_time.py), so a caller plans such products off the critical path when this is false.
+bool heuristic_warm(ScalarType type, int device);
+
 // A MatmulDesc planned for one device: cuBLASLt's descriptors and the algorithm its heuristic picks for this
 // GPU and workspace size, made once; run() then only launches. Not copyable; thread-safe.
 //

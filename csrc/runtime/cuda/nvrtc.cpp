@@ -1,5 +1,7 @@
 #include "runtime/cuda/nvrtc.h"
 
+#include <fmt/format.h>
+
 #include <array>
 
 #include <dlfcn.h>
@@ -16,6 +18,7 @@
 #include "runtime/cuda/libraries.h"
 #include "runtime/kernel_cache.h"
 #include "support/config.h"
+#include "support/file_io.h"
 #include "support/log.h"
 
 namespace fastcomp::runtime::cuda {
@@ -254,6 +257,14 @@ std::shared_ptr<const std::string> cached_cuda_binary(const std::string& source,
                                                       const std::vector<std::string>& extra_options) {
   CacheKey key(source, program_name, arch, kind, extra_options);
   return kernel_cache().find(key.parts);
+}
+
+std::string save_rejected_source(const std::string& source) {
+  std::error_code ec;
+  fs::path dir = fs::temp_directory_path(ec);
+  if (ec) return "";
+  fs::path path = dir / fmt::format("fastcomp-failed-{:016x}.cu", std::hash<std::string>{}(source));
+  return write_file(path, source).empty() ? path.string() : "";
 }
 
 }  // namespace fastcomp::runtime::cuda

@@ -71,4 +71,8 @@ std::shared_ptr<const std::string> cached_cuda_binary(const std::string& source,
                                                       CudaArch arch, Output kind,
                                                       const std::vector<std::string>& extra_options);
 
+// Writes CUDA C that NVRTC rejected to the temp folder (fastcomp-failed-<hash>.cu), so that the warning can name
+// a file for the bug report when no dump folder is set. Returns the path, "" when it cannot be written.
+std::string save_rejected_source(const std::string& source);
+
 }  // namespace fastcomp::runtime::cuda

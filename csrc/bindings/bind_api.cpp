@@ -63,8 +63,12 @@ void bind_api(py::module_& m) {
   m.def(
       "set_config",
       [](int recompile_limit, bool error_on_recompile, bool suppress_errors, bool cuda_backend,
-         bool background_compile, const std::string& dump_dir, int nvrtc_threads, bool matmul_tuning,
-         bool fused_attention) {
+         bool background_compile, const std::string& dump_dir, int nvrtc_threads,
+         const std::string& nvrtc_fast_compile, bool matmul_tuning, bool fused_attention) {
+        if (!nvrtc_fast_compile.empty() && nvrtc_fast_compile != "min" && nvrtc_fast_compile != "mid" &&
+            nvrtc_fast_compile != "max")
+          throw py::value_error("fastcomp.config.nvrtc_fast_compile must be '', 'min', 'mid' or 'max', not '" +
+                                nvrtc_fast_compile + "'");
         config().recompile_limit = recompile_limit;
         config().error_on_recompile = error_on_recompile;
         config().suppress_errors = suppress_errors;
@@ -72,11 +76,13 @@ void bind_api(py::module_& m) {
         config().background_compile = background_compile;
         config().dump_dir = dump_dir;
         config().nvrtc_threads = nvrtc_threads;
+        config().nvrtc_fast_compile = nvrtc_fast_compile;
         config().matmul_tuning = matmul_tuning;
         config().fused_attention = fused_attention;
       },
       py::arg("recompile_limit"), py::arg("error_on_recompile"), py::arg("suppress_errors"), py::arg("cuda_backend"),
-      py::arg("background_compile"), py::arg("dump_dir"), py::arg("nvrtc_threads"), py::arg("matmul_tuning"),
+      py::arg("background_compile"), py::arg("dump_dir"), py::arg("nvrtc_threads"), py::arg("nvrtc_fast_compile"),
+      py::arg("matmul_tuning"),
       py::arg("fused_attention"));
   m.def(
       "wait_for_compiles", [](double timeout_s) { return runtime::wait_for_compiles(timeout_s); },

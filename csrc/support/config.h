@@ -13,6 +13,7 @@ struct Config {
   bool cuda_backend = true;         // graphs on CUDA tensors run generated kernels (else the torch runner)
   bool rehearse_cuda_backend = false;  // tests: lower CPU graphs, compile their CUDA C to PTX, run them on torch
   int nvrtc_threads = 0;            // threads one NVRTC compile may use (--split-compile); 0: runtime::cuda decides
+  std::string nvrtc_fast_compile;   // "", "min", "mid" or "max": NVRTC's -Ofast-compile level ("": full optimisation)
   bool matmul_tuning = true;        // time cuBLASLt's candidate algorithms on a product's first run (MatmulPlan)
   bool fused_attention = true;      // nn.MultiheadAttention's heads as one kernel where they fit (plan::LowerOptions)
   std::string dump_dir;             // non-empty: every compile writes its artifacts (graph, plan, .cu) here

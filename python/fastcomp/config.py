@@ -13,6 +13,8 @@ sees every change immediately. Environment variables give the start-up values:
 - ``FASTCOMP_NVRTC_THREADS`` (int, default 0): threads NVRTC may use to compile one graph's kernels
   (``--split-compile``); 0 takes the CPU cores this process may run on but one, at most 8; 1 compiles on one
   thread.
+- ``FASTCOMP_NVRTC_FAST_COMPILE`` ("", min, mid or max; default ""): NVRTC's ``-Ofast-compile`` level, which
+  trades the generated code's speed for compile time (NVRTC 12.8 and later; ignored by older ones).
 - ``FASTCOMP_MATMUL_TUNING`` (0/1, default 1): the first run of each matrix product times cuBLASLt's top candidate
   algorithms on the GPU and keeps the fastest (a few ms of GPU time per product shape, once per process); 0 keeps
   cuBLASLt's heuristic pick, so the algorithm, and with it the last bits of results, never depend on timing.
@@ -32,6 +34,7 @@ _DEFAULTS = {
     "background_compile": os.environ.get("FASTCOMP_BACKGROUND_COMPILE", "1") == "1",
     "dump_dir": os.environ.get("FASTCOMP_DUMP_DIR", ""),
     "nvrtc_threads": int(os.environ.get("FASTCOMP_NVRTC_THREADS", "0")),
+    "nvrtc_fast_compile": os.environ.get("FASTCOMP_NVRTC_FAST_COMPILE", ""),
     "matmul_tuning": os.environ.get("FASTCOMP_MATMUL_TUNING", "1") == "1",
     # Self-attention heads as one kernel where K and V fit in shared memory (csrc/plan/lower_attention.cpp).
     # On since its H100 A/B (benchmarks/results/2026-11-25_nvidia-h100_fused-attention.md); "0" turns it off.
@@ -45,8 +48,12 @@ class _ConfigModule(types.ModuleType):
             expected = type(_DEFAULTS[name])
             if not isinstance(value, expected):
                 raise TypeError(f"fastcomp.config.{name} must be {expected.__name__}, got {type(value).__name__}")
-            self.__dict__[name] = value
-            _push()
+            old, self.__dict__[name] = self.__dict__[name], value
+            try:
+                _push()
+            except ValueError:  # the C++ side refused the value: keep the one in force
+                self.__dict__[name] = old
+                raise
             return
         if name.startswith("_") or callable(value):
             super().__setattr__(name, value)

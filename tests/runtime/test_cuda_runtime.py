@@ -223,6 +223,22 @@ def test_split_compile_option_follows_fastcomp_config_and_its_environment_variab
 
 
 @needs_nvrtc
+def test_fast_compile_level_follows_fastcomp_config_and_a_bad_level_is_refused():
+    def levels(options):
+        return [o for o in options if "fast-compile" in o]
+
+    nvrtc_at_least_12_8 = tuple(T.nvrtc_version()) >= (12, 8)
+    assert levels(T.nvrtc_options(SCALE_ADD, 9, 0)) == []
+    with fastcomp.config.patch(nvrtc_fast_compile="min"):
+        assert levels(T.nvrtc_options(SCALE_ADD, 9, 0)) == (["--Ofast-compile=min"] if nvrtc_at_least_12_8 else [])
+        assert T.nvrtc_compile(SCALE_ADD, "scale_add.cu", 9, 0, kind="cubin").startswith(b"\x7fELF")
+    with pytest.raises(ValueError, match="nvrtc_fast_compile must be '', 'min', 'mid' or 'max', not 'fast'"):
+        fastcomp.config.nvrtc_fast_compile = "fast"
+    assert fastcomp.config.nvrtc_fast_compile == ""  # the refused value did not stick
+    assert levels(T.nvrtc_options(SCALE_ADD, 9, 0)) == []
+
+
+@needs_nvrtc
 def test_compile_to_cubin_needs_no_gpu():
     cubin = T.nvrtc_compile(SCALE_ADD, "scale_add.cu", 9, 0, kind="cubin")
     assert cubin.startswith(b"\x7fELF")

@@ -187,6 +187,8 @@ std::vector<std::string> nvrtc_options(std::string_view source, CudaArch arch, O
   // Not -Ofast-compile (NVRTC 12.8+): =mid compiled W7 in 98 ms instead of 127 (2-core Xeon) but left the row
   // loops rolled and the per-thread arrays in local memory (STL/LDL in every kernel's SASS), and =max stops
   // inlining the helpers; fastcomp compiles a program once per disk cache, and runs it for the process's life.
+  if (!config().nvrtc_fast_compile.empty() && (api.version.major > 12 || (api.version.major == 12 && api.version.minor >= 8)))
+    options.push_back("--Ofast-compile=" + config().nvrtc_fast_compile);
   if (const int threads = nvrtc_threads(config().nvrtc_threads, usable_cores()); threads > 1)
     options.push_back("--split-compile=" + std::to_string(threads));
   // Only sources that include headers get the -I, so the cache key of the others does not depend on where

@@ -18,11 +18,12 @@ namespace fastcomp::runtime {
  *  unless `binary` already holds them) are loaded and its cuBLASLt calls planned. `summary` is what describe()
  *  says (the plan's kernel/cuBLAS/extern counts); `source_path` names the dumped .cu for the warning when NVRTC
  *  fails (then the graph stays on torch); "" when nothing was dumped (the warning then saves the source to the
- *  temp folder). */
+ *  temp folder). `settle_ms` > 0: waits that long for the thread before returning, and if it is done by then the
+ *  first call already runs the kernels. */
 std::unique_ptr<Executable> make_background_executable(graph::Graph graph, plan::Program program, CudaSource source,
                                                        std::shared_ptr<const std::string> binary,
                                                        const MatmulSwitches& switches, std::string summary,
-                                                       std::string source_path);
+                                                       std::string source_path, double settle_ms = 0);
 
 /** Blocks until every background compile started so far has finished (or `timeout_s` passed, if >= 0); releases
  *  the GIL while waiting. Returns false on timeout. */

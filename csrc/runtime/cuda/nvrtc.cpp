@@ -172,25 +172,26 @@ std::vector<std::string> nvrtc_options(std::string_view source, CudaArch arch, O
   // --minimal leaves out the texture, device-runtime and driver-type declarations that every program would
   // otherwise parse (~10 ms a program on a 2-core Xeon; scripts/nvrtc_compile_time.py) and changes no machine
   // code (tests/codegen/test_emit_cuda.py). It came with NVRTC 12.4.
-  if (api.version.major > 12 || (api.version.major == 12 && api.version.minor >= 4)) options.push_back("--minimal");
+  if (api.version.at_least(12, 4)) options.push_back("--minimal");
   // --no-cache: NVRTC 12.9 and later keep a cache of their own next to the driver's JIT cache, and opening it
   // costs the first compile of every process 180-250 ms (H200 host, NVRTC 13.0, a cache directory that exists;
   // scripts/compile_breakdown.py). fastcomp's kernel cache already keeps every cubin it compiles, so NVRTC's
   // would only duplicate it at that price.
-  if (api.version.major > 12 || (api.version.major == 12 && api.version.minor >= 9)) options.push_back("--no-cache");
+  if (api.version.at_least(12, 9)) options.push_back("--no-cache");
   // --split-compile=N: NVVM and ptxas optimise the program's kernels on up to N threads. Every NVRTC fastcomp
   // loads takes it (tried on 12.0 to 13.0; documented from 12.2). N does not change the code, but splitting can:
   // NVVM then optimises each part of a program of several kernels on its own, and kernels with __shared__ slots
   // may come out otherwise (of W1-W9 only W7's k2: other instructions, as many, as many registers; a five-kernel
   // test program's RMSNorm went from 40 to 32 registers). The same results either way; which is faster is for a
   // GPU to tell. One thread is the serial compile, and the option is left out so that its cache key is too.
-  // Not -Ofast-compile (NVRTC 12.8+): =mid compiled W7 in 98 ms instead of 127 (2-core Xeon) but left the row
-  // loops rolled and the per-thread arrays in local memory (STL/LDL in every kernel's SASS), and =max stops
-  // inlining the helpers; fastcomp compiles a program once per disk cache, and runs it for the process's life.
-  if (!config().nvrtc_fast_compile.empty() && (api.version.major > 12 || (api.version.major == 12 && api.version.minor >= 8)))
-    options.push_back("--Ofast-compile=" + config().nvrtc_fast_compile);
   if (const int threads = nvrtc_threads(config().nvrtc_threads, usable_cores()); threads > 1)
     options.push_back("--split-compile=" + std::to_string(threads));
+  // --Ofast-compile (NVRTC 12.8+) only when fastcomp.config.nvrtc_fast_compile asks: =min compiled W7 11% faster on
+  // an H100 host but its kernels ran 1-5% slower; =mid (98 ms instead of 127 on a 2-core Xeon) left the row loops
+  // rolled and the per-thread arrays in local memory, and =max stops inlining the helpers. fastcomp compiles a
+  // program once per disk cache, and runs it for the process's life.
+  if (!config().nvrtc_fast_compile.empty() && api.version.at_least(12, 8))
+    options.push_back("--Ofast-compile=" + config().nvrtc_fast_compile);
   // Only sources that include headers get the -I, so the cache key of the others does not depend on where
   // the headers happen to be installed.
   if (api.include_dir && source.find("#include") != std::string_view::npos)

@@ -15,6 +15,7 @@ struct NvrtcVersion {
   int major = 0;
   int minor = 0;
   std::string to_string() const;  // "13.0"
+  bool at_least(int major_, int minor_) const { return major > major_ || (major == major_ && minor >= minor_); }
 };
 
 // One NVRTC program's output: a program may hold many kernels (all kernels of a graph go into one, since each
@@ -48,7 +49,8 @@ int nvrtc_threads(int configured, int cores);
 
 // Every option compile_cuda passes to NVRTC for this source: the arch, -std=c++17, -default-device (so helper
 // functions need no __device__), --minimal from NVRTC 12.4 on (a faster front end, the same code),
-// --split-compile=<nvrtc_threads(...)> unless that is one thread,
+// --split-compile=<nvrtc_threads(...)> unless that is one thread, --Ofast-compile=<level> when
+// fastcomp.config.nvrtc_fast_compile sets one (NVRTC 12.8 on),
 // -I<CUDA include dir> when the source has an #include (cuda_fp16.h and friends are not built into NVRTC), then
 // `extra_options` (e.g. -lineinfo). IEEE float semantics: no --use_fast_math unless the caller adds it. Part of
 // the kernel cache key.

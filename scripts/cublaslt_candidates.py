@@ -4,16 +4,14 @@ Shapes: W7's four fp32 products, W5's first, and a large square one. Run on a GP
 
     python scripts/cublaslt_candidates.py
 
-Products are F.linear's, x[m, k] @ w[n, k].T + bias (bias epilogue), in cuBLASLt's column-major terms; enum
-values as in scripts/cublaslt_first_query_probe.py.
+Products are F.linear's, x[m, k] @ w[n, k].T + bias (bias epilogue), described as
+scripts/cublaslt_first_query_probe.py's linear_descriptors does.
 """
 import ctypes
 
 import torch
 
-from cublaslt_first_query_probe import (CUBLAS_COMPUTE_32F, CUBLAS_OP_N, CUBLAS_OP_T, CUDA_R_32F, DESC_BIAS_POINTER,
-                                        DESC_EPILOGUE, DESC_TRANSA, DESC_TRANSB, EPILOGUE_BIAS,
-                                        HEURISTIC_RESULT_BYTES, PREF_MAX_WORKSPACE_BYTES, set_attribute)
+from cublaslt_first_query_probe import HEURISTIC_RESULT_BYTES, linear_descriptors
 
 WORKSPACE_BYTES = 32 << 20
 ASKED = 64
@@ -36,22 +34,7 @@ def probe(lt, handle, workspace, m, n, k):
     x, w, bias = torch.randn(m, k, device="cuda"), torch.randn(n, k, device="cuda"), torch.randn(n, device="cuda")
     d = torch.empty(m, n, device="cuda")
     reference = torch.nn.functional.linear(x.double(), w.double(), bias.double()).float()
-    desc = ctypes.c_void_p()
-    assert lt.cublasLtMatmulDescCreate(ctypes.byref(desc), CUBLAS_COMPUTE_32F, CUDA_R_32F) == 0
-    set_attribute(lt.cublasLtMatmulDescSetAttribute, desc, DESC_TRANSA, ctypes.c_int32, CUBLAS_OP_T)
-    set_attribute(lt.cublasLtMatmulDescSetAttribute, desc, DESC_TRANSB, ctypes.c_int32, CUBLAS_OP_N)
-    set_attribute(lt.cublasLtMatmulDescSetAttribute, desc, DESC_EPILOGUE, ctypes.c_uint32, EPILOGUE_BIAS)
-    set_attribute(lt.cublasLtMatmulDescSetAttribute, desc, DESC_BIAS_POINTER, ctypes.c_uint64, bias.data_ptr())
-    layouts = []
-    for rows, cols, ld in ((k, n, k), (k, m, k), (n, m, n)):
-        layout = ctypes.c_void_p()
-        assert lt.cublasLtMatrixLayoutCreate(ctypes.byref(layout), CUDA_R_32F, ctypes.c_uint64(rows),
-                                             ctypes.c_uint64(cols), ctypes.c_int64(ld)) == 0
-        layouts.append(layout)
-    preference = ctypes.c_void_p()
-    assert lt.cublasLtMatmulPreferenceCreate(ctypes.byref(preference)) == 0
-    set_attribute(lt.cublasLtMatmulPreferenceSetAttribute, preference, PREF_MAX_WORKSPACE_BYTES, ctypes.c_uint64,
-                  WORKSPACE_BYTES)
+    desc, layouts, preference = linear_descriptors(lt, bias, m, n, k, WORKSPACE_BYTES)
     results = (ctypes.c_byte * (HEURISTIC_RESULT_BYTES * ASKED))()
     count = ctypes.c_int(0)
     assert lt.cublasLtMatmulAlgoGetHeuristic(handle, desc, layouts[0], layouts[1], layouts[2], layouts[2],

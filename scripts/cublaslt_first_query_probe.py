@@ -26,8 +26,9 @@ def set_attribute(setter, obj, attribute, ctype, value):
     assert setter(obj, attribute, ctypes.byref(v), ctypes.c_size_t(ctypes.sizeof(v))) == 0, attribute
 
 
-def query(lt, handle, bias, label, m=32, n=1024, k=512):
-    """Times one heuristic query for x[m, k] @ w[n, k].T + bias in cuBLASLt's column-major terms."""
+def linear_descriptors(lt, bias, m, n, k, workspace_bytes):
+    """cuBLASLt's descriptors for F.linear's x[m, k] @ w[n, k].T + bias in its column-major terms (w as stored
+    transposed, x as stored, d [n, m]): (matmul desc, [w, x, d] layouts, preference)."""
     desc = ctypes.c_void_p()
     assert lt.cublasLtMatmulDescCreate(ctypes.byref(desc), CUBLAS_COMPUTE_32F, CUDA_R_32F) == 0
     set_attribute(lt.cublasLtMatmulDescSetAttribute, desc, DESC_TRANSA, ctypes.c_int32, CUBLAS_OP_T)
@@ -35,7 +36,7 @@ def query(lt, handle, bias, label, m=32, n=1024, k=512):
     set_attribute(lt.cublasLtMatmulDescSetAttribute, desc, DESC_EPILOGUE, ctypes.c_uint32, EPILOGUE_BIAS)
     set_attribute(lt.cublasLtMatmulDescSetAttribute, desc, DESC_BIAS_POINTER, ctypes.c_uint64, bias.data_ptr())
     layouts = []
-    for rows, cols, ld in ((k, n, k), (k, m, k), (n, m, n)):  # w as stored, x as stored, d
+    for rows, cols, ld in ((k, n, k), (k, m, k), (n, m, n)):
         layout = ctypes.c_void_p()
         assert lt.cublasLtMatrixLayoutCreate(ctypes.byref(layout), CUDA_R_32F, ctypes.c_uint64(rows),
                                              ctypes.c_uint64(cols), ctypes.c_int64(ld)) == 0
@@ -43,7 +44,13 @@ def query(lt, handle, bias, label, m=32, n=1024, k=512):
     preference = ctypes.c_void_p()
     assert lt.cublasLtMatmulPreferenceCreate(ctypes.byref(preference)) == 0
     set_attribute(lt.cublasLtMatmulPreferenceSetAttribute, preference, PREF_MAX_WORKSPACE_BYTES, ctypes.c_uint64,
-                  32 << 20)
+                  workspace_bytes)
+    return desc, layouts, preference
+
+
+def query(lt, handle, bias, label, m=32, n=1024, k=512):
+    """Times one heuristic query for x[m, k] @ w[n, k].T + bias."""
+    desc, layouts, preference = linear_descriptors(lt, bias, m, n, k, 32 << 20)
     results = (ctypes.c_byte * (HEURISTIC_RESULT_BYTES * 8))()
     count = ctypes.c_int(0)
     start = time.perf_counter()

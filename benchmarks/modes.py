@@ -135,4 +135,8 @@ MODES: dict[str, Mode] = {m.name: m for m in [
                    config={"fused_attention": False}),
     _fastcomp_mode("fc-ro-noattn", 'fastcomp.compile(mode="reduce-overhead") without fastcomp.config.fused_attention',
                    config={"fused_attention": False}, mode="reduce-overhead"),
+    # fastcomp.config.small_matmul off: the A/B of the small-matmul kernels (every product through cuBLASLt).
+    _fastcomp_mode("fc-lt", "fastcomp.compile() without fastcomp.config.small_matmul", config={"small_matmul": False}),
+    _fastcomp_mode("fc-ro-lt", 'fastcomp.compile(mode="reduce-overhead") without fastcomp.config.small_matmul',
+                   config={"small_matmul": False}, mode="reduce-overhead"),
 ]}

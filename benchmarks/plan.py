@@ -61,8 +61,11 @@ def default_modes(section: str, device: str) -> tuple[str, ...]:
 
 
 def make_plan(sections, workloads, overhead_cases, modes, device: str, scale: float | None,
-              quick: bool = False) -> list[Job]:
+              quick: bool = False, warm_modes=None) -> list[Job]:
     """Rows in the order they run; `workloads`, `modes` or `scale` None means each section's default.
+
+    A warm start is measured for every mode with a disk cache, or only for those in `warm_modes` when given
+    (torch.compile's take 10-15 s each on a GPU host, so a run under a time limit may leave them out).
 
     Default sizes: full size on a GPU and in the `cpu` section, each workload's quick scale for the
     `workloads` section on a CPU and everywhere with `quick`.
@@ -86,7 +89,8 @@ def make_plan(sections, workloads, overhead_cases, modes, device: str, scale: fl
             else:
                 case_scale = 1.0
             for mode in modes or default_modes(section, section_device):
-                warm = MODES[mode].has_disk_cache and section != "overhead"
+                warm = (MODES[mode].has_disk_cache and section != "overhead"
+                        and (warm_modes is None or mode in warm_modes))
                 jobs.append(Job(section, case, mode, section_device, case_scale, warm))
     return jobs
 
@@ -96,8 +100,9 @@ def make_plan(sections, workloads, overhead_cases, modes, device: str, scale: fl
 # H200 host in November 2026, torch.compile's warm start cost nearly what its cold one did).
 PROCESS_S = {"cpu": 3.0, "cuda": 5.0}
 COLD_COMPILE_S = {"eager": 0.0, "tc": 14.0, "tc-ro": 16.0, "tc-eager": 2.5, "fc": 0.5, "fc-ro": 0.5, "fc-noattn": 0.5,
-                  "fc-ro-noattn": 0.5}
-WARM_COMPILE_S = {"tc": 12.0, "tc-ro": 14.0, "fc": 0.2, "fc-ro": 0.2, "fc-noattn": 0.2, "fc-ro-noattn": 0.2}
+                  "fc-ro-noattn": 0.5, "fc-lt": 0.5, "fc-ro-lt": 0.5}
+WARM_COMPILE_S = {"tc": 12.0, "tc-ro": 14.0, "fc": 0.2, "fc-ro": 0.2, "fc-noattn": 0.2, "fc-ro-noattn": 0.2,
+                  "fc-lt": 0.2, "fc-ro-lt": 0.2}
 
 
 def estimated_seconds(job: Job) -> float:

@@ -43,8 +43,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                                            "workloads,overhead on a GPU, cpu,overhead otherwise)")
     parser.add_argument("--workloads", help="comma-separated ids, e.g. W1,W5 (default: all)")
     parser.add_argument("--overhead-cases", help=f"comma-separated, from {','.join(OVERHEAD_CASES)}")
-    parser.add_argument("--modes", help="comma-separated, from eager,tc,tc-ro,tc-eager,fc,fc-ro,fc-noattn,fc-ro-noattn "
+    parser.add_argument("--modes", help="comma-separated, from eager,tc,tc-ro,tc-eager,fc,fc-ro,fc-noattn,fc-ro-noattn,fc-lt,fc-ro-lt "
                                         "(default: eager,tc,tc-ro,fc,fc-ro on a GPU, eager,tc-eager,fc on the CPU)")
+    parser.add_argument("--warm-modes", help="comma-separated: measure warm starts only for these modes (default: "
+                                             "every mode with a disk cache); e.g. fc,fc-ro leaves out "
+                                             "torch.compile's 10-15 s warm starts")
     parser.add_argument("--device", help="cuda, cuda:1, cpu (default: cuda when available; cpu with --quick)")
     parser.add_argument("--scale", type=float, help="size factor for W2–W9 (default: 1 on a GPU, each "
                                                     "workload's quick scale on the CPU)")
@@ -180,13 +183,16 @@ def main(argv: list[str] | None = None) -> int:
     workloads = _names(args.workloads, plan.QUICK_WORKLOADS if args.quick else None)
     overhead_cases = _names(args.overhead_cases, plan.QUICK_OVERHEAD_CASES if args.quick else OVERHEAD_CASES)
     modes = _names(args.modes, plan.CPU_MODES if args.quick else None)
+    warm_modes = _names(args.warm_modes, None)
     try:
         plan.check_selection(sections, workloads or (), overhead_cases, modes)
+        plan.check_names("warm mode", warm_modes or (), MODES)
         part = plan.parse_part(args.part) if args.part else None
     except ValueError as error:
         print(f"python -m benchmarks: {error}", file=sys.stderr)
         return 2
-    jobs = plan.make_plan(sections, workloads, overhead_cases, modes, device, args.scale, quick=args.quick)
+    jobs = plan.make_plan(sections, workloads, overhead_cases, modes, device, args.scale, quick=args.quick,
+                          warm_modes=warm_modes)
     planned = len(jobs)
     if part:
         jobs = plan.select_part(jobs, *part)
@@ -210,6 +216,9 @@ def main(argv: list[str] | None = None) -> int:
     deadline = started + args.budget_s if args.budget_s else math.inf
 
     notes = list(args.note)
+    if warm_modes is not None:
+        notes.append(f"--warm-modes {','.join(warm_modes)}: warm starts were measured for these modes only (— in the "
+                     f"warm columns of the others).")
     # Settings that change what fastcomp compiles (fastcomp.config reads them in every measurement process).
     settings = sorted(f"{k}={v}" for k, v in os.environ.items() if k.startswith("FASTCOMP_") and k not in
                       isolation.CACHE_VARIABLES)

@@ -93,7 +93,8 @@ BuiltExecutable torch_runner(graph::Graph graph, const std::string& why) {
 // to PTX, then run the graph through torch. Checks lowering and codegen of every traced graph on CI.
 BuiltExecutable rehearse(graph::Graph graph) {
   BuiltExecutable out;
-  plan::Program program = plan::lower(graph, {0, /*require_cuda=*/false, config().fused_attention});
+  plan::Program program =
+      plan::lower(graph, {0, /*require_cuda=*/false, config().fused_attention, config().small_matmul});
   out.plan_text = plan_text(program, graph);
   const codegen::DeviceLimits h100;
   runtime::CudaSource source = runtime::emit_plan(program, h100);
@@ -166,7 +167,8 @@ namespace {
 BuiltExecutable build_cuda_executable(graph::Graph graph, frontend::GuardSet& guards, int device, bool cuda_graphs) {
   plan::Program program;
   try {
-    program = plan::lower(graph, {device, /*require_cuda=*/true, config().fused_attention});
+    program =
+        plan::lower(graph, {device, /*require_cuda=*/true, config().fused_attention, config().small_matmul});
   } catch (const plan::NotLowerable& e) {
     return torch_runner(std::move(graph), e.what());
   }
@@ -194,7 +196,9 @@ BuiltExecutable build_cuda_executable(graph::Graph graph, frontend::GuardSet& gu
   const plan::Program program_for_replay = cuda_graphs ? program : plan::Program{};
   try {
     std::shared_ptr<const std::string> binary = runtime::cached_plan_binary(program, source);
-    const runtime::MatmulSwitches switches = runtime::read_matmul_switches();
+    // torch's matmul switches decide cuBLASLt's descriptors: read once here, and only for graphs with products.
+    const runtime::MatmulSwitches switches =
+        program.matmul_steps.empty() ? runtime::MatmulSwitches{} : runtime::read_matmul_switches();
     // What is slow (NVRTC on a cache miss, cuBLASLt's first plan of a dtype) happens on the background thread
     // while the first calls run through torch; what is quick (a cached cubin, warm cuBLASLt) happens now.
     const bool needs_nvrtc = !binary && !source.program.empty();

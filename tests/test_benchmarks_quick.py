@@ -201,6 +201,19 @@ def test_parts_cover_the_plan_once_and_keep_each_case_together():
     assert max(estimates) < 1.5 * min(estimates)
 
 
+def test_warm_modes_keep_warm_starts_for_the_named_modes_only():
+    modes = ["eager", "tc", "tc-ro", "fc", "fc-ro"]
+    every = plan.make_plan(("workloads",), ["W1", "W5"], (), modes, "cuda", None)
+    assert {j.mode for j in every if j.warm} == {"tc", "tc-ro", "fc", "fc-ro"}
+    some = plan.make_plan(("workloads",), ["W1", "W5"], (), modes, "cuda", None, warm_modes=["fc", "fc-ro"])
+    assert [j.key for j in some] == [j.key for j in every]
+    assert sorted((j.case, j.mode) for j in some if j.warm) == [("W1", "fc"), ("W1", "fc-ro"), ("W5", "fc"),
+                                                                ("W5", "fc-ro")]
+    assert sum(map(plan.estimated_seconds, some)) < sum(map(plan.estimated_seconds, every)) - 4 * 12
+    with pytest.raises(ValueError, match="unknown warm mode: fcc"):
+        plan.check_names("warm mode", ["fcc"], MODES)
+
+
 def test_merge_joins_parts_and_keeps_the_later_duplicate(tmp_path):
     a = _fake_results([_fake_row("cpu", "W1", "eager", 10.0), _fake_row("cpu", "W1", "fc", 12.0, 1.0, 1)], "a")
     b = _fake_results([_fake_row("cpu", "W5", "eager", 50.0), _fake_row("cpu", "W1", "fc", 11.0, 1.0, 1)], "b")

@@ -2,7 +2,7 @@
 // tests can drive emit_cuda / emit_program without the lowering pass.
 //
 // A kernel spec is a dict:
-//   {"name": str, "kind": "pointwise" | "row_reduce" | "column_reduce" | "attention", "shape": [int],
+//   {"name": str, "kind": "pointwise" | "row_reduce" | "column_reduce" | "attention" | "small_matmul", "shape": [int],
 //    column_reduce only: "reduced": [dim, ...] (the dimensions it reduces),
 //    attention only: "scale": float, "causal": bool, "rounding": "every_step" | "probabilities",
 //    "inputs" / "outputs": [{"dtype": "f32", "strides": [int], "offset": int (optional),
@@ -63,6 +63,7 @@ cg::Kernel parse_kernel(const py::dict& spec) {
   else if (kind == "row_reduce") k.kind = cg::Kernel::Kind::RowReduce;
   else if (kind == "column_reduce") k.kind = cg::Kernel::Kind::ColumnReduce;
   else if (kind == "attention") k.kind = cg::Kernel::Kind::Attention;
+  else if (kind == "small_matmul") k.kind = cg::Kernel::Kind::SmallMatmul;
   else throw py::value_error("unknown kind '" + kind + "'");
   if (spec.contains("scale")) k.attention_scale = spec["scale"].cast<double>();
   if (spec.contains("causal")) k.attention_causal = spec["causal"].cast<bool>();

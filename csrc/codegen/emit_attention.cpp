@@ -115,21 +115,6 @@ HeadLayout head_layout(const Operand& o, SizeParams& params) {
           params.text(o.strides[2]), params.text(o.strides[3])};
 }
 
-// The operands' dtype in the kernel's text: loads widen to f32, stores narrow, and round() rounds an f32 value to
-// the dtype where torch's ops would have (see Kernel::AttentionRounding); f32 in shared memory.
-struct ValueType {
-  DType t;
-  std::string to_float(const std::string& x) const {
-    return t == DType::F32 ? x : fmt::format("fc_{}_to_float({})", dtype_name(t), x);
-  }
-  std::string round(const std::string& x) const {
-    return t == DType::F32 ? x : fmt::format("fc_round_{}({})", dtype_name(t), x);
-  }
-  std::string from_float(const std::string& x) const {
-    return t == DType::F32 ? x : fmt::format("fc_float_to_{}({})", dtype_name(t), x);
-  }
-};
-
 }  // namespace
 
 KernelSource emit_attention(const Kernel& k, const DeviceLimits& limits) {

@@ -244,7 +244,8 @@ KernelSource emit_cuda(const Kernel& kernel, const DeviceLimits& limits) {
   KernelSource src = kernel.kind == Kernel::Kind::Pointwise      ? detail::emit_pointwise(kernel, limits)
                      : kernel.kind == Kernel::Kind::RowReduce    ? detail::emit_row_reduce(kernel, limits)
                      : kernel.kind == Kernel::Kind::ColumnReduce ? detail::emit_column_reduce(kernel, limits)
-                                                                 : detail::emit_attention(kernel, limits);
+                     : kernel.kind == Kernel::Kind::Attention    ? detail::emit_attention(kernel, limits)
+                                                                 : detail::emit_small_matmul(kernel, limits);
   std::string params, args;
   for (size_t i = 0; i < src.size_params.size(); ++i) {
     params += fmt::format(", const int64_t p{}", i);

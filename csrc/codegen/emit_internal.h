@@ -1,6 +1,8 @@
 // What emit_cuda.cpp shares with the per-kind emitters (emit_pointwise.cpp, emit_row_reduce.cpp,
-// emit_column_reduce.cpp, emit_attention.cpp).
+// emit_column_reduce.cpp, emit_attention.cpp, emit_small_matmul.cpp).
 #pragma once
+#include <fmt/format.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -15,6 +17,22 @@ KernelSource emit_pointwise(const Kernel& k, const DeviceLimits& limits);
 KernelSource emit_row_reduce(const Kernel& k, const DeviceLimits& limits);
 KernelSource emit_column_reduce(const Kernel& k, const DeviceLimits& limits);
 KernelSource emit_attention(const Kernel& k, const DeviceLimits& limits);
+KernelSource emit_small_matmul(const Kernel& k, const DeviceLimits& limits);
+
+// One dtype in a hand-written kernel's text (attention, small matmul), which computes in f32: loads widen to f32,
+// stores narrow, and round() rounds an f32 value to the dtype where torch's ops would have.
+struct ValueType {
+  DType t;
+  std::string to_float(const std::string& x) const {
+    return t == DType::F32 ? x : fmt::format("fc_{}_to_float({})", dtype_name(t), x);
+  }
+  std::string round(const std::string& x) const {
+    return t == DType::F32 ? x : fmt::format("fc_round_{}({})", dtype_name(t), x);
+  }
+  std::string from_float(const std::string& x) const {
+    return t == DType::F32 ? x : fmt::format("fc_float_to_{}({})", dtype_name(t), x);
+  }
+};
 
 // Operand o of the kernel, counting inputs then outputs.
 const Operand& operand(const Kernel& k, size_t o);

@@ -337,6 +337,36 @@ void validate_attention(const Kernel& k) {
   if (!std::isfinite(k.attention_scale)) invalid(k, "the attention scale is not finite");
 }
 
+// Kernel::Kind::SmallMatmul's rules (kernel_ir.h).
+void validate_small_matmul(const Kernel& k) {
+  if (k.shape.size() != 3 || !all_static(k.shape)) invalid(k, "a small-matmul kernel needs a static [M, N, K] shape");
+  const int64_t m = k.shape[0].hint(), n = k.shape[1].hint(), kk = k.shape[2].hint();
+  if (m < 1 || m > kSmallMatmulMaxRows || n < 1 || kk < 1)
+    invalid(k, fmt::format("a small-matmul kernel needs 1 to {} rows and at least one column and one term",
+                           kSmallMatmulMaxRows));
+  if (k.inputs.size() < 2 || k.inputs.size() > 3 || k.outputs.size() != 1)
+    invalid(k, "a small-matmul kernel takes A, W and maybe a bias, and writes D");
+  if (!k.exprs.empty() || !k.stores.empty()) invalid(k, "a small-matmul kernel has no expressions or stores");
+  const DType dtype = k.inputs[0].dtype;
+  if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::BF16)
+    invalid(k, "small-matmul kernels are f32, f16 or bf16");
+  // Which strides each operand may have: A [a_m, 0, 1], W [0, w_n, 1], bias [0, b_n, 0], D [d_m, d_n, 0].
+  auto check = [&](const Operand& op, const char* what, bool m, bool n, bool unit_k) {
+    if (op.dtype != dtype) invalid(k, "a small-matmul kernel's operands share one dtype");
+    if (op.strides.size() != 3 || op.valid.dim >= 0 || !all_static(op.strides) || !op.storage_offset.is_static())
+      invalid(k, std::string("small-matmul operand ") + what + " needs 3 static strides, without ranges");
+    for (const Size& s : op.strides)
+      if (s.hint() < 0) invalid(k, std::string("small-matmul operand ") + what + " has a negative stride");
+    if ((!m && op.strides[0].hint() != 0) || (!n && op.strides[1].hint() != 0) ||
+        op.strides[2].hint() != (unit_k ? 1 : 0))
+      invalid(k, std::string("small-matmul operand ") + what + " is not laid out as kernel_ir.h says");
+  };
+  check(k.inputs[0], "A", true, false, true);
+  check(k.inputs[1], "W", false, true, true);
+  if (k.inputs.size() == 3) check(k.inputs[2], "bias", false, true, false);
+  check(k.outputs[0], "D", true, true, false);
+}
+
 void validate(const Kernel& k) {
   if (k.name.empty() || !(std::isalpha(static_cast<unsigned char>(k.name[0])) || k.name[0] == '_'))
     invalid(k, "name must be a C identifier");
@@ -346,6 +376,7 @@ void validate(const Kernel& k) {
   for (const Size& n : k.shape)
     if (!known_ge(n, 0)) invalid(k, "negative size");
   if (k.kind == Kernel::Kind::Attention) return validate_attention(k);
+  if (k.kind == Kernel::Kind::SmallMatmul) return validate_small_matmul(k);
   if (k.kind == Kernel::Kind::RowReduce && (k.shape.empty() || k.shape.back() == 0))
     invalid(k, "a row-reduce kernel needs a non-empty last dimension");
   const bool column = k.kind == Kernel::Kind::ColumnReduce;

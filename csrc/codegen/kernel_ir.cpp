@@ -127,7 +127,8 @@ std::string Kernel::to_string() const {
   const char* kind_text = kind == Kind::Pointwise      ? "pointwise"
                           : kind == Kind::RowReduce    ? "row_reduce"
                           : kind == Kind::ColumnReduce ? "column_reduce"
-                                                       : "attention";
+                          : kind == Kind::Attention    ? "attention"
+                                                       : "small_matmul";
   std::string out = fmt::format("kernel {} {} shape=[{}]", name, kind_text, join_sizes(shape));
   if (kind == Kind::ColumnReduce) {
     std::string dims;

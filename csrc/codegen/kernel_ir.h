@@ -13,6 +13,8 @@
 //  - Attention: o = softmax(q @ k^T) @ v for every head of a self-attention whose keys fit in shared memory
 //    (nn.MultiheadAttention's heads in W7 and W10): four steps (a kernel splitting the heads, two batched GEMMs
 //    and a softmax kernel) as one. See Kernel::kind.
+//  - SmallMatmul: D = A @ W^T (+ bias) for a few rows of A (F.linear at a small batch, W5's MLP): a warp per
+//    output column or two, its lanes along K, every row at once, so each weight is read once. See Kernel::kind.
 //
 // Value semantics (what emit_cuda guarantees, matching eager torch): an f16/bf16 value is computed in fp32 and
 // rounded to its dtype where it is produced, as eager rounds every op's result; integer values wrap in their
@@ -116,7 +118,13 @@ struct Kernel {
   // the keys after the query's own left out when `attention_causal`) @ v, in f32, with the operands' dtype (f32,
   // f16 or bf16, the same for all four) for inputs and output. Rounding to that dtype in between follows
   // `attention_rounding`. No exprs or stores.
-  enum class Kind : uint8_t { Pointwise, RowReduce, ColumnReduce, Attention } kind = Kind::Pointwise;
+  //
+  // SmallMatmul: `shape` is [M, N, K], all static, M at most kSmallMatmulMaxRows; D[m, n] = sum over k of
+  // A[m, k] * W[n, k] (+ bias[n]), accumulated in f32 and rounded once to the dtype (f32, f16 or bf16, the same
+  // for every operand). Input 0 is A with strides [a_m, 0, 1], input 1 is W with strides [0, w_n, 1] (K
+  // contiguous in both: F.linear's x and weight), an optional input 2 is the bias with strides [0, b_n, 0], and
+  // output 0 is D with strides [d_m, d_n, 0]. No exprs or stores.
+  enum class Kind : uint8_t { Pointwise, RowReduce, ColumnReduce, Attention, SmallMatmul } kind = Kind::Pointwise;
   enum class AttentionRounding : uint8_t {
     EveryStep,      // as F.multi_head_attention_forward's ops: q * scale, the scores, softmax's output rounded
     Probabilities,  // as scaled_dot_product_attention's fused kernels: only the probabilities, before @ v
@@ -191,6 +199,10 @@ struct DeviceLimits {
  *  lowering uses the attention kernel only where this is at most kAttentionSharedBytes. */
 int64_t attention_shared_bytes(int64_t t, int64_t d);
 constexpr int64_t kAttentionSharedBytes = 48 * 1024;  // static shared memory, no opt-in attribute needed
+
+// SmallMatmul kernels take at most this many rows of A: each lane keeps a running sum per row (and column) in
+// registers.
+constexpr int64_t kSmallMatmulMaxRows = 32;
 
 /** Emits the CUDA C of one kernel. Kernel parameters: one pointer per input then per output, in order.
  *  Throws std::invalid_argument when the kernel breaks the rules above (bad indices, types or strides). */

@@ -184,24 +184,27 @@ codegen::Kernel Cluster::kernel(const std::string& name, std::vector<int>* args)
     k.outputs.push_back(s.operand);
     args->push_back(s.buffer);
   }
-  if (attention_) {
+  if (attention_ || small_matmul_) {
     // One input per role, in the kernel's order, even where a load serves several.
     k.inputs.clear();
     std::vector<int> outputs(args->end() - static_cast<std::ptrdiff_t>(stores_.size()), args->end());
     args->clear();
-    for (int e : attention_loads_) {
+    for (int e : role_loads_) {
       const Load& l = loads_[exprs_[e].operand];
       k.inputs.push_back(l.operand);
       args->push_back(l.buffer);
     }
     args->insert(args->end(), outputs.begin(), outputs.end());
+    k.exprs.clear();
+    k.stores.clear();
+  }
+  if (attention_) {
     k.kind = codegen::Kernel::Kind::Attention;
     k.attention_scale = attention_scale_;
     k.attention_causal = attention_causal_;
     k.attention_rounding = attention_rounding_;
-    k.exprs.clear();
-    k.stores.clear();
   }
+  if (small_matmul_) k.kind = codegen::Kernel::Kind::SmallMatmul;
   return k;
 }
 

@@ -20,7 +20,14 @@ struct LowerOptions {
   // nn.MultiheadAttention's heads as one attention kernel where they fit (fastcomp.config.fused_attention),
   // instead of a head-splitting kernel, two batched GEMMs and a softmax kernel.
   bool fused_attention = true;
+  // F.linear of a few rows (at most kSmallMatmulMaxRows, a product under kSmallMatmulMaxTerms multiply-adds) as
+  // a kernel of its own (fastcomp.config.small_matmul), instead of a cuBLASLt call tiled for large products.
+  bool small_matmul = true;
 };
+
+// The largest product (m * n * k multiply-adds) lowering gives a small-matmul kernel: up to here cuBLASLt's
+// kernels wait on their own latency (W5's 17 M take ~12 us on an H100), beyond it their tiles start to pay off.
+constexpr int64_t kSmallMatmulMaxTerms = int64_t{1} << 25;
 
 // The graph cannot run on the CUDA backend at all (e.g. a complex dtype on a kernel path); the caller uses the
 // torch runner and reports `what()`.

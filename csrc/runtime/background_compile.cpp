@@ -36,21 +36,22 @@ struct Outcome {
   bool nvrtc_failed = false;
 };
 
-// The thread's work: NVRTC (unless the cubin came from the cache) and cuBLASLt's planning side by side, since
-// neither waits for the other and each can take 100 ms.
+// The thread's work: NVRTC (unless the cubin came from the cache) and cuBLASLt's planning, side by side when
+// there is NVRTC work (neither waits for the other and each can take 100 ms), else planning alone on this thread.
 void compile_and_plan(Outcome& outcome, const plan::Program& program, const CudaSource& source,
                       const MatmulSwitches& switches) {
+  auto plan_all = [&] {
+    const auto start = std::chrono::steady_clock::now();
+    MatmulPlans made = plan_matmuls(program, switches);
+    FC_LOG(compile, debug, "planned {} cuBLASLt calls in {:.1f} ms on the background thread", made.size(),
+           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    return made;
+  };
+  const bool needs_nvrtc = !outcome.binary;
   std::future<MatmulPlans> plans;
-  if (!program.matmul_steps.empty())
-    plans = std::async(std::launch::async, [&] {
-      const auto start = std::chrono::steady_clock::now();
-      MatmulPlans made = plan_matmuls(program, switches);
-      FC_LOG(compile, debug, "planned {} cuBLASLt calls in {:.1f} ms on the background thread", made.size(),
-             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
-      return made;
-    });
+  if (needs_nvrtc && !program.matmul_steps.empty()) plans = std::async(std::launch::async, plan_all);
   try {
-    if (!outcome.binary) outcome.binary = compile_plan(program, source);
+    if (needs_nvrtc) outcome.binary = compile_plan(program, source);
   } catch (const cuda::NvrtcError& e) {
     outcome.error = e.what(), outcome.nvrtc_log = e.log, outcome.nvrtc_failed = true;
   } catch (const std::exception& e) {
@@ -58,6 +59,7 @@ void compile_and_plan(Outcome& outcome, const plan::Program& program, const Cuda
   }
   try {
     if (plans.valid()) outcome.plans = plans.get();
+    else if (!program.matmul_steps.empty()) outcome.plans = plan_all();
   } catch (const std::exception& e) {
     if (outcome.error.empty()) outcome.error = e.what();
   }

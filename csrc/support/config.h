@@ -16,6 +16,7 @@ struct Config {
   std::string nvrtc_fast_compile;   // "", "min", "mid" or "max": NVRTC's -Ofast-compile level ("": full optimisation)
   bool matmul_tuning = true;        // time cuBLASLt's candidate algorithms on a product's first run (MatmulPlan)
   bool fused_attention = true;      // nn.MultiheadAttention's heads as one kernel where they fit (plan::LowerOptions)
+  bool small_matmul = true;         // F.linear of a few rows as a kernel of its own, not cuBLASLt (plan::LowerOptions)
   std::string dump_dir;             // non-empty: every compile writes its artifacts (graph, plan, .cu) here
   // Code under these directories (torch, the standard library, fastcomp) is never compiled as a frame of its
   // own when the CPython part of a compiled function calls it. Set by the Python package at import.

@@ -18,6 +18,11 @@ sees every change immediately. Environment variables give the start-up values:
 - ``FASTCOMP_MATMUL_TUNING`` (0/1, default 1): the first run of each matrix product times cuBLASLt's top candidate
   algorithms on the GPU and keeps the fastest (a few ms of GPU time per product shape, once per process); 0 keeps
   cuBLASLt's heuristic pick, so the algorithm, and with it the last bits of results, never depend on timing.
+- ``FASTCOMP_FUSED_ATTENTION`` (0/1, default 1): self-attention heads whose keys and values fit in shared memory
+  run as one kernel; 0 runs them as a head-splitting kernel, two batched cuBLASLt products and a softmax kernel.
+- ``FASTCOMP_SMALL_MATMUL`` (0/1, default 1): ``F.linear`` of at most 32 rows (under 2^25 multiply-adds, both
+  operands contiguous along K) runs as a kernel of fastcomp's own, which reads the weight once and needs no
+  cuBLASLt; 0 keeps cuBLASLt for every product.
 """
 import contextlib
 import os
@@ -39,6 +44,9 @@ _DEFAULTS = {
     # Self-attention heads as one kernel where K and V fit in shared memory (csrc/plan/lower_attention.cpp).
     # On since its H100 A/B (benchmarks/results/2026-11-25_nvidia-h100_fused-attention.md); "0" turns it off.
     "fused_attention": os.environ.get("FASTCOMP_FUSED_ATTENTION", "1") == "1",
+    # F.linear of at most 32 rows (a product under 2^25 multiply-adds) as a kernel of fastcomp's own instead of a
+    # cuBLASLt call (csrc/codegen/emit_small_matmul.cpp); "0" keeps cuBLASLt for every product.
+    "small_matmul": os.environ.get("FASTCOMP_SMALL_MATMUL", "1") == "1",
 }
 
 

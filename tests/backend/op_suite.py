@@ -307,8 +307,38 @@ def batched_args(shape, dtype, device):
     return randn((4, m, k), dtype, device), randn((4, n, k), dtype, device) * k**-0.5
 
 
-case("linear_bias", F.linear, linear_args, MM_SHAPES, plan=(0, 1, 0))
-case("linear_no_bias_gelu", lambda x, w, b: F.gelu(F.linear(x, w)) + b, linear_args, MM_SHAPES, plan=(1, 1, 0))
+# F.linear through cuBLASLt (small products too, with fastcomp.config.small_matmul off) ...
+CUBLASLT_ONLY = {"small_matmul": False}
+case("linear_bias", F.linear, linear_args, MM_SHAPES, plan=(0, 1, 0), config=CUBLASLT_ONLY)
+case("linear_no_bias_gelu", lambda x, w, b: F.gelu(F.linear(x, w)) + b, linear_args, MM_SHAPES, plan=(1, 1, 0),
+     config=CUBLASLT_ONLY)
+# ... and as small-matmul kernels (at most 32 rows; emit_small_matmul.cpp): one row; odd sizes where each row and
+# K are read one element at a time (K = 37); more columns than two per warp's share (N = 1001, two columns a warp,
+# the last one alone); 16-byte loads (K = 1000, 1024); W5's fc2 (N = 512, K = 1024).
+SMALL_MM_SHAPES = ((1, 1, 1), (3, 37, 300), (17, 1000, 37), (5, 40, 1001), (32, 1024, 512))
+
+
+def rows_3d_linear_args(shape, dtype, device):
+    m, k, n = shape
+    return randn((2, m, k), dtype, device), randn((n, k), dtype, device) * k**-0.5, randn((n,), dtype, device)
+
+
+def column_slice_linear_args(shape, dtype, device):
+    """x's rows start one element apart from 16-byte boundaries: the kernel of the program for any alignment."""
+    m, k, n = shape
+    return randn((m, k + 1), dtype, device), randn((n, k), dtype, device) * k**-0.5, randn((n,), dtype, device)
+
+
+case("small_linear_bias", F.linear, linear_args, SMALL_MM_SHAPES, plan=(1, 0, 0))
+case("small_linear_no_bias_gelu", lambda x, w, b: F.gelu(F.linear(x, w)) + b, linear_args, SMALL_MM_SHAPES,
+     plan=(2, 0, 0))
+case("small_linear_3d_rows", F.linear, rows_3d_linear_args, ((1, 8, 3), (16, 64, 100)), plan=(1, 0, 0))
+case("small_linear_sliced_x", lambda x, w, b: F.linear(x[:, 1:], w, b), column_slice_linear_args,
+     ((4, 64, 100), (32, 512, 256)), plan=(1, 0, 0))
+# A weight stored transposed (k not contiguous) is read in place by cuBLASLt rather than copied for the kernel (the
+# one kernel is the function's own .contiguous()).
+case("small_linear_transposed_w_uses_cublaslt", lambda x, w, b: F.linear(x, w.t().contiguous().t(), b), linear_args,
+     ((4, 64, 100),), plan=(1, 1, 0))
 case("matmul_2d", lambda a, b: a @ b, matmul_args, MM_SHAPES, plan=(0, 1, 0))
 case("matmul_transposed_b", lambda a, b: a @ b.t().t(), matmul_args, MM_SHAPES, plan=(0, 1, 0))
 case("bmm_q_kT", lambda q, k: torch.softmax(q @ k.transpose(-2, -1), -1), batched_args, MM_SHAPES, plan=(1, 1, 0))

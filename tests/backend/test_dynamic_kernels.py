@@ -49,7 +49,8 @@ def rehearse_compile(fn, inputs_per_call, **kwargs):
 def test_dynamic_mlp_is_planned_for_the_cuda_backend_with_symbolic_matmul_shapes(rehearse):
     torch.manual_seed(0)
     model = MLP().eval()  # W5's module: Linear(512, 1024), GELU, Linear(1024, 512)
-    records = rehearse_compile(model, [(torch.randn(b, 512),) for b in (8, 16, 5)])
+    with fastcomp.config.patch(small_matmul=False):  # batch 8's products would be small-matmul kernels
+        records = rehearse_compile(model, [(torch.randn(b, 512),) for b in (8, 16, 5)])
     assert len(records) == 2
     static, dynamic = records
     assert backend_counts(static["backend"]) == backend_counts(dynamic["backend"]) == (1, 2, 0)
@@ -62,6 +63,18 @@ def test_dynamic_mlp_is_planned_for_the_cuda_backend_with_symbolic_matmul_shapes
     assert params.endswith("const int64_t p0")
     (name, params), = kernel_signatures(static["cuda_source"])
     assert "int64_t p" not in params and "int64_t p" not in static["cuda_source"]
+
+
+def test_small_batches_get_small_matmul_kernels_until_the_batch_is_a_symbol(rehearse):
+    torch.manual_seed(0)
+    model = MLP().eval()
+    records = rehearse_compile(model, [(torch.randn(b, 512),) for b in (8, 16, 5)])
+    static, dynamic = records
+    # Static 8 rows: both products are kernels of their own; a symbolic batch has no bound on its rows (the kernel
+    # keeps a sum per row in registers), so its products are cuBLASLt calls.
+    assert backend_counts(static["backend"]) == (3, 0, 0)
+    assert backend_counts(dynamic["backend"]) == (1, 2, 0)
+    assert "kernel k0 small_matmul shape=[8,1024,512]" in static["plan"]
 
 
 def test_static_dims_stay_constants_and_symbolic_ones_become_parameters(rehearse):
@@ -124,8 +137,10 @@ def test_w7_with_a_dynamic_batch_keeps_its_attention_kernel(rehearse):
     assert len(records) == 2  # the second batch size recompiles with the batch a symbol
     rec = records[1]
     assert rec["backend"].endswith("dynamic shapes (s0)"), rec["backend"]
-    # The static W7's plan: one attention kernel for the heads, between the QKV and output projections.
-    assert backend_counts(records[0]["backend"]) == backend_counts(rec["backend"]) == (4, 4, 0)
+    # The static W7's plan: one attention kernel for the heads, between the QKV and output projections; at batch 2
+    # (32 rows) its FF pair is two small-matmul kernels, which a symbolic batch makes cuBLASLt calls again.
+    assert backend_counts(records[0]["backend"]) == (6, 2, 0)
+    assert backend_counts(rec["backend"]) == (4, 4, 0)
     assert "kernel k0 attention shape=[s0,8,16,64]" in rec["plan"], rec["plan"]
     # t-major rows: q/k/v's t stride (3 * 512 * B) and o's (512 * B) and the grid follow the batch
     code = rec["cuda_source"].split("// k0: attention over [B, H, T, D] = [s0, 8, 16, 64]")[1].split("\n}\n")[0]

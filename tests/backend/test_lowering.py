@@ -52,25 +52,26 @@ def test_op_plan(case):
 # output projections (then the FF's two GEMMs and three kernels: add+norm, GELU, add+norm); nn.MultiheadAttention's
 # mask/dtype helpers are computed while tracing (constant arguments), so no extern op is left. W9's rotary line,
 # cat included, is one kernel (test_w9_rope_line_is_one_kernel), then the two projections and the SwiGLU kernel.
-# W10 is four W7-like layers.
+# W10 is four W7-like layers. At these test sizes W5's batch is 32 rows and W10's 32 tokens, so their F.linear
+# products are small-matmul kernels (each layer's FF pair in W10; its attention projections stay cuBLASLt calls).
 WORKLOAD_PLANS = {
     "W1": (1, 0, 0),
     "W2": (1, 0, 0),
     "W3": (1, 0, 0),
     "W4": (2, 1, 0),
-    "W5": (1, 2, 0),
+    "W5": (3, 0, 0),
     "W6": (1, 5, 0),
     "W7": (4, 4, 0),
     "W8": (1, 0, 0),
     "W9": (2, 2, 0),
-    "W10": (16, 16, 0),
+    "W10": (24, 8, 0),
 }
 ATTENTION_KERNELS = {"W7": 1, "W10": 4}
 
 
 # With fastcomp.config.fused_attention off, each layer's heads are 2 kernels (heads apart, softmax) and 4 cuBLAS
 # calls (scores and values, two batched GEMMs each way round the head split).
-UNFUSED_ATTENTION_PLANS = {"W7": (5, 6, 0), "W10": (20, 24, 0)}
+UNFUSED_ATTENTION_PLANS = {"W7": (5, 6, 0), "W10": (28, 16, 0)}
 
 
 @pytest.mark.parametrize("wid", sorted(UNFUSED_ATTENTION_PLANS))
@@ -101,11 +102,31 @@ def workload_record(wid):
     return compile_and_check(model, args)
 
 
+# With fastcomp.config.small_matmul off every product is a cuBLASLt call again: W5's two and W10's FF pairs.
+@pytest.mark.parametrize("wid,plan", [("W5", (1, 2, 0)), ("W10", (16, 16, 0))])
+def test_workload_plan_without_small_matmul(wid, plan):
+    with fastcomp.config.patch(small_matmul=False):
+        record = workload_record(wid)
+    assert plan_counts(record) == plan, record["plan"]
+    assert "small_matmul" not in record["plan"]
+
+
+def test_w5_products_are_small_matmul_kernels_with_their_bias():
+    plan = workload_record("W5")["plan"]
+    m = int(re.match(r"b0 = input 0 f32\[(\d+), 512\]", plan)[1])  # the batch at the test's scale
+    # A [m, k] and W [n, k] read along k, the bias per column, D row-major: kernel_ir.h's layout over [M, N, K].
+    for n, k, kernel in ((1024, 512, "k0"), (512, 1024, "k2")):
+        assert (f"kernel {kernel} small_matmul shape=[{m},{n},{k}]\n  in0 f32 strides=[{k},0,1]\n"
+                f"  in1 f32 strides=[0,{k},1]\n  in2 f32 strides=[0,1,0]\n  out0 f32 strides=[{n},1,0]\n") in plan, plan
+    assert "gelu_erf" in plan  # the GELU between them is its own pointwise kernel
+
+
 def test_plan_text_names_buffers_and_steps():
     def f(x, w, b):
         return torch.nn.functional.gelu(torch.nn.functional.linear(x, w, b)) + x
 
-    record = compile_and_check(f, (torch.randn(8, 16), torch.randn(16, 16), torch.randn(16)))
+    with fastcomp.config.patch(small_matmul=False):  # a cuBLASLt step, as larger products get
+        record = compile_and_check(f, (torch.randn(8, 16), torch.randn(16, 16), torch.randn(16)))
     plan = record["plan"]
     assert "matmul f32 m=8 n=16 k=16" in plan and "epilogue=bias" in plan, plan
     assert re.search(r"kernel k0\(b\d+, b\d+, b\d+\)", plan), plan

@@ -273,6 +273,19 @@ def sdpa_attention(b=2, h=3, t=33, d=48, causal=True, name="sdpa_attention"):
     return s.spec
 
 
+def small_matmul(m=32, n=1024, k=512, dtype="f32", bias=True, a_row=None, w_row=None, a_offset=0,
+                 name="small_matmul"):
+    """F.linear of a few rows as lowering writes it: x [m, k] (rows a_row apart, from a_offset) and the weight
+    [n, k] (rows w_row apart) read along k, the bias per column, D [m, n] row-major. Over [M, N, K]."""
+    s = Spec(name, [m, n, k], "small_matmul")
+    s.input(dtype, [k if a_row is None else a_row, 0, 1], offset=a_offset)
+    s.input(dtype, [0, k if w_row is None else w_row, 1])
+    if bias:
+        s.input(dtype, [0, 1, 0])
+    s.output(dtype, [n, 1, 0])
+    return s.spec
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Column reductions: the lowering's x.sum(0), x.var(0) and x.mean((0, 2)) kernels
 

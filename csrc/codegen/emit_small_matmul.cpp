@@ -1,10 +1,15 @@
 // Small-matmul kernels (kernel_ir.h, Kernel::Kind::SmallMatmul): D = A @ W^T (+ bias) for at most 32 rows of A,
 // F.linear at a small batch. cuBLAS's kernels are tiled for large products; on W5's [32, 512] x [1024, 512]^T
-// (17 M multiply-adds) the best of cuBLASLt's candidates takes ~12 us on an H100, its whole weight read once in
-// ~1 us. Here each warp takes one or two output columns: its lanes walk K (16-byte loads of W's rows and of A's,
-// which every warp reads and L1 keeps), each lane keeps a running sum per row and column in registers, and at the
-// end one halving exchange across the warp (31 shuffles for 32 rows, not 32 x 5) leaves lane l with row
-// l / (32 / MP)'s sum. Lowering (lower_matmul.cpp) picks these kernels only for products that small.
+// (17 M multiply-adds) its best candidates take ~8.5 us each on an H200 (a GEMM and a split-K reduction), while
+// the weight is read once in ~1 us.
+//
+// A block takes 32 output columns (a lane each) and R rows (R registers of running sums a lane), and its 8 warps
+// split K into 8 slices. Each step a lane reads V consecutive elements of its column's weight row (16 bytes) and
+// the same V elements of each of the R rows of A, which are the same address in every lane (one broadcast load a
+// row), then adds R * V products. At the end the warps' partial sums meet in shared memory and each thread adds
+// the 8 slices of one (row, column) in a fixed order (the result does not depend on timing), adds the bias and
+// stores it: consecutive lanes, consecutive columns. No cross-lane shuffles, and the unrolled body is R * V
+// multiply-adds, so NVRTC compiles it quickly (cold starts pay that time).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -18,76 +23,52 @@ namespace fastcomp::codegen::detail {
 namespace {
 
 // The kernel, with ${...} fields filled in by emit_small_matmul.
-constexpr const char* kSmallMatmulKernel = R"cuda(// ${name}: small matmul over [M, N, K] = [${shape}]: D = A @ W^T${bias_text}, ${cols} column(s) a warp, ${warps} warp(s) a block, lanes along K ${vec} elements at a time
-// Lane l's share of each of v's MP sums over the warp: halving the values at each exchange leaves lane l with the
-// whole sum of value l / (32 / MP).
-template <int MP>
-__device__ __forceinline__ float ${name}_sum(float (&v)[MP], int lane) {
-#pragma unroll
-  for (int half = MP / 2, bit = 16; half >= 1; half /= 2, bit /= 2) {
-    const bool upper = (lane & bit) != 0;
-#pragma unroll
-    for (int i = 0; i < half; ++i) {
-      const float send = upper ? v[i] : v[i + half];
-      v[i] = (upper ? v[i + half] : v[i]) + __shfl_xor_sync(0xffffffffu, send, bit);
-    }
-  }
-  float s = v[0];
-#pragma unroll
-  for (int bit = 16 / MP; bit >= 1; bit /= 2) s += __shfl_xor_sync(0xffffffffu, s, bit);
-  return s;
-}
-
+constexpr const char* kSmallMatmulKernel = R"cuda(// ${name}: small matmul over [M, N, K] = [${shape}]: D = A @ W^T${bias_text}, a block per 32 columns and ${rows} row(s), 8 warps splitting K, ${vec} element(s) a load
 template <bool kVector>
-__device__ __forceinline__ void ${name}_cols(${params}) {
-  constexpr int M = ${M}, MP = ${MP}, C = ${cols}, V = ${vec};
-  constexpr int64_t N = ${N}, K = ${K};
-  const int lane = threadIdx.x & 31;
-  const int64_t n0 = (int64_t(blockIdx.x) * ${warps} + (threadIdx.x >> 5)) * C;
-  if (n0 >= N) return;
-  const ${elem}* __restrict__ a = in0 + ${a_offset};
-  const ${elem}* __restrict__ w = in1 + ${w_offset};
-  float acc[C][MP];
+__device__ __forceinline__ void ${name}_tile(${params}) {
+  constexpr int R = ${rows}, V = ${vec};
+  constexpr int64_t M = ${M}, N = ${N}, K = ${K}, kSlice = ${slice};
+  __shared__ float partial[8][R][32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t n = int64_t(blockIdx.x % ${column_blocks}) * 32 + lane, m0 = int64_t(blockIdx.x / ${column_blocks}) * R;
+  // Columns past N and rows past M read the last ones and are never stored.
+  const ${elem}* __restrict__ w = in1 + ${w_offset} + (n < N ? n : N - 1) * ${w_n};
+  const ${elem}* __restrict__ a[R];
 #pragma unroll
-  for (int c = 0; c < C; ++c)
+  for (int r = 0; r < R; ++r) a[r] = in0 + ${a_offset} + (m0 + r < M ? m0 + r : M - 1) * ${a_m};
+  float acc[R];
 #pragma unroll
-    for (int m = 0; m < MP; ++m) acc[c][m] = 0.0f;
-  for (int64_t k = lane * V; k < K; k += 32 * V) {
-    ${elem} wv[C][V];
+  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+  const int64_t k_end = (warp + 1) * kSlice < K ? (warp + 1) * kSlice : K;
+#pragma unroll 2
+  for (int64_t k = warp * kSlice; k < k_end; k += V) {
+    ${elem} wv[V];
+    fc_load<V, kVector>(w + k, wv);
 #pragma unroll
-    for (int c = 0; c < C; ++c)  // a column past N reads column N - 1 and is never stored
-      fc_load<V, kVector>(w + (n0 + c < N ? n0 + c : N - 1) * ${w_n} + k, wv[c]);
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
+    for (int r = 0; r < R; ++r) {
       ${elem} av[V];
-      fc_load<V, kVector>(a + m * ${a_m} + k, av);
+      fc_load<V, kVector>(a[r] + k, av);
 #pragma unroll
-      for (int v = 0; v < V; ++v) {
-        const float x = ${a_value};
-#pragma unroll
-        for (int c = 0; c < C; ++c) acc[c][m] = fmaf(x, ${w_value}, acc[c][m]);
-      }
+      for (int v = 0; v < V; ++v) acc[r] = fmaf(${a_value}, ${w_value}, acc[r]);
     }
   }
-  const int m = lane / (32 / MP);
 #pragma unroll
-  for (int c = 0; c < C; ++c) {
-    const float sum = ${name}_sum<MP>(acc[c], lane);
-    const int64_t n = n0 + c;
-    if (lane % (32 / MP) == 0 && m < M && n < N) out0[${d_offset} + m * ${d_m} + n * ${d_n}] = ${d_value};
+  for (int r = 0; r < R; ++r) partial[warp][r][lane] = acc[r];
+  __syncthreads();
+  for (int i = threadIdx.x; i < R * 32; i += 256) {
+    const int r = i / 32, c = i % 32;
+    const int64_t m = m0 + r, col = n - lane + c;
+    float sum = 0.0f;
+#pragma unroll
+    for (int s = 0; s < 8; ++s) sum += partial[s][r][c];
+    if (m < M && col < N) out0[${d_offset} + m * ${d_m} + col * ${d_n}] = ${d_value};
   }
 }
 
-extern "C" __global__ void __launch_bounds__(${block}) ${name}(${params}) {
-  ${name}_cols<${vector}>(${args});
+extern "C" __global__ void __launch_bounds__(256) ${name}(${params}) {
+  ${name}_tile<${vector}>(${args});
 }
 )cuda";
-
-int64_t next_power_of_two(int64_t x) {
-  int64_t p = 1;
-  while (p < x) p *= 2;
-  return p;
-}
 
 }  // namespace
 
@@ -101,12 +82,14 @@ KernelSource emit_small_matmul(const Kernel& k, const DeviceLimits& limits) {
   // executable checks each operand's first element before it runs the vector program).
   int vec = 16 / dtype_size(vt.t);
   while (vec > 1 && (K % vec != 0 || (M > 1 && a_m % vec != 0) || (N > 1 && w_n % vec != 0))) vec /= 2;
-  // Two columns a warp halve the reads of A (each load feeds two sums) where the GPU still gets a warp per SM or
-  // more; blocks of up to 8 warps, as few as spread the warps over every SM.
-  const int cols = ceil_div(N, 2) >= limits.sm_count ? 2 : 1;
-  const int64_t warps_needed = ceil_div(N, cols);
-  const int warps = static_cast<int>(std::clamp<int64_t>(ceil_div(warps_needed, limits.sm_count), 1, 8));
-  KernelSource src = source_for(k, warps * 32, ceil_div(warps_needed, warps));
+  // Rows a block: as many as keep a block per SM or more (each row group reads the weight again, from L2).
+  const int64_t column_blocks = ceil_div(N, 32);
+  int rows = 8;
+  while (rows > 1 && column_blocks * ceil_div(M, rows) < limits.sm_count) rows /= 2;
+  rows = static_cast<int>(std::min<int64_t>(rows, M));
+  // Each warp's slice of K, a whole number of loads.
+  const int64_t slice = ceil_div(ceil_div(K, 8), vec) * vec;
+  KernelSource src = source_for(k, 256, column_blocks * ceil_div(M, rows));
   if (vec > 1) {
     add_vector_operand(src, k, 0, vec);
     add_vector_operand(src, k, 1, vec);
@@ -115,32 +98,31 @@ KernelSource emit_small_matmul(const Kernel& k, const DeviceLimits& limits) {
   if (has_bias) {
     const Operand& b = k.inputs[2];
     bias_text = " + bias";
-    d_value = fmt::format("sum + {}", vt.to_float(fmt::format("in2[{} + n * {}]", b.storage_offset.hint(),
+    d_value = fmt::format("sum + {}", vt.to_float(fmt::format("in2[{} + col * {}]", b.storage_offset.hint(),
                                                               b.strides[1].hint())));
   }
   const std::pair<const char*, std::string> fields[] = {
       {"${name}", k.name},
       {"${shape}", join(k.shape)},
       {"${bias_text}", bias_text},
-      {"${cols}", std::to_string(cols)},
-      {"${warps}", std::to_string(warps)},
+      {"${rows}", std::to_string(rows)},
       {"${vec}", std::to_string(vec)},
       // Without vector operands the program may not declare kVectorAccess.
       {"${vector}", vec > 1 ? "kVectorAccess" : "false"},
       {"${params}", kernel_params(k)},
       {"${args}", kernel_args(k)},
-      {"${block}", std::to_string(src.block)},
       {"${M}", std::to_string(M)},
-      {"${MP}", std::to_string(next_power_of_two(M))},
       {"${N}", std::to_string(N)},
       {"${K}", std::to_string(K)},
+      {"${slice}", std::to_string(slice)},
+      {"${column_blocks}", std::to_string(column_blocks)},
       {"${elem}", dtype_c_type(vt.t)},
       {"${a_offset}", std::to_string(a.storage_offset.hint())},
       {"${w_offset}", std::to_string(w.storage_offset.hint())},
       {"${a_m}", std::to_string(a_m)},
       {"${w_n}", std::to_string(w_n)},
       {"${a_value}", vt.to_float("av[v]")},
-      {"${w_value}", vt.to_float("wv[c][v]")},
+      {"${w_value}", vt.to_float("wv[v]")},
       {"${d_offset}", std::to_string(d.storage_offset.hint())},
       {"${d_m}", std::to_string(d.strides[0].hint())},
       {"${d_n}", std::to_string(d.strides[1].hint())},

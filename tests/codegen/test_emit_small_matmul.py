@@ -25,15 +25,17 @@ def test_kernel_text_lays_out_a_w_bias_and_d_over_m_n_k():
         "  out0 f32 strides=[3,1,0]\n")
 
 
-@pytest.mark.parametrize("shape, grid, block, cols", [
-    ((32, 1024, 512), 128, 128, 2),  # W5's fc1: two columns a warp, 4 warps a block, a block per SM
-    ((32, 512, 1024), 128, 64, 2),   # W5's fc2: 256 warps, 2 a block
-    ((4, 100, 64), 100, 32, 1),      # fewer columns than 2 per SM: one a warp
+@pytest.mark.parametrize("shape, grid, rows", [
+    ((32, 1024, 512), 32 * 8, 4),  # W5's fc1: 32 column blocks; 8 rows a block would leave 4 of 132 SMs idle
+    ((32, 512, 1024), 16 * 16, 2),  # W5's fc2: 16 column blocks, so 2 rows a block
+    ((4, 8192, 64), 256 * 1, 4),    # enough column blocks: every row in one
+    ((3, 100, 64), 4 * 3, 1),       # never more blocks than rows and column blocks
 ])
-def test_launch_shape_spreads_the_columns_over_the_sms(shape, grid, block, cols):
-    code, got_grid, got_block, shared = T.emit_kernel(S.small_matmul(*shape), 132)
-    assert (got_grid, got_block, shared) == (grid, block, 0)
-    assert f"{cols} column(s) a warp" in code.splitlines()[0]
+def test_launch_shape_gives_every_sm_a_block(shape, grid, rows):
+    code, got_grid, block, shared = T.emit_kernel(S.small_matmul(*shape), 132)
+    assert (got_grid, block, shared) == (grid, 256, 0)  # static shared memory for the 8 warps' partial sums
+    assert f"a block per 32 columns and {rows} row(s), 8 warps splitting K" in code.splitlines()[0]
+    assert f"constexpr int R = {rows}," in code
 
 
 @pytest.mark.parametrize("dtype, k, a_row, vec", [
@@ -48,13 +50,13 @@ def test_loads_are_the_widest_every_row_stays_aligned_for(dtype, k, a_row, vec):
     assert f"V = {vec};" in code
     assert sorted(o for o, _, _ in T.vector_operands(spec)) == ([0, 1] if vec > 1 else [])
     if vec == 1:  # no vector operands: the program declares no kVectorAccess, the kernel reads element by element
-        assert "small_matmul_cols<false>(" in code
+        assert "small_matmul_tile<false>(" in code
 
 
 def test_halves_compute_in_f32_and_round_once_with_the_bias():
     code = T.emit_kernel(S.small_matmul(4, 8, 64, "bf16"))[0]
-    assert "fmaf(x, fc_bf16_to_float(wv[c][v]), acc[c][m])" in code
-    assert "= fc_float_to_bf16(sum + fc_bf16_to_float(in2[0 + n * 1]));" in code
+    assert "acc[r] = fmaf(fc_bf16_to_float(av[v]), fc_bf16_to_float(wv[v]), acc[r]);" in code
+    assert "= fc_float_to_bf16(sum + fc_bf16_to_float(in2[0 + col * 1]));" in code
 
 
 @pytest.mark.parametrize("mutate, message", [

@@ -89,12 +89,19 @@ BuiltExecutable torch_runner(graph::Graph graph, const std::string& why) {
 
 }  // namespace
 
+// Small-matmul kernels save the host the cost of a cuBLASLt call (W5: 26 us a call against 51); replayed from a
+// CUDA graph that cost is gone and cuBLAS's kernels are the faster ones (W5: 22 us against 26; H100,
+// benchmarks/results/2026-11-25_nvidia-h100_small-matmul.md), so reduce-overhead keeps cuBLASLt.
+namespace {
+bool small_matmul(bool cuda_graphs) { return config().small_matmul && !cuda_graphs; }
+}  // namespace
+
 // Tests on machines without a GPU: lower and emit CPU graphs as if they were on an H100 and compile the CUDA C
 // to PTX, then run the graph through torch. Checks lowering and codegen of every traced graph on CI.
-BuiltExecutable rehearse(graph::Graph graph) {
+BuiltExecutable rehearse(graph::Graph graph, bool cuda_graphs) {
   BuiltExecutable out;
   plan::Program program =
-      plan::lower(graph, {0, /*require_cuda=*/false, config().fused_attention, config().small_matmul});
+      plan::lower(graph, {0, /*require_cuda=*/false, config().fused_attention, small_matmul(cuda_graphs)});
   out.plan_text = plan_text(program, graph);
   const codegen::DeviceLimits h100;
   runtime::CudaSource source = runtime::emit_plan(program, h100);
@@ -152,7 +159,7 @@ BuiltExecutable build_cuda_executable(graph::Graph graph, frontend::GuardSet& gu
 BuiltExecutable build_executable(graph::Graph graph, frontend::GuardSet& guards, bool cuda_graphs) {
   int device = 0;
   std::string why = torch_runner_reason(graph, &device);
-  if (why == "no CUDA tensors" && config().rehearse_cuda_backend) return rehearse(std::move(graph));
+  if (why == "no CUDA tensors" && config().rehearse_cuda_backend) return rehearse(std::move(graph), cuda_graphs);
   const std::string origin = cuda_graphs ? graph_origin(graph) : "";
   BuiltExecutable built = why.empty() ? build_cuda_executable(std::move(graph), guards, device, cuda_graphs)
                                       : torch_runner(std::move(graph), why);
@@ -167,8 +174,7 @@ namespace {
 BuiltExecutable build_cuda_executable(graph::Graph graph, frontend::GuardSet& guards, int device, bool cuda_graphs) {
   plan::Program program;
   try {
-    program =
-        plan::lower(graph, {device, /*require_cuda=*/true, config().fused_attention, config().small_matmul});
+    program = plan::lower(graph, {device, /*require_cuda=*/true, config().fused_attention, small_matmul(cuda_graphs)});
   } catch (const plan::NotLowerable& e) {
     return torch_runner(std::move(graph), e.what());
   }

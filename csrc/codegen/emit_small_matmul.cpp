@@ -3,11 +3,12 @@
 // (17 M multiply-adds) its best candidates take ~8.5 us each on an H200 (a GEMM and a split-K reduction), while
 // the weight is read once in ~1 us.
 //
-// A block takes 32 output columns (a lane each) and R rows (R registers of running sums a lane), and its 8 warps
-// split K into 8 slices. Each step a lane reads V consecutive elements of its column's weight row (16 bytes) and
+// A block takes 32 output columns (a lane each) and R rows (R registers of running sums a lane), and its warps
+// split K into slices. Each step a lane reads V consecutive elements of its column's weight row (32 bytes, a whole
+// sector) and
 // the same V elements of each of the R rows of A, which are the same address in every lane (one broadcast load a
 // row), then adds R * V products. At the end the warps' partial sums meet in shared memory and each thread adds
-// the 8 slices of one (row, column) in a fixed order (the result does not depend on timing), adds the bias and
+// the slices of one (row, column) in a fixed order (the result does not depend on timing), adds the bias and
 // stores it: consecutive lanes, consecutive columns. No cross-lane shuffles, and the unrolled body is R * V
 // multiply-adds, so NVRTC compiles it quickly (cold starts pay that time).
 #include <fmt/format.h>
@@ -23,12 +24,12 @@ namespace fastcomp::codegen::detail {
 namespace {
 
 // The kernel, with ${...} fields filled in by emit_small_matmul.
-constexpr const char* kSmallMatmulKernel = R"cuda(// ${name}: small matmul over [M, N, K] = [${shape}]: D = A @ W^T${bias_text}, a block per 32 columns and ${rows} row(s), 8 warps splitting K, ${vec} element(s) a load
+constexpr const char* kSmallMatmulKernel = R"cuda(// ${name}: small matmul over [M, N, K] = [${shape}]: D = A @ W^T${bias_text}, a block per 32 columns and ${rows} row(s), ${warps} warps splitting K, ${vec} element(s) a load
 template <bool kVector>
 __device__ __forceinline__ void ${name}_tile(${params}) {
   constexpr int R = ${rows}, V = ${vec};
   constexpr int64_t M = ${M}, N = ${N}, K = ${K}, kSlice = ${slice};
-  __shared__ float partial[8][R][32];
+  __shared__ float partial[${warps}][R][32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t n = int64_t(blockIdx.x % ${column_blocks}) * 32 + lane, m0 = int64_t(blockIdx.x / ${column_blocks}) * R;
   // Columns past N and rows past M read the last ones and are never stored.
@@ -55,17 +56,17 @@ __device__ __forceinline__ void ${name}_tile(${params}) {
 #pragma unroll
   for (int r = 0; r < R; ++r) partial[warp][r][lane] = acc[r];
   __syncthreads();
-  for (int i = threadIdx.x; i < R * 32; i += 256) {
+  for (int i = threadIdx.x; i < R * 32; i += ${warps} * 32) {
     const int r = i / 32, c = i % 32;
     const int64_t m = m0 + r, col = n - lane + c;
     float sum = 0.0f;
 #pragma unroll
-    for (int s = 0; s < 8; ++s) sum += partial[s][r][c];
+    for (int s = 0; s < ${warps}; ++s) sum += partial[s][r][c];
     if (m < M && col < N) out0[${d_offset} + m * ${d_m} + col * ${d_n}] = ${d_value};
   }
 }
 
-extern "C" __global__ void __launch_bounds__(256) ${name}(${params}) {
+extern "C" __global__ void __launch_bounds__(${block}) ${name}(${params}) {
   ${name}_tile<${vector}>(${args});
 }
 )cuda";
@@ -78,18 +79,24 @@ KernelSource emit_small_matmul(const Kernel& k, const DeviceLimits& limits) {
   const Operand &a = k.inputs[0], &w = k.inputs[1], &d = k.outputs[0];
   const bool has_bias = k.inputs.size() == 3;
   const int64_t a_m = a.strides[0].hint(), w_n = w.strides[1].hint();
-  // Elements per load: the widest access of at most 16 bytes that every row of A and W starts aligned for (the
-  // executable checks each operand's first element before it runs the vector program).
-  int vec = 16 / dtype_size(vt.t);
+  // Elements per load: 32 bytes (a whole sector of the weight row a lane reads; two 16-byte accesses), or the
+  // widest access that every row of A and W starts aligned for (the executable checks each operand's first element
+  // before it runs the vector program).
+  int vec = 32 / dtype_size(vt.t);
   while (vec > 1 && (K % vec != 0 || (M > 1 && a_m % vec != 0) || (N > 1 && w_n % vec != 0))) vec /= 2;
-  // Rows a block: as many as keep a block per SM or more (each row group reads the weight again, from L2).
+  // Rows a block: 8 (each row group reads the whole weight again, from L2) while that keeps about a block per SM
+  // (3/4 of them or more), else fewer rows and twice the warps, each with a shorter slice of K. Measured on an
+  // H100 (scripts/small_matmul_variants.py): W5's [32, 512] @ [512, 1024] 6.6 us with 8 rows and 8 warps (8.4
+  // with 4 and 16), its [32, 1024] @ [1024, 512] 8.8 us with 4 rows and 16 warps (11.1 with 8 and 8).
   const int64_t column_blocks = ceil_div(N, 32);
+  auto enough = [&](int64_t rows) { return 4 * column_blocks * ceil_div(M, rows) >= 3 * limits.sm_count; };
   int rows = 8;
-  while (rows > 1 && column_blocks * ceil_div(M, rows) < limits.sm_count) rows /= 2;
+  while (rows > 1 && !enough(rows)) rows /= 2;
+  const int warps = rows == 8 ? 8 : 16;
   rows = static_cast<int>(std::min<int64_t>(rows, M));
   // Each warp's slice of K, a whole number of loads.
-  const int64_t slice = ceil_div(ceil_div(K, 8), vec) * vec;
-  KernelSource src = source_for(k, 256, column_blocks * ceil_div(M, rows));
+  const int64_t slice = ceil_div(ceil_div(K, warps), vec) * vec;
+  KernelSource src = source_for(k, warps * 32, column_blocks * ceil_div(M, rows));
   if (vec > 1) {
     add_vector_operand(src, k, 0, vec);
     add_vector_operand(src, k, 1, vec);
@@ -106,6 +113,8 @@ KernelSource emit_small_matmul(const Kernel& k, const DeviceLimits& limits) {
       {"${shape}", join(k.shape)},
       {"${bias_text}", bias_text},
       {"${rows}", std::to_string(rows)},
+      {"${warps}", std::to_string(warps)},
+      {"${block}", std::to_string(src.block)},
       {"${vec}", std::to_string(vec)},
       // Without vector operands the program may not declare kVectorAccess.
       {"${vector}", vec > 1 ? "kVectorAccess" : "false"},

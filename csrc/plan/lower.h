@@ -21,7 +21,8 @@ struct LowerOptions {
   // instead of a head-splitting kernel, two batched GEMMs and a softmax kernel.
   bool fused_attention = true;
   // F.linear of a few rows (at most kSmallMatmulMaxRows, a product under kSmallMatmulMaxTerms multiply-adds) as
-  // a kernel of its own (fastcomp.config.small_matmul), instead of a cuBLASLt call tiled for large products.
+  // a kernel of its own (fastcomp.config.small_matmul, outside CUDA graphs: see build_cuda_executable), instead of
+  // a cuBLASLt call tiled for large products.
   bool small_matmul = true;
 };
 

@@ -21,8 +21,9 @@ sees every change immediately. Environment variables give the start-up values:
 - ``FASTCOMP_FUSED_ATTENTION`` (0/1, default 1): self-attention heads whose keys and values fit in shared memory
   run as one kernel; 0 runs them as a head-splitting kernel, two batched cuBLASLt products and a softmax kernel.
 - ``FASTCOMP_SMALL_MATMUL`` (0/1, default 1): ``F.linear`` of at most 32 rows (under 2^25 multiply-adds, both
-  operands contiguous along K) runs as a kernel of fastcomp's own, which reads the weight once and needs no
-  cuBLASLt; 0 keeps cuBLASLt for every product.
+  operands contiguous along K) runs as a kernel of fastcomp's own, which saves the host a cuBLASLt call and needs no
+  cuBLASLt at all (a warm start plans none); not under ``mode="reduce-overhead"``, whose CUDA graphs replay
+  cuBLAS's (there faster) kernels at no host cost. 0 keeps cuBLASLt for every product.
 """
 import contextlib
 import os
@@ -45,7 +46,7 @@ _DEFAULTS = {
     # On since its H100 A/B (benchmarks/results/2026-11-25_nvidia-h100_fused-attention.md); "0" turns it off.
     "fused_attention": os.environ.get("FASTCOMP_FUSED_ATTENTION", "1") == "1",
     # F.linear of at most 32 rows (a product under 2^25 multiply-adds) as a kernel of fastcomp's own instead of a
-    # cuBLASLt call (csrc/codegen/emit_small_matmul.cpp); "0" keeps cuBLASLt for every product.
+    # cuBLASLt call, outside CUDA graphs (csrc/codegen/emit_small_matmul.cpp); "0" keeps cuBLASLt for every product.
     "small_matmul": os.environ.get("FASTCOMP_SMALL_MATMUL", "1") == "1",
 }
 

@@ -77,6 +77,15 @@ def test_small_batches_get_small_matmul_kernels_until_the_batch_is_a_symbol(rehe
     assert "kernel k0 small_matmul shape=[8,1024,512]" in static["plan"]
 
 
+def test_reduce_overhead_keeps_cublaslt_for_small_products(rehearse):
+    # Replayed from a CUDA graph a cuBLASLt call costs the host nothing and cuBLAS's kernels are the faster ones.
+    torch.manual_seed(0)
+    model = MLP().eval()
+    (record,) = rehearse_compile(model, [(torch.randn(8, 512),)], mode="reduce-overhead")
+    assert backend_counts(record["backend"]) == (1, 2, 0)
+    assert "small_matmul" not in record["plan"]
+
+
 def test_static_dims_stay_constants_and_symbolic_ones_become_parameters(rehearse):
     class BiasSoftmax(nn.Module):
         def __init__(self):

@@ -25,21 +25,21 @@ def test_kernel_text_lays_out_a_w_bias_and_d_over_m_n_k():
         "  out0 f32 strides=[3,1,0]\n")
 
 
-@pytest.mark.parametrize("shape, grid, rows", [
-    ((32, 1024, 512), 32 * 8, 4),  # W5's fc1: 32 column blocks; 8 rows a block would leave 4 of 132 SMs idle
-    ((32, 512, 1024), 16 * 16, 2),  # W5's fc2: 16 column blocks, so 2 rows a block
-    ((4, 8192, 64), 256 * 1, 4),    # enough column blocks: every row in one
-    ((3, 100, 64), 4 * 3, 1),       # never more blocks than rows and column blocks
+@pytest.mark.parametrize("shape, grid, rows, warps", [
+    ((32, 1024, 512), 32 * 4, 8, 8),   # W5's fc1: 32 column blocks of 8 rows, 128 blocks for 132 SMs
+    ((32, 512, 1024), 16 * 8, 4, 16),  # W5's fc2: 16 column blocks, so 4 rows a block and 16 warps
+    ((4, 8192, 64), 256 * 1, 4, 8),    # enough column blocks: every row in one
+    ((3, 100, 64), 4 * 3, 1, 16),      # never more blocks than rows times column blocks
 ])
-def test_launch_shape_gives_every_sm_a_block(shape, grid, rows):
+def test_launch_shape_gives_about_every_sm_a_block(shape, grid, rows, warps):
     code, got_grid, block, shared = T.emit_kernel(S.small_matmul(*shape), 132)
-    assert (got_grid, block, shared) == (grid, 256, 0)  # static shared memory for the 8 warps' partial sums
-    assert f"a block per 32 columns and {rows} row(s), 8 warps splitting K" in code.splitlines()[0]
-    assert f"constexpr int R = {rows}," in code
+    assert (got_grid, block, shared) == (grid, warps * 32, 0)  # static shared memory for the warps' partial sums
+    assert f"a block per 32 columns and {rows} row(s), {warps} warps splitting K" in code.splitlines()[0]
+    assert f"constexpr int R = {rows}," in code and f"__shared__ float partial[{warps}][R][32];" in code
 
 
 @pytest.mark.parametrize("dtype, k, a_row, vec", [
-    ("f32", 512, None, 4), ("f16", 512, None, 8), ("bf16", 1000, None, 8),
+    ("f32", 512, None, 8), ("f16", 512, None, 16), ("bf16", 1000, None, 8),
     ("f32", 37, None, 1),    # K odd: one element at a time
     ("f32", 512, 514, 2),    # rows of x 514 apart: 8-byte loads keep every row aligned
     ("f16", 1004, None, 4),  # K a multiple of 4 halves, not 8

@@ -41,7 +41,7 @@ __device__ __forceinline__ void ${name}_tile(${params}) {
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
   const int64_t k_end = (warp + 1) * kSlice < K ? (warp + 1) * kSlice : K;
-#pragma unroll 2
+#pragma unroll 1  // one step at a time: unrolling doubled NVRTC's time for this kernel (cold starts pay it)
   for (int64_t k = warp * kSlice; k < k_end; k += V) {
     ${elem} wv[V];
     fc_load<V, kVector>(w + k, wv);

@@ -1,16 +1,16 @@
 // Small-matmul kernels (kernel_ir.h, Kernel::Kind::SmallMatmul): D = A @ W^T (+ bias) for at most 32 rows of A,
-// F.linear at a small batch. cuBLAS's kernels are tiled for large products; on W5's [32, 512] x [1024, 512]^T
-// (17 M multiply-adds) its best candidates take ~8.5 us each on an H200 (a GEMM and a split-K reduction), while
-// the weight is read once in ~1 us.
+// F.linear at a small batch. There cuBLASLt's calls cost the host more than the GPU: W5's two products are four
+// launches (a GEMM and a split-K reduction each, 8.7 and 11.6 us of GPU time on an H100), one kernel each here
+// (6.6 and 8.8 us), and a process that only runs these never initialises cuBLASLt (~100 ms at its first use).
+// Lowering uses them outside CUDA graphs only: replayed, cuBLASLt's host cost is gone (backend.cpp).
 //
 // A block takes 32 output columns (a lane each) and R rows (R registers of running sums a lane), and its warps
 // split K into slices. Each step a lane reads V consecutive elements of its column's weight row (32 bytes, a whole
-// sector) and
-// the same V elements of each of the R rows of A, which are the same address in every lane (one broadcast load a
-// row), then adds R * V products. At the end the warps' partial sums meet in shared memory and each thread adds
-// the slices of one (row, column) in a fixed order (the result does not depend on timing), adds the bias and
-// stores it: consecutive lanes, consecutive columns. No cross-lane shuffles, and the unrolled body is R * V
-// multiply-adds, so NVRTC compiles it quickly (cold starts pay that time).
+// sector) and the same V elements of each of the R rows of A, which are the same address in every lane (one
+// broadcast load a row), then adds R * V products. At the end the warps' partial sums meet in shared memory and
+// each thread adds the slices of one (row, column) in a fixed order (the result does not depend on timing), adds
+// the bias and stores it: consecutive lanes, consecutive columns. Nothing crosses lanes, and the loop body is
+// R * V multiply-adds, so NVRTC compiles it quickly (cold starts pay that time).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -87,7 +87,8 @@ KernelSource emit_small_matmul(const Kernel& k, const DeviceLimits& limits) {
   // Rows a block: 8 (each row group reads the whole weight again, from L2) while that keeps about a block per SM
   // (3/4 of them or more), else fewer rows and twice the warps, each with a shorter slice of K. Measured on an
   // H100 (scripts/small_matmul_variants.py): W5's [32, 512] @ [512, 1024] 6.6 us with 8 rows and 8 warps (8.4
-  // with 4 and 16), its [32, 1024] @ [1024, 512] 8.8 us with 4 rows and 16 warps (11.1 with 8 and 8).
+  // with 4 and 16; cuBLAS 8.7), its [32, 1024] @ [1024, 512] 8.8 us with 4 rows and 16 warps (11.1 with 8 and 8;
+  // cuBLAS 11.6).
   const int64_t column_blocks = ceil_div(N, 32);
   auto enough = [&](int64_t rows) { return 4 * column_blocks * ceil_div(M, rows) >= 3 * limits.sm_count; };
   int rows = 8;

@@ -13,8 +13,8 @@
 //  - Attention: o = softmax(q @ k^T) @ v for every head of a self-attention whose keys fit in shared memory
 //    (nn.MultiheadAttention's heads in W7 and W10): four steps (a kernel splitting the heads, two batched GEMMs
 //    and a softmax kernel) as one. See Kernel::kind.
-//  - SmallMatmul: D = A @ W^T (+ bias) for a few rows of A (F.linear at a small batch, W5's MLP): a warp per
-//    output column or two, its lanes along K, every row at once, so each weight is read once. See Kernel::kind.
+//  - SmallMatmul: D = A @ W^T (+ bias) for a few rows of A (F.linear at a small batch, W5's MLP): a lane per
+//    output column, a few rows a block, warps splitting K (emit_small_matmul.cpp). See Kernel::kind.
 //
 // Value semantics (what emit_cuda guarantees, matching eager torch): an f16/bf16 value is computed in fp32 and
 // rounded to its dtype where it is produced, as eager rounds every op's result; integer values wrap in their

@@ -26,8 +26,9 @@ struct LowerOptions {
   bool small_matmul = true;
 };
 
-// The largest product (m * n * k multiply-adds) lowering gives a small-matmul kernel: up to here cuBLASLt's
-// kernels wait on their own latency (W5's 17 M take ~12 us on an H100), beyond it their tiles start to pay off.
+// The largest product (m * n * k multiply-adds) lowering gives a small-matmul kernel: up to here a cuBLASLt call
+// costs the host about as much as the GPU (W5's 17 M: a GEMM and a split-K kernel, 8.7 us of GPU time on an
+// H100), beyond it cuBLAS's tiled kernels pull ahead.
 constexpr int64_t kSmallMatmulMaxTerms = int64_t{1} << 25;
 
 // The graph cannot run on the CUDA backend at all (e.g. a complex dtype on a kernel path); the caller uses the

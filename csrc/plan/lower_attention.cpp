@@ -107,6 +107,9 @@ int alloc(Lowerer& L, DType t, const Sizes& sizes, graph::NodeId node = -1) {
 void linear(Lowerer& L, DType t, int x, const Size& x_row_stride, int w, int bias, int out, const Size& m,
             graph::NodeId node) {
   const Buffer& wb = L.buffer(w);
+  if (small_linear(L, {t, x, w, bias, out, m, wb.sizes[0], wb.sizes[1], x_row_stride, 1, wb.strides[0],
+                       wb.strides[1]}))
+    return;
   MatmulStep s;
   s.dtype = t;
   s.m = m;

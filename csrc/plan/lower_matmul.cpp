@@ -81,36 +81,6 @@ int output_buffer(Lowerer& L, const graph::Node& n) {
   return id;
 }
 
-// F.linear's x [m, k] @ w[n, k]^T (+ bias) as a small-matmul kernel (kernel_ir.h) when lowering may and the
-// product is that small: static sizes, both operands contiguous along k. False: the caller uses cuBLASLt.
-bool small_linear(Lowerer& L, const graph::Node& node, DType t, int a, const Matrices& am, int w,
-                  const Matrices& wm, int bias) {
-  if (!L.options().small_matmul) return false;
-  const Size &m = am.rows, &n = wm.rows, &k = am.cols;
-  if (!codegen::all_static({m, n, k, am.row_stride, wm.row_stride, L.buffer(a).offset, L.buffer(w).offset}))
-    return false;
-  if (am.col_stride.hint() != 1 || wm.col_stride.hint() != 1 || m.hint() > codegen::kSmallMatmulMaxRows ||
-      m.hint() * n.hint() * k.hint() > kSmallMatmulMaxTerms || m.hint() * n.hint() * k.hint() == 0)
-    return false;
-  if (bias >= 0 && !codegen::all_static({L.buffer(bias).strides[0], L.buffer(bias).offset})) return false;
-  const int d = output_buffer(L, node);
-  std::vector<int> inputs = {a, w};
-  if (bias >= 0) inputs.push_back(bias);
-  L.add_kernel({m, n, k}, inputs, [&](Cluster& c) {
-    const Buffer &ab = L.buffer(a), &wb = L.buffer(w);
-    const int a_load = c.load(ab.root, t, {am.row_stride, 0, 1}, ab.offset);
-    const int w_load = c.load(wb.root, t, {0, wm.row_stride, 1}, wb.offset);
-    int bias_load = -1;
-    if (bias >= 0) {
-      const Buffer& bb = L.buffer(bias);
-      bias_load = c.load(bb.root, t, {0, n.hint() > 1 ? bb.strides[0] : Size(0), 0}, bb.offset);
-    }
-    c.make_small_matmul(a_load, w_load, bias_load);
-    c.store(a_load, d, t, {n, 1, 0}, 0);  // the kernel computes D; the stored expression is not used
-  });
-  return true;
-}
-
 bool lower_linear(Lowerer& L, const graph::Node& n) {
   CallArgs args(n);
   const graph::Arg* x = args.get(0, "input");
@@ -134,7 +104,10 @@ bool lower_linear(Lowerer& L, const graph::Node& n) {
   auto am = operand(L, &a, true, {});
   auto wm = operand(L, &wb, true, {});
   if (!am || !wm) return false;
-  if (small_linear(L, n, t, a, *am, wb, *wm, bias_buffer)) return true;
+  const int d = output_buffer(L, n);
+  if (small_linear(L, {t, a, wb, bias_buffer, d, am->rows, wm->rows, am->cols, am->row_stride, am->col_stride,
+                       wm->row_stride, wm->col_stride}))
+    return true;
   MatmulStep s;
   s.dtype = t;
   s.m = am->rows;
@@ -148,7 +121,7 @@ bool lower_linear(Lowerer& L, const graph::Node& n) {
   s.b_col_stride = wm->row_stride;
   s.bias = bias_buffer;
   s.epilogue = bias_buffer >= 0 ? MatmulStep::Epilogue::Bias : MatmulStep::Epilogue::None;
-  s.d = output_buffer(L, n);
+  s.d = d;
   s.d_row_stride = s.n;
   s.node = n.id;
   L.add_matmul(s);
@@ -198,6 +171,34 @@ bool lower_product(Lowerer& L, const graph::Node& n) {
 }
 
 }  // namespace
+
+bool small_linear(Lowerer& L, const LinearOperands& p) {
+  if (!L.options().small_matmul) return false;
+  if (!codegen::all_static({p.m, p.n, p.k, p.a_row_stride, p.a_col_stride, p.w_row_stride, p.w_col_stride,
+                            L.buffer(p.a).offset, L.buffer(p.w).offset}))
+    return false;
+  const int64_t terms = p.m.hint() * p.n.hint() * p.k.hint();
+  if ((p.k.hint() > 1 && (p.a_col_stride.hint() != 1 || p.w_col_stride.hint() != 1)) ||
+      p.m.hint() > codegen::kSmallMatmulMaxRows || terms > kSmallMatmulMaxTerms || terms == 0)
+    return false;
+  if (p.bias >= 0 && !codegen::all_static({L.buffer(p.bias).strides[0], L.buffer(p.bias).offset})) return false;
+  std::vector<int> inputs = {p.a, p.w};
+  if (p.bias >= 0) inputs.push_back(p.bias);
+  L.add_kernel({p.m, p.n, p.k}, inputs, [&](Cluster& c) {
+    // Looked up here: sealing the inputs' producers may add buffers (and move the buffer list).
+    const Buffer &ab = L.buffer(p.a), &wb = L.buffer(p.w);
+    const int a_load = c.load(ab.root, p.dtype, {p.a_row_stride, 0, 1}, ab.offset);
+    const int w_load = c.load(wb.root, p.dtype, {0, p.w_row_stride, 1}, wb.offset);
+    int bias_load = -1;
+    if (p.bias >= 0) {
+      const Buffer& bb = L.buffer(p.bias);
+      bias_load = c.load(bb.root, p.dtype, {0, p.n.hint() > 1 ? bb.strides[0] : Size(0), 0}, bb.offset);
+    }
+    c.make_small_matmul(a_load, w_load, bias_load);
+    c.store(a_load, p.d, p.dtype, {p.n, 1, 0}, 0);  // the kernel computes D; the stored expression is not used
+  });
+  return true;
+}
 
 bool lower_matmul_op(Lowerer& L, const graph::Node& n, const std::string& op) {
   if (n.type != graph::ValueType::Tensor) return false;

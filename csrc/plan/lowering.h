@@ -251,6 +251,19 @@ bool lower_matmul_op(Lowerer& L, const graph::Node& n, const std::string& op);
 bool lower_view_op(Lowerer& L, const graph::Node& n, const std::string& op);
 bool lower_cat_op(Lowerer& L, const graph::Node& n, const std::string& op);
 bool lower_attention_op(Lowerer& L, const graph::Node& n, const std::string& op);
+
+// F.linear's D = A @ W^T (+ bias) as lowering has it: A [m, k] and W [n, k] addressed by their strides from their
+// buffers (ids), the bias (-1 for none) and D (row-major [m, n]) buffers.
+struct LinearOperands {
+  DType dtype = DType::F32;
+  int a = -1, w = -1, bias = -1, d = -1;
+  Size m = 0, n = 0, k = 0;
+  Size a_row_stride = 0, a_col_stride = 0, w_row_stride = 0, w_col_stride = 0;
+};
+// The product as a small-matmul kernel (lower_matmul.cpp) when lowering may make one and it is that small (static
+// sizes, at most 32 rows, under kSmallMatmulMaxTerms multiply-adds, A and W contiguous along k); false: the caller
+// plans a cuBLASLt call.
+bool small_linear(Lowerer& L, const LinearOperands& p);
 bool lower_gather_op(Lowerer& L, const graph::Node& n, const std::string& op);
 
 // store_keepdim_result's out_dims for a result over [outer..., row] of a rank-`rank` x reduced over its last k.

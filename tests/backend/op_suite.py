@@ -498,16 +498,25 @@ def mha_weights_used(x, attn):
 # three mask/dtype helper calls are computed while tracing (constant arguments), and the transpose back to
 # batch-first that is returned stays an extern op. (fastcomp.config.fused_attention off: the path for heads too
 # long for the attention kernel.) Each case its own function, so its cache entry is its own.
-UNFUSED = {"fused_attention": False}
+# small_matmul off: the projections stay cuBLASLt calls at every shape here (some have 32 rows or fewer).
+UNFUSED = {"fused_attention": False, "small_matmul": False}
+FUSED = {"small_matmul": False}
 case("mha_unfused_batch_first", lambda x, attn: attn(x, x, x)[0], mha_args(True), MHA_SHAPES, plan=(2, 4, 1),
      config=UNFUSED)
 case("mha_unfused_seq_first", lambda x, attn: attn(x, x, x, need_weights=False)[0] * 2, mha_args(False),
      MHA_SHAPES, plan=(3, 4, 0), config=UNFUSED)
 # By default the heads are one attention kernel between the two projections (the shapes' heads all fit in shared
 # memory, T=91 of width 64 just).
-case("mha_fused_batch_first", lambda x, attn: attn(x, x, x)[0], mha_args(True), MHA_SHAPES, plan=(1, 2, 1))
+case("mha_fused_batch_first", lambda x, attn: attn(x, x, x)[0], mha_args(True), MHA_SHAPES, plan=(1, 2, 1),
+     config=FUSED)
 case("mha_fused_seq_first", lambda x, attn: attn(x, x, x, need_weights=False)[0] * 2, mha_args(False),
-     MHA_SHAPES + ((2, 91, 128, 2),), plan=(2, 2, 0))
+     MHA_SHAPES + ((2, 91, 128, 2),), plan=(2, 2, 0), config=FUSED)
+# At 32 tokens or fewer (batch * seq) the two projections are small-matmul kernels, as F.linear's are.
+SMALL_MHA_SHAPES = ((2, 5, 24, 3), (3, 1, 16, 4), (1, 32, 64, 8))
+case("mha_fused_small_projections", lambda x, attn: attn(x, x, x)[0], mha_args(True), SMALL_MHA_SHAPES,
+     plan=(3, 0, 1))
+case("mha_unfused_small_projections", lambda x, attn: attn(x, x, x, need_weights=False)[0] * 2, mha_args(False),
+     SMALL_MHA_SHAPES, plan=(5, 2, 0), config={"fused_attention": False})
 # Keys that do not fit in shared memory (T=92, D=64): the four steps of the unfused heads.
 case("mha_fused_too_long_keeps_the_steps", lambda x, attn: attn(x, x, x, need_weights=False)[0] * 2,
      mha_args(False), ((2, 92, 128, 2),), plan=(3, 4, 0))

@@ -147,8 +147,8 @@ def test_w7_with_a_dynamic_batch_keeps_its_attention_kernel(rehearse):
     rec = records[1]
     assert rec["backend"].endswith("dynamic shapes (s0)"), rec["backend"]
     # The static W7's plan: one attention kernel for the heads, between the QKV and output projections; at batch 2
-    # (32 rows) its FF pair is two small-matmul kernels, which a symbolic batch makes cuBLASLt calls again.
-    assert backend_counts(records[0]["backend"]) == (6, 2, 0)
+    # (32 rows) its four products are small-matmul kernels, which a symbolic batch makes cuBLASLt calls again.
+    assert backend_counts(records[0]["backend"]) == (8, 0, 0)
     assert backend_counts(rec["backend"]) == (4, 4, 0)
     assert "kernel k0 attention shape=[s0,8,16,64]" in rec["plan"], rec["plan"]
     # t-major rows: q/k/v's t stride (3 * 512 * B) and o's (512 * B) and the grid follow the batch

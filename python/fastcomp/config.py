@@ -20,10 +20,11 @@ sees every change immediately. Environment variables give the start-up values:
   cuBLASLt's heuristic pick, so the algorithm, and with it the last bits of results, never depend on timing.
 - ``FASTCOMP_FUSED_ATTENTION`` (0/1, default 1): self-attention heads whose keys and values fit in shared memory
   run as one kernel; 0 runs them as a head-splitting kernel, two batched cuBLASLt products and a softmax kernel.
-- ``FASTCOMP_SMALL_MATMUL`` (0/1, default 1): ``F.linear`` of at most 32 rows (under 2^25 multiply-adds, both
-  operands contiguous along K) runs as a kernel of fastcomp's own, which saves the host a cuBLASLt call and needs no
-  cuBLASLt at all (a warm start plans none); not under ``mode="reduce-overhead"``, whose CUDA graphs replay
-  cuBLAS's (there faster) kernels at no host cost. 0 keeps cuBLASLt for every product.
+- ``FASTCOMP_SMALL_MATMUL`` (0/1, default 1): ``F.linear`` (and ``nn.MultiheadAttention``'s projections) of at
+  most 32 rows (under 2^25 multiply-adds, both operands contiguous along K) runs as a kernel of fastcomp's own,
+  which saves the host a cuBLASLt call and needs no cuBLASLt at all (a warm start plans none); not under
+  ``mode="reduce-overhead"``, whose CUDA graphs replay cuBLAS's (there faster) kernels at no host cost. 0 keeps
+  cuBLASLt for every product.
 """
 import contextlib
 import os

@@ -19,7 +19,6 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
-#include <utility>
 
 #include "codegen/emit_internal.h"
 #include "codegen/expr_emitter.h"
@@ -143,7 +142,7 @@ KernelSource emit_attention(const Kernel& k, const DeviceLimits& limits) {
   const std::string scaled_q = fmt::format(
       "{} * {}", vt.to_float(fmt::format("q[int64_t(t) * {} + int64_t(d) * {}]", q.t_stride, q.d_stride)),
       literal(DType::F32, k.attention_scale));
-  const std::pair<const char*, std::string> fields[] = {
+  src.code = fill_template(kAttentionKernel, {
       {"${name}", k.name},
       // A symbolic batch's grid is at least one block, even for B = 0.
       {"${grid_guard}", B.is_static() ? std::string()
@@ -177,9 +176,7 @@ KernelSource emit_attention(const Kernel& k, const DeviceLimits& limits) {
       {"${o_t_stride}", o.t_stride},
       {"${o_d_stride}", o.d_stride},
       {"${o_value}", vt.from_float("acc[i]")},
-  };
-  src.code = kAttentionKernel;
-  for (const auto& [marker, value] : fields) replace_all(src.code, marker, value);
+  });
   src.size_params = params.exprs();
   return src;
 }

@@ -169,6 +169,12 @@ void replace_all(std::string& text, const std::string& marker, const std::string
     text.replace(at, marker.size(), with);
 }
 
+std::string fill_template(const char* text, std::initializer_list<TemplateField> fields) {
+  std::string out = text;
+  for (const auto& [marker, value] : fields) replace_all(out, marker, value);
+  return out;
+}
+
 std::string kernel_params(const Kernel& k) {
   std::string out;
   for (size_t i = 0; i < k.inputs.size(); ++i)

@@ -4,7 +4,9 @@
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "codegen/kernel_ir.h"
@@ -66,6 +68,11 @@ std::string index_type_decl(bool wide);  // "using idx_t = int32_t;"
 
 // Replaces every `marker` in `text` with `with` (which may not contain the marker).
 void replace_all(std::string& text, const std::string& marker, const std::string& with);
+
+// A hand-written kernel's text (attention, small matmul): `text` with each field's marker ("${name}") replaced by
+// its value.
+using TemplateField = std::pair<const char*, std::string>;
+std::string fill_template(const char* text, std::initializer_list<TemplateField> fields);
 
 // `a` divided by `b`, rounded up.
 int64_t ceil_div(int64_t a, int64_t b);

@@ -15,7 +15,6 @@
 
 #include <algorithm>
 #include <string>
-#include <utility>
 
 #include "codegen/emit_internal.h"
 #include "codegen/expr_emitter.h"
@@ -109,7 +108,7 @@ KernelSource emit_small_matmul(const Kernel& k, const DeviceLimits& limits) {
     d_value = fmt::format("sum + {}", vt.to_float(fmt::format("in2[{} + col * {}]", b.storage_offset.hint(),
                                                               b.strides[1].hint())));
   }
-  const std::pair<const char*, std::string> fields[] = {
+  src.code = fill_template(kSmallMatmulKernel, {
       {"${name}", k.name},
       {"${shape}", join(k.shape)},
       {"${bias_text}", bias_text},
@@ -137,9 +136,7 @@ KernelSource emit_small_matmul(const Kernel& k, const DeviceLimits& limits) {
       {"${d_m}", std::to_string(d.strides[0].hint())},
       {"${d_n}", std::to_string(d.strides[1].hint())},
       {"${d_value}", vt.from_float(d_value)},
-  };
-  src.code = kSmallMatmulKernel;
-  for (const auto& [marker, value] : fields) replace_all(src.code, marker, value);
+  });
   return src;
 }
 

@@ -184,7 +184,7 @@ codegen::Kernel Cluster::kernel(const std::string& name, std::vector<int>* args)
     k.outputs.push_back(s.operand);
     args->push_back(s.buffer);
   }
-  if (attention_ || small_matmul_) {
+  if (hand_written_) {
     // One input per role, in the kernel's order, even where a load serves several.
     k.inputs.clear();
     std::vector<int> outputs(args->end() - static_cast<std::ptrdiff_t>(stores_.size()), args->end());
@@ -197,14 +197,13 @@ codegen::Kernel Cluster::kernel(const std::string& name, std::vector<int>* args)
     args->insert(args->end(), outputs.begin(), outputs.end());
     k.exprs.clear();
     k.stores.clear();
+    k.kind = *hand_written_;
   }
-  if (attention_) {
-    k.kind = codegen::Kernel::Kind::Attention;
+  if (k.kind == codegen::Kernel::Kind::Attention) {
     k.attention_scale = attention_scale_;
     k.attention_causal = attention_causal_;
     k.attention_rounding = attention_rounding_;
   }
-  if (small_matmul_) k.kind = codegen::Kernel::Kind::SmallMatmul;
   return k;
 }
 

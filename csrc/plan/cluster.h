@@ -38,13 +38,13 @@ class Cluster {
   // (one load may serve several, e.g. attention(x, x, x)) and its one store names o's buffer and layout (the
   // stored expression is not used: the kernel computes o).
   void make_attention(int q, int k, int v, double scale, bool causal, codegen::Kernel::AttentionRounding rounding) {
-    attention_ = true, role_loads_ = {q, k, v};
+    hand_written_ = codegen::Kernel::Kind::Attention, role_loads_ = {q, k, v};
     attention_scale_ = scale, attention_causal_ = causal, attention_rounding_ = rounding;
   }
   // A small-matmul kernel (kernel_ir.h) over an [M, N, K] space: a and w are Load expressions of the cluster, bias
   // one too or -1, and its one store names D's buffer and layout (the stored expression is not used).
   void make_small_matmul(int a, int w, int bias) {
-    small_matmul_ = true, role_loads_ = {a, w};
+    hand_written_ = codegen::Kernel::Kind::SmallMatmul, role_loads_ = {a, w};
     if (bias >= 0) role_loads_.push_back(bias);
   }
   // A sealed cluster has its place among the steps: it may gain outputs but no new loads (a buffer written
@@ -111,8 +111,8 @@ class Cluster {
   bool row_reduce_ = false;
   std::vector<bool> reduced_dims_;  // a column reduce's; empty otherwise
   std::optional<ReductionSplit> split_;
-  bool attention_ = false;
-  bool small_matmul_ = false;
+  // Attention or SmallMatmul: a kernel whose code is written by hand (no expressions), its inputs role_loads_.
+  std::optional<codegen::Kernel::Kind> hand_written_;
   std::vector<int> role_loads_;  // the loads in the kernel's input order: q, k, v (attention); a, w, bias (small matmul)
   double attention_scale_ = 1;
   bool attention_causal_ = false;

@@ -61,6 +61,11 @@ std::filesystem::path dump(const std::string& graph_text, const std::string& pla
   return dir;
 }
 
+// Small-matmul kernels save the host the cost of a cuBLASLt call (W5: 20.9 us a call against 35.7); replayed from a
+// CUDA graph that cost is gone and cuBLAS's kernels are the faster ones (W5 under reduce-overhead: 26.0 us with
+// the kernels against 21.8 with cuBLASLt; H100, benchmarks/results/2026-11-25_nvidia-h100_small-matmul.md).
+bool small_matmul(bool cuda_graphs) { return config().small_matmul && !cuda_graphs; }
+
 void add_tf32_guard(frontend::GuardSet& guards) {
   PyRef c = PyRef::steal(PyObject_GetAttrString(frontend::torch_refs().torch.get(), "_C"));
   PyRef fn = c ? PyRef::steal(PyObject_GetAttrString(c.get(), "_get_cublas_allow_tf32")) : PyRef();
@@ -87,13 +92,6 @@ BuiltExecutable torch_runner(graph::Graph graph, const std::string& why) {
   return out;
 }
 
-}  // namespace
-
-// Small-matmul kernels save the host the cost of a cuBLASLt call (W5: 26 us a call against 51); replayed from a
-// CUDA graph that cost is gone and cuBLAS's kernels are the faster ones (W5: 22 us against 26; H100,
-// benchmarks/results/2026-11-25_nvidia-h100_small-matmul.md), so reduce-overhead keeps cuBLASLt.
-namespace {
-bool small_matmul(bool cuda_graphs) { return config().small_matmul && !cuda_graphs; }
 }  // namespace
 
 // Tests on machines without a GPU: lower and emit CPU graphs as if they were on an H100 and compile the CUDA C

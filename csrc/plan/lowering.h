@@ -251,6 +251,7 @@ bool lower_matmul_op(Lowerer& L, const graph::Node& n, const std::string& op);
 bool lower_view_op(Lowerer& L, const graph::Node& n, const std::string& op);
 bool lower_cat_op(Lowerer& L, const graph::Node& n, const std::string& op);
 bool lower_attention_op(Lowerer& L, const graph::Node& n, const std::string& op);
+bool lower_gather_op(Lowerer& L, const graph::Node& n, const std::string& op);
 
 // F.linear's D = A @ W^T (+ bias) as lowering has it: A [m, k] and W [n, k] addressed by their strides from their
 // buffers (ids), the bias (-1 for none) and D (row-major [m, n]) buffers.
@@ -264,7 +265,6 @@ struct LinearOperands {
 // sizes, at most 32 rows, under kSmallMatmulMaxTerms multiply-adds, A and W contiguous along k); false: the caller
 // plans a cuBLASLt call.
 bool small_linear(Lowerer& L, const LinearOperands& p);
-bool lower_gather_op(Lowerer& L, const graph::Node& n, const std::string& op);
 
 // store_keepdim_result's out_dims for a result over [outer..., row] of a rank-`rank` x reduced over its last k.
 std::vector<int> keepdim_rows(size_t rank, int k);

@@ -99,20 +99,23 @@ def make_plan(sections, workloads, overhead_cases, modes, device: str, scale: fl
 # starting Python and torch, building the case, timing it; plus the compiler's cold and warm starts (on the
 # H200 host in November 2026, torch.compile's warm start cost nearly what its cold one did).
 PROCESS_S = {"cpu": 3.0, "cuda": 5.0}
-COLD_COMPILE_S = {"eager": 0.0, "tc": 14.0, "tc-ro": 16.0, "tc-eager": 2.5, "fc": 0.5, "fc-ro": 0.5, "fc-noattn": 0.5,
-                  "fc-ro-noattn": 0.5, "fc-lt": 0.5, "fc-ro-lt": 0.5}
-WARM_COMPILE_S = {"tc": 12.0, "tc-ro": 14.0, "fc": 0.2, "fc-ro": 0.2, "fc-noattn": 0.2, "fc-ro-noattn": 0.2,
-                  "fc-lt": 0.2, "fc-ro-lt": 0.2}
+# Every fastcomp mode (fc, fc-ro and their A/B variants) starts alike.
+COLD_COMPILE_S = {"eager": 0.0, "tc": 14.0, "tc-ro": 16.0, "tc-eager": 2.5, "fastcomp": 0.5}
+WARM_COMPILE_S = {"tc": 12.0, "tc-ro": 14.0, "fastcomp": 0.2}
+
+
+def _compiler_key(mode: str) -> str:
+    return "fastcomp" if MODES[mode].compiler_module == "fastcomp" else mode
 
 
 def estimated_seconds(job: Job) -> float:
     per_process = PROCESS_S["cuda" if job.device.startswith("cuda") else "cpu"]
-    compile_s = COLD_COMPILE_S.get(job.mode, 5.0)
+    compile_s = COLD_COMPILE_S.get(_compiler_key(job.mode), 5.0)
     if job.section == "overhead":  # one compile per cache entry; later ones skip the compiler's start-up
         compile_s *= 1 + 0.3 * (OVERHEAD_CASES[job.case].cache_entries - 1)
     seconds = per_process + compile_s
     if job.warm:
-        seconds += per_process + WARM_COMPILE_S.get(job.mode, 1.0)
+        seconds += per_process + WARM_COMPILE_S.get(_compiler_key(job.mode), 1.0)
     return seconds
 
 

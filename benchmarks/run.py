@@ -43,8 +43,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                                            "workloads,overhead on a GPU, cpu,overhead otherwise)")
     parser.add_argument("--workloads", help="comma-separated ids, e.g. W1,W5 (default: all)")
     parser.add_argument("--overhead-cases", help=f"comma-separated, from {','.join(OVERHEAD_CASES)}")
-    parser.add_argument("--modes", help="comma-separated, from eager,tc,tc-ro,tc-eager,fc,fc-ro,fc-noattn,fc-ro-noattn,fc-lt,fc-ro-lt "
-                                        "(default: eager,tc,tc-ro,fc,fc-ro on a GPU, eager,tc-eager,fc on the CPU)")
+    parser.add_argument("--modes", help=f"comma-separated, from {','.join(MODES)} (default: eager,tc,tc-ro,fc,fc-ro on "
+                                        "a GPU, eager,tc-eager,fc on the CPU)")
     parser.add_argument("--warm-modes", help="comma-separated: measure warm starts only for these modes (default: "
                                              "every mode with a disk cache); e.g. fc,fc-ro leaves out "
                                              "torch.compile's 10-15 s warm starts")

@@ -43,42 +43,73 @@ extern "C" __global__ void __launch_bounds__(@WARPS@ * 32) k(const float* __rest
   }
 }
 '''
-def run(M, N, K, R, V, WARPS, UNR=2):
-    sl = -(-(-(-K // WARPS)) // V) * V
-    src = T
-    for a, b in dict(RR=R, VV=V, MM=M, NN=N, KK=K, SL=sl, WARPS=WARPS, UNR=UNR).items(): src = src.replace('@' + a + '@', str(b))
-    kern = cupy.RawKernel(src, "k", options=("-std=c++17",))
-    A = torch.randn(M, K, device="cuda"); W = torch.randn(N, K, device="cuda"); b = torch.randn(N, device="cuda")
-    D = torch.empty(M, N, device="cuda")
-    grid = (-(-N // 32)) * (-(-M // R))
-    a_, w_, b_, d_ = (cupy.from_dlpack(t) for t in (A, W, b, D))
-    def launch():
-        with cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
-            kern((grid,), (WARPS * 32,), (a_, w_, b_, d_))
-    launch(); torch.cuda.synchronize()
-    err = ((D.double() - torch.nn.functional.linear(A.double(), W.double(), b.double())).norm() / D.double().norm()).item()
-    best = graph_us(launch)
-    return best, err, grid
-def torch_us(M, N, K):
-    A = torch.randn(M, K, device="cuda"); W = torch.randn(N, K, device="cuda"); b = torch.randn(N, device="cuda")
-    return graph_us(lambda: torch.nn.functional.linear(A, W, b))
-def graph_us(fn):
-    for _ in range(3): fn()
+
+
+def ceil_div(a, b):
+    return -(-a // b)
+
+
+def graph_us(fn, calls=100):
+    """GPU µs per call of `fn`, replayed from a CUDA graph of `calls` calls (best of 5)."""
+    for _ in range(3):
+        fn()
     torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(100): fn()
-    best = 1e9
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    best = float("inf")
     for _ in range(5):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record(); g.replay(); e.record(); torch.cuda.synchronize(); best = min(best, s.elapsed_time(e) * 10)
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        stop.record()
+        torch.cuda.synchronize()
+        best = min(best, start.elapsed_time(stop) * 1e3 / calls)
     return best
-for (M, N, K) in [(32, 1024, 512), (32, 512, 1024), (1, 4096, 1024), (8, 2048, 2048)]:
-    print(f"--- {M}x{N}x{K}: cuBLAS (torch F.linear, graph-replayed) {torch_us(M, N, K):.2f} us")
-    for R, V, WARPS in [(4, 4, 8), (8, 4, 8), (8, 8, 8), (8, 8, 16), (16, 8, 8), (32, 4, 8), (32, 8, 16), (4, 8, 16)]:
-        if R > M and R != 4: continue
-        try:
-            us, err, grid = run(M, N, K, R, V, WARPS)
-            print(f"R={R:2d} V={V} warps={WARPS:2d} grid={grid:4d}: {us:6.2f} us (err {err:.1e})")
-        except Exception as ex:
-            print(R, V, WARPS, "failed", str(ex)[:200])
+
+
+def variant_us(M, N, K, R, V, warps, unroll=2):
+    """(µs per call, relative error against float64, blocks) of the kernel with R rows a block, V floats a load and
+    `warps` warps splitting K (each a slice of a whole number of loads)."""
+    fields = dict(RR=R, VV=V, MM=M, NN=N, KK=K, SL=ceil_div(ceil_div(K, warps), V) * V, WARPS=warps, UNR=unroll)
+    source = T
+    for marker, value in fields.items():
+        source = source.replace(f"@{marker}@", str(value))
+    kernel = cupy.RawKernel(source, "k", options=("-std=c++17",))
+    A, W, b = torch.randn(M, K, device="cuda"), torch.randn(N, K, device="cuda"), torch.randn(N, device="cuda")
+    D = torch.empty(M, N, device="cuda")
+    grid = ceil_div(N, 32) * ceil_div(M, R)
+    args = tuple(cupy.from_dlpack(t) for t in (A, W, b, D))
+
+    def launch():  # on torch's stream, so that torch's graph capture records it
+        with cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
+            kernel((grid,), (warps * 32,), args)
+
+    launch()
+    torch.cuda.synchronize()
+    ref = torch.nn.functional.linear(A.double(), W.double(), b.double())
+    return graph_us(launch), ((D.double() - ref).norm() / ref.norm()).item(), grid
+
+
+def cublas_us(M, N, K):
+    A, W, b = torch.randn(M, K, device="cuda"), torch.randn(N, K, device="cuda"), torch.randn(N, device="cuda")
+    return graph_us(lambda: torch.nn.functional.linear(A, W, b))
+
+
+def main():
+    for M, N, K in [(32, 1024, 512), (32, 512, 1024), (1, 4096, 1024), (8, 2048, 2048)]:
+        print(f"--- {M}x{N}x{K}: cuBLAS (torch F.linear, graph-replayed) {cublas_us(M, N, K):.2f} us")
+        for R, V, warps in [(4, 4, 8), (8, 4, 8), (8, 8, 8), (8, 8, 16), (16, 8, 8), (32, 4, 8), (32, 8, 16),
+                            (4, 8, 16)]:
+            if R > max(M, 4):  # rows past M only repeat the last one
+                continue
+            try:
+                us, err, grid = variant_us(M, N, K, R, V, warps)
+                print(f"R={R:2d} V={V} warps={warps:2d} grid={grid:4d}: {us:6.2f} us (err {err:.1e})")
+            except Exception as e:  # e.g. too much shared memory for 32 rows and 16 warps
+                print(f"R={R:2d} V={V} warps={warps:2d}: failed: {str(e)[:200]}")
+
+
+if __name__ == "__main__":
+    main()

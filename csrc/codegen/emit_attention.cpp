@@ -5,12 +5,18 @@
 // round trips through memory for a few MFLOP a head: W10 has T=32, D=64, 16 heads), and for
 // F.scaled_dot_product_attention without a mask tensor (otherwise a call into torch).
 //
-// One block of 8 warps takes one head and a run of its query rows: it copies the head's keys and values into
-// shared memory once (keys padded to D + 1 columns, so the 32 lanes reading 32 keys at one column hit 32 banks),
-// then each warp takes a query row at a time: the scaled row in shared memory, lane j's scores for keys j,
-// j + 32, ... (up to the row's own position under a causal mask), the row's max and sum by warp shuffles, the
-// probabilities, then lane d's outputs for columns d, d + 32, ... with each probability broadcast by a shuffle.
-// The scores never leave registers.
+// One block of 8 warps takes one head and a run of R query rows (a multiple of 8): it copies the head's keys and
+// values and its R scaled query rows into shared memory (keys padded to D + 1 columns, so 32 lanes reading 32
+// keys at one column hit 32 banks; 4 elements a load where the layout allows), then warp w takes rows w, w + 8,
+// ... all at once: lane j's scores for keys j, j + 32, ... of every such row (each key column read once for all
+// of the warp's rows, the query entries 4 at a time as one broadcast), the rows' max and sum by warp shuffles,
+// the probabilities written over the warp's own query rows, then lane d's outputs for columns d, d + 32, ... with
+// the probabilities read 4 at a time as broadcasts. Register tiles of rows x keys and rows x columns are what
+// keep the shared-memory traffic per multiply-add low: one row a warp at a time left W7's kernel waiting on
+// shared memory (20.8 us on an H100).
+//
+// Each score and output is the same fmaf chain in the same order as one query row at a time would compute
+// (over d, then over keys), so the rows a warp shares change no result.
 //
 // Under dynamic shapes the batch B may be a symbol (H, T and D stay constants: they size the shared arrays and
 // loops); then the grid, and the strides and offsets that depend on B, are size parameters of the kernel.
@@ -27,79 +33,160 @@
 namespace fastcomp::codegen::detail {
 namespace {
 
-constexpr int kWarps = 8;  // warps per block; each takes every 8th query row of the block's run
+constexpr int kWarps = 8;  // warps per block; warp w takes the block's rows w, w + 8, ...
 // A symbolic batch launches exactly B * H * row_blocks blocks per call (kernel_ir.h's grid_items); this is the
 // "most blocks" that clamps it, CUDA's limit on gridDim.x, so no block is ever dropped.
 constexpr int64_t kMaxGridX = 2147483647;
 
-// The kernel, with ${...} fields filled in by emit_attention. Unrolled: the K/V copy by 2 (four loads in flight
-// a thread), the scores' dot products by 4, the probabilities' loop not at all: NVRTC's time for this kernel
-// grows fast with unrolling (W7's: 74 ms over an empty program with the compiler's own choices, 41 ms with
-// these, on a 2-core Xeon), and cold starts pay it.
-constexpr const char* kAttentionKernel = R"cuda(// ${name}: ${causal}attention over [B, H, T, D] = [${shape}]: softmax(q k^T) v per head, one block per head and ${rows} query rows (${row_blocks} a head), keys and values in shared memory (${shared_bytes} bytes)
-extern "C" __global__ void __launch_bounds__(${block}) ${name}(${params}) {
-  constexpr int T = ${T}, D = ${D}, kRows = ${rows};
+// The width of a shared row that holds a query row (D entries), then that row's probabilities (T entries): a
+// multiple of 4 so that every row starts 16-byte aligned for the 4-entry broadcast reads.
+int64_t shared_row_width(int64_t t, int64_t d) { return (std::max(t, d) + 3) / 4 * 4; }
+
+int64_t shared_bytes(int64_t rows, int64_t t, int64_t d) {
+  return (rows * shared_row_width(t, d) + t * (2 * d + 1)) * int64_t{sizeof(float)};
+}
+
+// The kernel, with ${...} fields filled in by emit_attention. The copy loops are unrolled by 4 (loads in
+// flight); the two product loops are not (their bodies already hold RW x KC x 4 multiply-adds): NVRTC's time for
+// this kernel grows fast with unrolling, and cold starts pay it.
+constexpr const char* kAttentionKernel = R"cuda(// ${name}: ${causal}attention over [B, H, T, D] = [${shape}]: softmax(q k^T) v per head, a block per head and ${rows} query rows (${row_blocks} a head), ${rows_per_warp} a warp; q rows, keys and values in shared memory (${shared_bytes} bytes)
+template <bool kVector>
+__device__ __forceinline__ void ${name}_head(${params}) {
+  constexpr int T = ${T}, D = ${D}, R = ${rows}, RW = ${rows_per_warp}, W = ${row_width};
+  constexpr int KC = (T + 31) / 32, DC = (D + 31) / 32;  // keys, columns a lane
+  constexpr int DS = D % 4 == 0 ? 4 : 1, JS = T % 4 == 0 ? 4 : 1;  // entries a broadcast read of q, of p
+  alignas(16) __shared__ float qp[R][W];  // the block's query rows, scaled; then the same rows' probabilities
   __shared__ float ks[T][D + 1];
   __shared__ float vs[T][D];
-  __shared__ float qs[${warps}][D];
 ${grid_guard}  const int64_t head = blockIdx.x / ${row_blocks}, b = head / ${H}, h = head % ${H};
-  const int t0 = (blockIdx.x % ${row_blocks}) * kRows, t_end = min(t0 + kRows, T);
+  const int t0 = (blockIdx.x % ${row_blocks}) * R;
   const ${elem}* __restrict__ q = in0 + (${q_base});
   const ${elem}* __restrict__ k = in1 + (${k_base});
   const ${elem}* __restrict__ v = in2 + (${v_base});
   ${elem}* __restrict__ o = out0 + (${o_base});
-#pragma unroll 2
-  for (int i = threadIdx.x; i < T * D; i += ${block}) {
-    const int t = i / D, d = i % D;
-    ks[t][d] = ${k_elem};
-    vs[t][d] = ${v_elem};
+  if constexpr (kVector) {  // d is contiguous and every row 4-element aligned: 4 elements a load
+#pragma unroll 4
+    for (int i = threadIdx.x; i < T * (D / 4); i += ${block}) {
+      const int t = i / (D / 4), d = i % (D / 4) * 4;
+      ${elem} kv[4], vv[4];
+      fc_load<4, true>(k + int64_t(t) * ${k_t_stride} + d, kv);
+      fc_load<4, true>(v + int64_t(t) * ${v_t_stride} + d, vv);
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        ks[t][d + u] = ${k_vec_elem};
+        vs[t][d + u] = ${v_vec_elem};
+      }
+    }
+    for (int i = threadIdx.x; i < R * (D / 4); i += ${block}) {
+      const int r = i / (D / 4), d = i % (D / 4) * 4, t = min(t0 + r, T - 1);
+      ${elem} qv[4];
+      fc_load<4, true>(q + int64_t(t) * ${q_t_stride} + d, qv);
+#pragma unroll
+      for (int u = 0; u < 4; ++u) qp[r][d + u] = t0 + r < T ? ${q_vec_scaled} : 0.0f;
+    }
+  } else {
+#pragma unroll 4
+    for (int i = threadIdx.x; i < T * D; i += ${block}) {
+      const int t = i / D, d = i % D;
+      ks[t][d] = ${k_elem};
+      vs[t][d] = ${v_elem};
+    }
+    for (int i = threadIdx.x; i < R * D; i += ${block}) {
+      const int r = i / D, d = i % D, t = min(t0 + r, T - 1);
+      qp[r][d] = t0 + r < T ? ${q_scaled} : 0.0f;
+    }
   }
   __syncthreads();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  for (int t = t0 + warp; t < t_end; t += ${warps}) {
-    for (int d = lane; d < D; d += 32) qs[warp][d] = ${q_scaled};
+  // Scores of the warp's rows (rows past T are zeros, never stored) for keys lane, lane + 32, ...; keys past T
+  // read the last one and are masked below.
+  float s[RW][KC];
+#pragma unroll
+  for (int i = 0; i < RW; ++i)
+#pragma unroll
+    for (int c = 0; c < KC; ++c) s[i][c] = 0.0f;
+#pragma unroll 1
+  for (int d = 0; d < D; d += DS) {
+    float kd[KC][DS];
+#pragma unroll
+    for (int c = 0; c < KC; ++c)
+#pragma unroll
+      for (int u = 0; u < DS; ++u) kd[c][u] = ks[min(c * 32 + lane, T - 1)][d + u];
+#pragma unroll
+    for (int i = 0; i < RW; ++i) {
+      float qd[DS];
+      fc_load<DS, DS == 4>(&qp[warp + 8 * i][d], qd);
+#pragma unroll
+      for (int c = 0; c < KC; ++c)
+#pragma unroll
+        for (int u = 0; u < DS; ++u) s[i][c] = fmaf(qd[u], kd[c][u], s[i][c]);
+    }
+  }
+  // Softmax over each row's keys (all T, or with a causal mask those up to the row's own position).
+#pragma unroll
+  for (int i = 0; i < RW; ++i) {
     const int keys = ${keys};
-    __syncwarp();
-    float s[${key_chunks}];
     float m = __int_as_float(0xff800000);
 #pragma unroll
-    for (int c = 0; c < ${key_chunks}; ++c) {
-      const int j = c * 32 + lane;
-      float acc = 0.0f;
-      if (j < keys) {
-#pragma unroll 4
-        for (int d = 0; d < D; ++d) acc = fmaf(qs[warp][d], ks[j][d], acc);
-${round_scores}        m = fc_max(m, acc);
-      }
-      s[c] = acc;
+    for (int c = 0; c < KC; ++c) {
+${round_scores}      if (c * 32 + lane < keys) m = fc_max(m, s[i][c]);
     }
     m = fc_warp_reduce(m, fc_max_op());
     float l = 0.0f;
 #pragma unroll
-    for (int c = 0; c < ${key_chunks}; ++c) {
-      s[c] = c * 32 + lane < keys ? expf(s[c] - m) : 0.0f;
-      l += s[c];
+    for (int c = 0; c < KC; ++c) {
+      s[i][c] = c * 32 + lane < keys ? expf(s[i][c] - m) : 0.0f;
+      l += s[i][c];
     }
     l = fc_warp_reduce(l, fc_sum_op());
-    float acc[${column_chunks}];
 #pragma unroll
-    for (int i = 0; i < ${column_chunks}; ++i) acc[i] = 0.0f;
-#pragma unroll
-    for (int c = 0; c < ${key_chunks}; ++c) {
-      const float p_lane = ${p_lane};  // softmax's output, rounded as torch's is, before the product
-#pragma unroll 1
-      for (int jj = 0; jj < 32 && c * 32 + jj < keys; ++jj) {  // the same bound in every lane
-        const float p = __shfl_sync(0xffffffffu, p_lane, jj);
-#pragma unroll
-        for (int i = 0; i < ${column_chunks}; ++i)
-          if (lane + 32 * i < D) acc[i] = fmaf(p, vs[c * 32 + jj][lane + 32 * i], acc[i]);
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < ${column_chunks}; ++i)
-      if (lane + 32 * i < D) o[int64_t(t) * ${o_t_stride} + int64_t(lane + 32 * i) * ${o_d_stride}] = ${o_value};
-    __syncwarp();  // the next row overwrites qs[warp]
+    for (int c = 0; c < KC; ++c) s[i][c] = ${p};  // softmax's output, rounded as torch's is, before the product
   }
+  __syncwarp();  // every lane is done reading the warp's query rows
+#pragma unroll
+  for (int i = 0; i < RW; ++i)
+#pragma unroll
+    for (int c = 0; c < KC; ++c)
+      if (c * 32 + lane < T) qp[warp + 8 * i][c * 32 + lane] = s[i][c];  // 0 past the row's keys
+  __syncwarp();
+  // Outputs of the warp's rows for columns lane, lane + 32, ...; probabilities past a causal row's keys are 0, so
+  // the loop ends at the warp's last row's keys.
+  float acc[RW][DC];
+#pragma unroll
+  for (int i = 0; i < RW; ++i)
+#pragma unroll
+    for (int c = 0; c < DC; ++c) acc[i][c] = 0.0f;
+  const int j_end = ${j_end};
+#pragma unroll 1
+  for (int j = 0; j < j_end; j += JS) {
+    float vj[DC][JS];
+#pragma unroll
+    for (int c = 0; c < DC; ++c)
+#pragma unroll
+      for (int u = 0; u < JS; ++u) vj[c][u] = vs[j + u][min(c * 32 + lane, D - 1)];
+#pragma unroll
+    for (int i = 0; i < RW; ++i) {
+      float pj[JS];
+      fc_load<JS, JS == 4>(&qp[warp + 8 * i][j], pj);
+#pragma unroll
+      for (int c = 0; c < DC; ++c)
+#pragma unroll
+        for (int u = 0; u < JS; ++u) acc[i][c] = fmaf(pj[u], vj[c][u], acc[i][c]);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < RW; ++i) {
+    const int t = t0 + warp + 8 * i;
+    if (t < T)
+#pragma unroll
+      for (int c = 0; c < DC; ++c)
+        if (c * 32 + lane < D)
+          o[int64_t(t) * ${o_t_stride} + int64_t(c * 32 + lane) * ${o_d_stride}] = ${o_value};
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(${block}) ${name}(${params}) {
+  ${name}_head<${vector}>(${args});
 }
 )cuda";
 
@@ -114,34 +201,51 @@ HeadLayout head_layout(const Operand& o, SizeParams& params) {
           params.text(o.strides[2]), params.text(o.strides[3])};
 }
 
+// Whether an input's rows of D elements can be read 4 at a time: d contiguous, and every head's rows start on a
+// multiple of 4 elements past the operand's first one (which the executable checks is aligned).
+bool rows_of_four(const Operand& o, int64_t d) {
+  if (d % 4 != 0 || !o.strides[3].is_static() || o.strides[3].hint() != 1) return false;
+  for (int i = 0; i < 3; ++i)
+    if (!o.strides[i].is_static() || o.strides[i].hint() % 4 != 0) return false;
+  return true;
+}
+
 }  // namespace
 
 KernelSource emit_attention(const Kernel& k, const DeviceLimits& limits) {
   const ValueType vt{k.inputs[0].dtype};
   const bool every_step = k.attention_rounding == Kernel::AttentionRounding::EveryStep;
-  // The keys a query row sees: all T, or with a causal mask those up to its own position.
-  const char* keys = k.attention_causal ? "t + 1" : "T";
   const Size& B = k.shape[0];
   const int64_t H = k.shape[1].hint(), T = k.shape[2].hint(), D = k.shape[3].hint();
-  // Blocks for about two waves of the GPU (at the trace-time batch when it is a symbol): small batches split each
-  // head's queries over several blocks (each copies the head's keys and values again, from L2), large ones take
-  // a head a block.
-  int64_t row_blocks = std::clamp<int64_t>(ceil_div(2 * limits.sm_count, std::max<int64_t>(B.hint() * H, 1)), 1,
-                                           ceil_div(T, kWarps));
-  const int64_t rows = ceil_div(T, row_blocks);
-  row_blocks = ceil_div(T, rows);
+  // Rows a block: enough blocks for one a multiprocessor (at the trace-time batch when it is a symbol) -- small
+  // batches split each head's queries over several blocks, each copying the head's keys and values again, from
+  // L2 -- then as many rows a warp as shared memory holds, so each key and value read serves more rows.
+  const int64_t heads = std::max<int64_t>(B.hint() * H, 1);
+  const int64_t wanted_blocks = std::clamp<int64_t>(ceil_div(limits.sm_count, heads), 1, ceil_div(T, kWarps));
+  int64_t rows_per_warp = ceil_div(ceil_div(T, wanted_blocks), kWarps);
+  while (rows_per_warp > 1 && shared_bytes(rows_per_warp * kWarps, T, D) > kAttentionSharedBytes) --rows_per_warp;
+  // The same number of blocks with the rows spread evenly (64 rows that fit 56 at a time: two blocks of 32).
+  const int64_t row_blocks = ceil_div(T, rows_per_warp * kWarps);
+  rows_per_warp = ceil_div(ceil_div(T, row_blocks), kWarps);
+  const int64_t rows = rows_per_warp * kWarps;
   const Size blocks = B * Size(H * row_blocks);
   KernelSource src = source_for(k, kWarps * 32, B.is_static() ? std::max<int64_t>(blocks.hint(), 1) : kMaxGridX);
   if (!B.is_static()) src.grid_items = blocks.sym();
-  const int64_t key_chunks = ceil_div(T, 32), column_chunks = ceil_div(D, 32);
+  const bool vector = rows_of_four(k.inputs[0], D) && rows_of_four(k.inputs[1], D) && rows_of_four(k.inputs[2], D);
+  if (vector)
+    for (size_t i = 0; i < 3; ++i) add_vector_operand(src, k, i, 4);
   SizeParams params;
   const HeadLayout q = head_layout(k.inputs[0], params), key = head_layout(k.inputs[1], params),
                    v = head_layout(k.inputs[2], params), o = head_layout(k.outputs[0], params);
 
   // torch scales q before the product (F.multi_head_attention_forward's q * D^-1/2, rounded).
-  const std::string scaled_q = fmt::format(
-      "{} * {}", vt.to_float(fmt::format("q[int64_t(t) * {} + int64_t(d) * {}]", q.t_stride, q.d_stride)),
-      literal(DType::F32, k.attention_scale));
+  auto scaled = [&](const std::string& element) {
+    const std::string x = fmt::format("{} * {}", vt.to_float(element), literal(DType::F32, k.attention_scale));
+    return every_step ? vt.round(x) : x;
+  };
+  auto element = [](const char* pointer, const HeadLayout& l) {
+    return fmt::format("{}[int64_t(t) * {} + int64_t(d) * {}]", pointer, l.t_stride, l.d_stride);
+  };
   src.code = fill_template(kAttentionKernel, {
       {"${name}", k.name},
       // A symbolic batch's grid is at least one block, even for B = 0.
@@ -149,33 +253,42 @@ KernelSource emit_attention(const Kernel& k, const DeviceLimits& limits) {
                                       : fmt::format("  if (blockIdx.x >= {}) return;\n", params.text(blocks))},
       {"${causal}", k.attention_causal ? "causal " : ""},
       {"${shape}", join(k.shape)},
-      {"${shared_bytes}", std::to_string(attention_shared_bytes(T, D))},
+      {"${shared_bytes}", std::to_string(shared_bytes(rows, T, D))},
       {"${block}", std::to_string(src.block)},
       {"${params}", kernel_params(k)},
+      {"${args}", kernel_args(k)},
+      {"${vector}", vector ? "kVectorAccess" : "false"},  // without vector operands the program may not declare it
       {"${T}", std::to_string(T)},
       {"${D}", std::to_string(D)},
       {"${H}", std::to_string(H)},
       {"${rows}", std::to_string(rows)},
+      {"${rows_per_warp}", std::to_string(rows_per_warp)},
+      {"${row_width}", std::to_string(shared_row_width(T, D))},
       {"${row_blocks}", std::to_string(row_blocks)},
-      {"${warps}", std::to_string(kWarps)},
       {"${elem}", dtype_c_type(vt.t)},
       {"${q_base}", q.base},
       {"${k_base}", key.base},
       {"${v_base}", v.base},
       {"${o_base}", o.base},
-      {"${k_elem}", vt.to_float(fmt::format("k[int64_t(t) * {} + int64_t(d) * {}]", key.t_stride, key.d_stride))},
-      {"${v_elem}", vt.to_float(fmt::format("v[int64_t(t) * {} + int64_t(d) * {}]", v.t_stride, v.d_stride))},
-      {"${q_scaled}", every_step ? vt.round(scaled_q) : scaled_q},
-      {"${keys}", keys},
-      {"${key_chunks}", std::to_string(key_chunks)},
-      {"${column_chunks}", std::to_string(column_chunks)},
+      {"${q_t_stride}", q.t_stride},
+      {"${k_t_stride}", key.t_stride},
+      {"${v_t_stride}", v.t_stride},
+      {"${k_vec_elem}", vt.to_float("kv[u]")},
+      {"${v_vec_elem}", vt.to_float("vv[u]")},
+      {"${q_vec_scaled}", scaled("qv[u]")},
+      {"${k_elem}", vt.to_float(element("k", key))},
+      {"${v_elem}", vt.to_float(element("v", v))},
+      {"${q_scaled}", scaled(element("q", q))},
+      // The keys a query row sees: all T, or with a causal mask those up to its own position.
+      {"${keys}", k.attention_causal ? "min(t0 + warp + 8 * i + 1, T)" : "T"},
+      {"${j_end}", k.attention_causal ? "min(t0 + warp + 8 * (RW - 1) + 1, T)" : "T"},
       {"${round_scores}", vt.t != DType::F32 && every_step
-                              ? fmt::format("        acc = {};  // the scores GEMM's output\n", vt.round("acc"))
+                              ? fmt::format("      s[i][c] = {};  // the scores GEMM's output\n", vt.round("s[i][c]"))
                               : std::string()},
-      {"${p_lane}", vt.round("s[c] / l")},
+      {"${p}", vt.round("s[i][c] / l")},
       {"${o_t_stride}", o.t_stride},
       {"${o_d_stride}", o.d_stride},
-      {"${o_value}", vt.from_float("acc[i]")},
+      {"${o_value}", vt.from_float("acc[i][c]")},
   });
   src.size_params = params.exprs();
   return src;
@@ -185,8 +298,6 @@ KernelSource emit_attention(const Kernel& k, const DeviceLimits& limits) {
 
 namespace fastcomp::codegen {
 
-int64_t attention_shared_bytes(int64_t t, int64_t d) {
-  return (t * (2 * d + 1) + detail::kWarps * d) * int64_t{sizeof(float)};
-}
+int64_t attention_shared_bytes(int64_t t, int64_t d) { return detail::shared_bytes(detail::kWarps, t, d); }
 
 }  // namespace fastcomp::codegen

@@ -181,6 +181,42 @@ std::string element_statements(const Kernel& k, const Plan& p, LoadText load, co
   return out;
 }
 
+// Per input, the register array its vector groups are loaded into: its own, or an earlier input's when both are
+// pieces of a cat -- loaded inputs with ranges over the same dimension (which no group straddles) that are
+// disjoint, so that each group reads one of them at most, and each is used only inside its own range. A cat of
+// n pieces then holds one group in registers, read by one load from the piece whose range the group is in: W9's
+// rotary line (x's halves swapped) took 47 registers a thread with an array and a load per half, 32 with one of
+// each, the difference between 5 and 8 resident blocks of 256 threads.
+struct RegisterArrays {
+  std::vector<int> of;                     // per input: the input whose array it uses (itself, or an earlier one)
+  std::vector<std::vector<size_t>> pieces; // per input that owns an array: the inputs loaded into it, in order
+};
+RegisterArrays register_arrays(const Kernel& k, const Plan& p) {
+  const size_t n_in = k.inputs.size();
+  RegisterArrays a{std::vector<int>(n_in), std::vector<std::vector<size_t>>(n_in)};
+  auto disjoint = [](const DimRange& x, const DimRange& y) {
+    return known_ge(y.begin, x.end) || known_ge(x.begin, y.end);
+  };
+  for (size_t o = 0; o < n_in; ++o) {
+    a.of[o] = static_cast<int>(o);
+    if (!p.loaded[o] || p.lanes[o] != Lane::Vector) continue;
+    const DimRange& r = k.inputs[o].valid;
+    if (!guard(k, p, o).empty())
+      for (size_t j = 0; j < o; ++j) {
+        const std::vector<size_t>& pieces = a.pieces[j];
+        if (pieces.empty() || guard(k, p, j).empty() || k.inputs[j].dtype != k.inputs[o].dtype) continue;
+        bool fits = true;
+        for (size_t m : pieces) fits = fits && k.inputs[m].valid.dim == r.dim && disjoint(k.inputs[m].valid, r);
+        if (fits) {
+          a.of[o] = static_cast<int>(j);
+          break;
+        }
+      }
+    a.pieces[a.of[o]].push_back(o);
+  }
+  return a;
+}
+
 // The loop over groups of p.vec elements, as a template on whether the pointers allow vector accesses. Each
 // thread takes p.groups groups one grid apart per step and issues all their loads before computing, so
 // several 16-byte loads per thread are in flight.
@@ -221,6 +257,7 @@ std::string vector_function(const Kernel& k, const Plan& p, const std::string& i
     return offset_text(p.space, o, "i", "c", operand(k, o).storage_offset, *p.params);
   };
   std::string loads;
+  const RegisterArrays arrays = register_arrays(k, p);
   for (size_t o = 0; o < n_in; ++o) {
     if (!p.loaded[o]) continue;  // a gathered-only operand is read below
     const char* t = dtype_c_type(k.inputs[o].dtype);
@@ -228,8 +265,21 @@ std::string vector_function(const Kernel& k, const Plan& p, const std::string& i
     const std::string when = guard(k, p, o);
     const std::string at = when.empty() ? "        " : "        if " + when + " ";
     if (p.lanes[o] == Lane::Vector) {
+      const std::vector<size_t>& pieces = arrays.pieces[o];
+      if (pieces.empty()) continue;  // loaded into an earlier piece's array
       body += fmt::format("    {} a{}[{}][{}];\n", t, o, groups, v);
-      loads += fmt::format("{}fc_load<{}, kVector>(in{} + {}, a{}[w]);\n", at, v, o, offset(o), o);
+      if (pieces.size() == 1) {
+        loads += fmt::format("{}fc_load<{}, kVector>(in{} + {}, a{}[w]);\n", at, v, o, offset(o), o);
+        continue;
+      }
+      // A cat's pieces: the group's own piece, if any. (The last piece's guard is the only one left.)
+      std::string any, from = fmt::format("in{} + {}", pieces.back(), offset(pieces.back()));
+      for (size_t i = pieces.size(); i-- > 0;) {
+        any = guard(k, p, pieces[i]) + (any.empty() ? "" : " || " + any);
+        if (i + 1 < pieces.size())
+          from = fmt::format("{} ? in{} + {} : {}", guard(k, p, pieces[i]), pieces[i], offset(pieces[i]), from);
+      }
+      loads += fmt::format("        if ({}) fc_load<{}, kVector>({}, a{}[w]);\n", any, v, from, o);
     } else {
       body += fmt::format("    {} a{}[{}];\n", t, o, groups);
       loads += fmt::format("{}a{}[w] = in{}[{}];\n", at, o, o, offset(o));
@@ -257,7 +307,9 @@ std::string vector_function(const Kernel& k, const Plan& p, const std::string& i
   for (const Store& s : k.stores)
     body += fmt::format("        {} r{}[{}];\n", dtype_c_type(k.outputs[s.output].dtype), s.output, v);
   body += fmt::format("#pragma unroll\n        for (int u = 0; u < {}; ++u) {{\n", v);
-  auto load = [&](int o) { return "a" + std::to_string(o) + (p.lanes[o] == Lane::Vector ? "[w][u]" : "[w]"); };
+  auto load = [&](int o) {
+    return "a" + std::to_string(arrays.of[o]) + (p.lanes[o] == Lane::Vector ? "[w][u]" : "[w]");
+  };
   auto gathered = [&](int g) {
     return "g" + std::to_string(g) + (p.lanes[k.exprs[g].operand] == Lane::Vector ? "[w][u]" : "[w]");
   };

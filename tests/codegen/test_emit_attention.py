@@ -9,7 +9,7 @@ import codegen_specs as S
 
 # (B, H, T, D): W7's heads, W10's, one query, odd sizes, a width that is not a multiple of 32, the longest T of
 # D=64 that fits in shared memory.
-SHAPES = [(16, 8, 64, 64), (4, 4, 32, 64), (1, 1, 1, 8), (3, 2, 33, 48), (2, 3, 5, 8), (1, 2, 91, 64),
+SHAPES = [(16, 8, 64, 64), (4, 4, 32, 64), (1, 1, 1, 8), (3, 2, 33, 48), (2, 3, 5, 8), (1, 2, 89, 64),
           (2, 1, 40, 128)]
 
 
@@ -35,30 +35,44 @@ def test_kernel_text_shows_a_causal_mask_and_the_rounding():
 def test_a_causal_row_sees_the_keys_up_to_its_own():
     code = T.emit_kernel(S.mha_attention(b=2, h=2, t=40, d=8, causal=True))[0]
     assert code.startswith("// mha_attention: causal attention")
-    assert "const int keys = t + 1;" in code and "if (j < keys) {" in code
-    assert "const int keys = T;" in T.emit_kernel(S.mha_attention(b=2, h=2, t=40, d=8))[0]
+    assert "const int keys = min(t0 + warp + 8 * i + 1, T);" in code and "if (c * 32 + lane < keys) m = fc_max(m, s[i][c]);" in code
+    # p is 0 past a row's keys, so the product with the values stops at the warp's last row's keys
+    assert "const int j_end = min(t0 + warp + 8 * (RW - 1) + 1, T);" in code
+    plain = T.emit_kernel(S.mha_attention(b=2, h=2, t=40, d=8))[0]
+    assert "const int keys = T;" in plain and "const int j_end = T;" in plain
 
 
 def test_sdpa_rounding_keeps_the_scores_in_f32():
     code = T.emit_kernel(S.mha_attention(2, 3, 33, 48, dtype="bf16", rounding="probabilities"))[0]
-    assert "acc = fc_round_bf16(acc);" not in code and "qs[warp][d] = fc_bf16_to_float(q[" in code
-    assert "const float p_lane = fc_round_bf16(s[c] / l);" in code
+    assert "fc_round_bf16(s[i][c]);" not in code and "qp[r][d] = t0 + r < T ? fc_bf16_to_float(q[" in code
+    assert "s[i][c] = fc_round_bf16(s[i][c] / l);" in code
 
 
-@pytest.mark.parametrize("b, h, t, grid", [
-    (16, 8, 64, 128 * 3),  # W7: 128 heads, each split over 3 blocks of 22 rows for about two waves of 132 SMs
-    (4, 4, 32, 16 * 4),    # W10: 16 heads of 32 rows, 8 rows a block (one per warp)
-    (256, 8, 64, 2048),    # many heads: one block a head
+@pytest.mark.parametrize("b, h, t, grid, rows_per_warp", [
+    (16, 8, 64, 128 * 2, 4),  # W7: 128 heads, each split over 2 blocks of 32 rows for a block per SM of 132
+    (4, 4, 32, 16 * 4, 1),    # W10: 16 heads of 32 rows, 8 rows a block (one per warp)
+    (256, 8, 64, 2048 * 2, 4),  # many heads: 64 rows do not fit at once (56 would), so two blocks of 32 a head
+    (256, 8, 48, 2048, 6),    # many heads of 48 rows: one block a head
 ])
-def test_launch_shape_spreads_query_rows_over_about_two_waves(b, h, t, grid):
+def test_launch_shape_gives_each_sm_a_block_then_each_warp_the_most_rows(b, h, t, grid, rows_per_warp):
     code, got_grid, block, shared = T.emit_kernel(S.mha_attention(b=b, h=h, t=t, d=64), 132)
     assert (got_grid, block, shared) == (grid, 256, 0)  # static shared memory: no launch argument
     assert code.startswith(f"// mha_attention: attention over [B, H, T, D] = [{b}, {h}, {t}, 64]")
+    assert f", {rows_per_warp} a warp;" in code.splitlines()[0]
     assert "__shared__ float ks[T][D + 1];" in code  # padded: 32 lanes reading 32 keys hit 32 banks
 
 
+def test_heads_with_contiguous_rows_are_read_four_elements_at_a_time():
+    spec = S.mha_attention(b=2, h=2, t=4, d=8)
+    assert "mha_attention_head<kVectorAccess>" in T.emit_kernel(spec)[0]
+    assert [(o, nbytes) for o, _, nbytes in T.vector_operands(spec)] == [(0, 16), (1, 16), (2, 16)]
+    odd = S.mha_attention(b=2, h=2, t=4, d=6)  # rows of 6 elements: 4-element loads would straddle them
+    assert "mha_attention_head<false>" in T.emit_kernel(odd)[0] and not T.vector_operands(odd)
+
+
 def test_shared_memory_bound_is_the_static_limit():
-    assert T.attention_shared_bytes(91, 64) <= 48 * 1024 < T.attention_shared_bytes(92, 64)
+    # 8 query rows (one a warp) of max(T, D) entries, keys and values
+    assert T.attention_shared_bytes(89, 64) <= 48 * 1024 < T.attention_shared_bytes(90, 64)
 
 
 @pytest.mark.parametrize("mutate, message", [
@@ -93,10 +107,10 @@ def test_compiles(nvrtc, shape, batch_major, causal, rounding):
 def test_half_kernels_round_each_step_as_torch_does_and_compile(nvrtc, dtype):
     spec = S.mha_attention(2, 3, 33, 48, dtype=dtype)
     code = T.emit_kernel(spec)[0]
-    assert f"qs[warp][d] = fc_round_{dtype}(fc_{dtype}_to_float(q[" in code   # the scaled q
-    assert f"acc = fc_round_{dtype}(acc);" in code                             # the scores
-    assert f"const float p_lane = fc_round_{dtype}(s[c] / l);" in code        # softmax's output
-    assert f"= fc_float_to_{dtype}(acc[i]);" in code                            # the output
+    assert f"qp[r][d] = t0 + r < T ? fc_round_{dtype}(fc_{dtype}_to_float(q[" in code  # the scaled q
+    assert f"s[i][c] = fc_round_{dtype}(s[i][c]);" in code                             # the scores
+    assert f"s[i][c] = fc_round_{dtype}(s[i][c] / l);" in code                         # softmax's output
+    assert f"= fc_float_to_{dtype}(acc[i][c]);" in code                                 # the output
     for sm in (75, 90):  # the prelude declares the half types itself from sm_80 on, includes the headers before
         ok, log, _ = nvrtc.compile(T.emit_program([spec], sm=sm), arch=f"compute_{sm}")
         assert ok, log

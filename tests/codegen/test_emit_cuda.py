@@ -450,10 +450,13 @@ def test_kernel_text_shows_ranges():
 def test_cat_pieces_read_in_their_range_with_whole_groups():
     code, *_ = emit(S.w9_rope(rows=32, d=1024))
     assert "groups of 8 elements" in code and "pointwise over [32, 1024]" in code
-    # each half of x is loaded only by the groups inside its range, from where it starts
-    assert "if (c1 < 512) fc_load<8, kVector>(in3 + i + 512, a3[w]);" in code
-    assert "if (c1 >= 512) fc_load<8, kVector>(in4 + i - 512, a4[w]);" in code
+    # each half of x is read only by the groups inside its range, from where it starts; the two halves (disjoint
+    # pieces of one cat) share one register array and one load
+    assert ("if ((c1 < 512) || (c1 >= 512)) fc_load<8, kVector>((c1 < 512) ? in3 + i + 512 : in4 + i - 512, "
+            "a3[w]);") in code
+    assert "a4[" not in code
     assert "const float e6 = (c1 < 512) ? fc_bf16_to_float(a3[w][u]) : 0.0f;" in code
+    assert "const float e8 = (c1 >= 512) ? fc_bf16_to_float(a3[w][u]) : 0.0f;" in code
     assert "const bool e10 = (c1 < 512);" in code
     # the alignment test looks at each piece's first readable element, not at its (negative) offset
     ops = dict((o, (first, nbytes)) for o, first, nbytes in T.vector_operands(S.w9_rope(rows=32, d=1024)))
@@ -501,8 +504,24 @@ def test_a_one_dimensional_cat_vectorizes_with_a_scalar_tail():
     b = s.load(s.input("f32", offset=-512, valid=(0, 512, 1030)))
     s.pointwise_output(s.op("where", "f32", s.in_range(0, 0, 512), a, b))
     code, *_ = emit(s.spec)
-    assert "groups of 4 elements" in code and "if (c0 >= 512) fc_load<4, kVector>(in1 + i - 512, a1[w]);" in code
+    assert "groups of 4 elements" in code
+    assert "if ((c0 < 512) || (c0 >= 512)) fc_load<4, kVector>((c0 < 512) ? in0 + i : in1 + i - 512, a0[w]);" in code
     assert "for (idx_t i = 1028 + blockIdx.x" in code
+
+
+def test_only_disjoint_pieces_of_one_dimension_share_registers():
+    s = S.Spec("pieces", [4, 16])
+    a = s.load(s.input("f32", valid=(1, 0, 8)))
+    b = s.load(s.input("f32", offset=-4, valid=(1, 4, 16)))    # overlaps a: its own array
+    c = s.load(s.input("f32", offset=-8, valid=(1, 8, 16)))    # disjoint from a: a's array
+    d = s.load(s.input("f32", offset=-32, valid=(0, 2, 4)))    # another dimension: its own array
+    total = s.op("add", "f32", s.op("add", "f32", a, b), s.op("add", "f32", c, d))
+    s.pointwise_output(total)
+    code, *_ = emit(s.spec)
+    assert "fc_load<4, kVector>((c1 < 8) ? in0 + i : in2 + i - 8, a0[w]);" in code
+    assert "if (c1 >= 4) fc_load<4, kVector>(in1 + i - 4, a1[w]);" in code
+    assert "if (c0 >= 2) fc_load<4, kVector>(in3 + i - 32, a3[w]);" in code
+    assert "a2[" not in code
 
 
 @pytest.mark.parametrize("mutate, message", [

@@ -9,9 +9,7 @@ import torch
 import fastcomp
 from benchmarks.workloads import WORKLOADS
 from fastcomp.testing import CompileCounter
-from tests.helpers import assert_same
-
-TOLERANCE = {torch.float32: (1e-5, 1e-5), torch.float16: (1e-2, 1e-2), torch.bfloat16: (1e-2, 1e-2)}
+from tests.helpers import assert_as_accurate_as_eager, assert_same
 
 
 @contextlib.contextmanager
@@ -86,14 +84,13 @@ def test_workload_replays_equal_eager_over_calls_with_new_values(wid, caplog):
     torch.manual_seed(0)
     model, make_inputs = w.make("cuda", 1.0)
     compiled = fastcomp.compile(model, mode="reduce-overhead")
-    rtol, atol = TOLERANCE[w.dtype]
     with cudagraph_log(caplog) as messages, CompileCounter() as cc, torch.no_grad():
         out = None
         for _ in range(6):
             inputs = make_inputs()
             # `out` from the last call is still held during this one: replays alternate between two captures.
             out = compiled(*inputs)
-            assert_same(out, model(*inputs), rtol=rtol, atol=atol)
+            assert_as_accurate_as_eager(out, model, inputs)
     assert (cc.frame_count, cc.graph_count, cc.break_count) == (1, 1, 0), cc.records
     assert cc.records[0]["backend"].startswith("cuda:") and cc.records[0]["backend"].endswith("+ CUDA graph")
     assert len(captures(messages)) == 2 and not fallbacks(messages), messages

@@ -1,5 +1,5 @@
 """Can a hand-written fp32 SIMT GEMM (plain FFMA on the CUDA cores, no TF32) beat cuBLAS by 20% on W7's four
-F.linear products? cuBLAS reaches only 26-42 TFLOP/s of the ~60 TFLOP/s fp32 peak of an H100 on them, mostly
+F.linear products (and W10's)? cuBLAS reaches only 26-42 TFLOP/s of the ~60 TFLOP/s fp32 peak of an H100 on them, mostly
 because each is about one wave of tiles on 132 SMs. This times one kernel template, D[M,N] = A[M,K] @ W[N,K]^T +
 bias[N] (nn.Linear's layout, everything contiguous, f32), under several parameterisations (block tile BM x BN,
 K step BK, per-thread tile TM x TN, warp tile WM x WN, split-K into SPLITK slices summed by a second, deterministic
@@ -22,9 +22,13 @@ from collections import namedtuple
 
 # (name, M, N, K): D[M,N] = A[M,K] @ W[N,K]^T + bias[N]
 SHAPES = [("in_proj", 1024, 1536, 512), ("out_proj", 1024, 512, 512), ("ff1", 1024, 2048, 512),
-          ("ff2", 1024, 512, 2048)]
-SPLITK_SHAPES = {"out_proj", "ff2"}  # only 1024 x 512 outputs: 32 to 128 tiles, too few for 132 SMs
-SPLITKS = (2, 4)
+          ("ff2", 1024, 512, 2048),
+          # W10's (128 tokens, d=256): cuBLAS runs each as a 32x32-tile GEMM and a split-K sum, ~8 us a product
+          ("w10_in_proj", 128, 768, 256), ("w10_out_proj", 128, 256, 256), ("w10_ff1", 128, 1024, 256),
+          ("w10_ff2", 128, 256, 1024)]
+# Shapes with too few output tiles for 132 SMs: W7's 1024 x 512 outputs (32 to 128 tiles), all of W10's.
+SPLITK_SHAPES = {"out_proj", "ff2", "w10_in_proj", "w10_out_proj", "w10_ff1", "w10_ff2"}
+SPLITKS = (2, 4, 8)
 
 # The kernel. One block computes a BM x BN tile of D (or of one split-K slice's partial sums); its THREADS =
 # BM*BN/(TM*TN) threads form warps that each own a WM x WN warp tile, inside which a lane owns TM x TN outputs:

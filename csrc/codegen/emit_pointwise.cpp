@@ -272,7 +272,8 @@ std::string vector_function(const Kernel& k, const Plan& p, const std::string& i
         loads += fmt::format("{}fc_load<{}, kVector>(in{} + {}, a{}[w]);\n", at, v, o, offset(o), o);
         continue;
       }
-      // A cat's pieces: the group's own piece, if any. (The last piece's guard is the only one left.)
+      // A cat's pieces: one load, when some piece's range holds the group, from that piece (the ranges are
+      // tested in order; past the others only the last piece is left, so its pointer needs no test).
       std::string any, from = fmt::format("in{} + {}", pieces.back(), offset(pieces.back()));
       for (size_t i = pieces.size(); i-- > 0;) {
         any = guard(k, p, pieces[i]) + (any.empty() ? "" : " || " + any);

@@ -46,9 +46,11 @@ int64_t shared_bytes(int64_t rows, int64_t t, int64_t d) {
   return (rows * shared_row_width(t, d) + t * (2 * d + 1)) * int64_t{sizeof(float)};
 }
 
-// The kernel, with ${...} fields filled in by emit_attention. The copy loops are unrolled by 4 (loads in
-// flight); the two product loops are not (their bodies already hold RW x KC x 4 multiply-adds): NVRTC's time for
-// this kernel grows fast with unrolling, and cold starts pay it.
+// The kernel, with ${...} fields filled in by emit_attention. NVRTC's time for this kernel grows fast with
+// unrolling, and cold starts pay it, so only the scalar copy loop is unrolled (by 4, for loads in flight): the
+// 4-element copy loop unrolled by 4 cost W7's program ~20 ms of NVVM and ptxas time for 0.3 us a call (H200),
+// and the two product loops' bodies already hold RW x KC x 4 multiply-adds. (Two rows a warp instead of W7's
+// four would save as much again, for 2 us a call.)
 constexpr const char* kAttentionKernel = R"cuda(// ${name}: ${causal}attention over [B, H, T, D] = [${shape}]: softmax(q k^T) v per head, a block per head and ${rows} query rows (${row_blocks} a head), ${rows_per_warp} a warp; q rows, keys and values in shared memory (${shared_bytes} bytes)
 template <bool kVector>
 __device__ __forceinline__ void ${name}_head(${params}) {
@@ -65,7 +67,7 @@ ${grid_guard}  const int64_t head = blockIdx.x / ${row_blocks}, b = head / ${H},
   const ${elem}* __restrict__ v = in2 + (${v_base});
   ${elem}* __restrict__ o = out0 + (${o_base});
   if constexpr (kVector) {  // d is contiguous and every row 4-element aligned: 4 elements a load
-#pragma unroll 4
+#pragma unroll 1
     for (int i = threadIdx.x; i < T * (D / 4); i += ${block}) {
       const int t = i / (D / 4), d = i % (D / 4) * 4;
       ${elem} kv[4], vv[4];

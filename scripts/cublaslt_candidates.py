@@ -1,12 +1,17 @@
 """How many algorithms cuBLASLt's heuristic has for a product, and whether any beyond its top 8 (what fastcomp's
 tuning times) is faster: each candidate for 64 asked, timed on the GPU with events, against torch's F.linear.
-Shapes: W7's four fp32 products, W5's first, and a large square one. Run on a GPU machine:
+Shapes: W7's four fp32 products, W5's first, W10's four, and a large square one. Run on a GPU machine:
 
-    python scripts/cublaslt_candidates.py
+    python scripts/cublaslt_candidates.py [--graph]
+
+--graph times every candidate as replays of a CUDA graph of its launches instead of launches on the stream, as
+reduce-overhead runs them: products of a few µs (W10's) are otherwise timed by their launch cost, which is why
+fastcomp's tuning leaves them to the heuristic.
 
 Products are F.linear's, x[m, k] @ w[n, k].T + bias (bias epilogue), described as
 scripts/cublaslt_first_query_probe.py's linear_descriptors does.
 """
+import argparse
 import ctypes
 
 import torch
@@ -30,7 +35,26 @@ def gpu_us(launch, repeats=20, rounds=3):
     return best
 
 
-def probe(lt, handle, workspace, m, n, k):
+def graph_us(launch, repeats=20, rounds=3):
+    """GPU µs per launch, replayed from a CUDA graph of `repeats` launches (best of `rounds`)."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(repeats):
+            launch()
+    graph.replay()
+    torch.cuda.synchronize()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    best = float("inf")
+    for _ in range(rounds):
+        start.record()
+        graph.replay()
+        stop.record()
+        stop.synchronize()
+        best = min(best, start.elapsed_time(stop) * 1e3 / repeats)
+    return best
+
+
+def probe(lt, handle, workspace, m, n, k, timer=gpu_us):
     x, w, bias = torch.randn(m, k, device="cuda"), torch.randn(n, k, device="cuda"), torch.randn(n, device="cuda")
     d = torch.empty(m, n, device="cuda")
     reference = torch.nn.functional.linear(x.double(), w.double(), bias.double()).float()
@@ -40,9 +64,8 @@ def probe(lt, handle, workspace, m, n, k):
     assert lt.cublasLtMatmulAlgoGetHeuristic(handle, desc, layouts[0], layouts[1], layouts[2], layouts[2],
                                              preference, ASKED, results, ctypes.byref(count)) == 0
     alpha, beta = ctypes.c_float(1.0), ctypes.c_float(0.0)
-    stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-
     def launch(i):
+        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)  # the capture's, under --graph
         algo = ctypes.c_void_p(ctypes.addressof(results) + i * HEURISTIC_RESULT_BYTES)
         return lt.cublasLtMatmul(handle, desc, ctypes.byref(alpha), ctypes.c_void_p(w.data_ptr()), layouts[0],
                                  ctypes.c_void_p(x.data_ptr()), layouts[1], ctypes.byref(beta),
@@ -56,10 +79,10 @@ def probe(lt, handle, workspace, m, n, k):
             continue
         torch.cuda.synchronize()
         error = ((d - reference).norm() / reference.norm()).item()
-        timed.append((gpu_us(lambda: launch(i)), i, error))
+        timed.append((timer(lambda: launch(i)), i, error))
     for _ in range(3):
         torch.nn.functional.linear(x, w, bias)
-    torch_us = gpu_us(lambda: torch.nn.functional.linear(x, w, bias))
+    torch_us = timer(lambda: torch.nn.functional.linear(x, w, bias))
     top8, best = min(t for t in timed if t[1] < 8), min(timed)
     print(f"{m}x{n}x{k}: {count.value} candidates; favourite {timed[0][0]:.1f} us; best of the top 8 {top8[0]:.1f} "
           f"us (rank {top8[1]}); best of all {best[0]:.1f} us (rank {best[1]}, rel err {best[2]:.1e}); torch "
@@ -67,14 +90,17 @@ def probe(lt, handle, workspace, m, n, k):
 
 
 def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--graph", action="store_true", help="time CUDA-graph replays of the launches")
+    args = parser.parse_args()
     torch.zeros(1, device="cuda")
     lt = ctypes.CDLL("libcublasLt.so.13")
     handle = ctypes.c_void_p()
     assert lt.cublasLtCreate(ctypes.byref(handle)) == 0
     workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device="cuda")
     for shape in ((1024, 1536, 512), (1024, 512, 512), (1024, 2048, 512), (1024, 512, 2048), (32, 1024, 512),
-                  (4096, 4096, 4096)):
-        probe(lt, handle, workspace, *shape)
+                  (128, 768, 256), (128, 256, 256), (128, 1024, 256), (128, 256, 1024), (4096, 4096, 4096)):
+        probe(lt, handle, workspace, *shape, timer=graph_us if args.graph else gpu_us)
 
 
 if __name__ == "__main__":

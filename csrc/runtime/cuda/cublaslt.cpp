@@ -31,13 +31,23 @@ constexpr int kTuningCandidates = 8;
 constexpr double kTuningBudgetMs = 10.0;
 constexpr int kTuningMaxRepeats = 3;
 constexpr double kTuningMinGain = 0.03;
-// Products shorter than this are not tuned: back-to-back launches of a few-µs kernel leave the GPU waiting for
-// the host, so the timings would rank the launch overhead (measured on an H200: tuning W5's and W10's 5-15 µs
-// GEMMs this way picked algorithms 10-20% slower in the graph).
+// Products shorter than this are not timed by launches on the caller's stream: back-to-back launches of a few-µs
+// kernel leave the GPU waiting for the host, so the timings would rank the launch overhead (measured on an H200:
+// tuning W5's and W10's 5-15 µs GEMMs this way picked algorithms 10-20% slower in the graph) ...
 constexpr double kTuningMinMs = 0.02;
-// ... and products whose GPU time per launch is under this many times the host's: the GPU was (nearly) waiting
-// for the launches.
+// ... nor products whose GPU time per launch is under this many times the host's: the GPU was (nearly) waiting
+// for the launches. Such products are timed as replays of a CUDA graph of kGraphLaunches launches instead,
+// where launch costs drop out as they do under reduce-overhead (H200, scripts/cublaslt_candidates.py --graph:
+// W10's four products 31.8 us a layer with the heuristic's favourites, 29.1 with the fastest of its top 8; W5's
+// first 9.0 -> 7.9 us).
 constexpr double kHostBoundRatio = 1.5;
+constexpr int kGraphLaunches = 20;
+constexpr int kGraphReplays = 2;  // timed replays per candidate, the best kept
+// ... but only products whose favourite runs under this long in the graph: the picks of longer ones, timed alone,
+// did not carry over into a model (W7 on an H200: its 1024x512x512 product's pick, 19.0 against 20.8 us alone,
+// made the model's kernels 2.6 us slower), while those of W5's and W10's 6-10 us products did (W10
+// reduce-overhead 158.7 -> 148.4 us/call, W5 20.3 -> 17.6). Longer ones keep the heuristic's favourite, as before.
+constexpr double kGraphTuningMaxMs = 0.012;
 
 // What tuning decided for a product: the algorithm and the sentence saying why ("tuned: candidate 3 of 8, ...",
 // "not tuned: 9.1 us is too short ..."). Kept for the process by tuning_key(), so a product planned again (a
@@ -66,7 +76,8 @@ std::string tuning_key(const MatmulDesc& desc, int device, size_t workspace_byte
 // candidates on this one is not used.
 std::array<std::string, 3> disk_key(const MatmulDesc& desc, int device, size_t workspace_bytes) {
   const DeviceInfo& info = device_info(device);
-  return {"cuBLASLt tuning decision", fmt::format("{} workspace={}", desc.to_string(), workspace_bytes),
+  // "v2": products of a few µs are timed in CUDA graphs since; the decisions before left them untuned.
+  return {"cuBLASLt tuning decision v2", fmt::format("{} workspace={}", desc.to_string(), workspace_bytes),
           fmt::format("sm_{}{} sms={} cublasLt={}", info.arch.major, info.arch.minor, info.sm_count,
                       cublaslt_version())};
 }
@@ -117,6 +128,39 @@ struct EventPair {
   }
   EventPair(const EventPair&) = delete;
   EventPair& operator=(const EventPair&) = delete;
+};
+
+// A stream of the tuning's own, for capturing CUDA graphs of a product's launches (the caller's stream may be the
+// legacy default stream, which cannot capture); it waits for the caller's work before each capture's replays.
+struct TuningStream {
+  CUstream stream = nullptr;
+  CUevent caller_done = nullptr;
+  TuningStream() {
+    FC_CU_CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    if (driver().cuEventCreate(&caller_done, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+      driver().cuStreamDestroy_v2(stream);
+      FC_CU_CHECK(cuEventCreate(&caller_done, CU_EVENT_DISABLE_TIMING));  // throws with the driver's message
+    }
+  }
+  ~TuningStream() {
+    driver().cuEventDestroy_v2(caller_done);
+    driver().cuStreamDestroy_v2(stream);
+  }
+  TuningStream(const TuningStream&) = delete;
+  TuningStream& operator=(const TuningStream&) = delete;
+};
+
+// A captured graph and its instantiation, destroyed with it.
+struct CapturedGraph {
+  CUgraph graph = nullptr;
+  CUgraphExec exec = nullptr;
+  CapturedGraph() = default;
+  ~CapturedGraph() {
+    if (exec) driver().cuGraphExecDestroy(exec);
+    if (graph) driver().cuGraphDestroy(graph);
+  }
+  CapturedGraph(const CapturedGraph&) = delete;
+  CapturedGraph& operator=(const CapturedGraph&) = delete;
 };
 
 cudaDataType_t data_type(ScalarType type) {
@@ -466,8 +510,9 @@ void MatmulPlan::tune(const void* a, const void* b, const void* c, void* d, void
     FC_CU_CHECK(cuEventElapsedTime(&ms, events.start, events.stop));
     return double(ms) / repeats;
   };
-  // A product is too short to tune when the GPU kept pace with the host's launches (it waited for them, so the
-  // timings would rank the host's launch cost), or when it is under kTuningMinMs. The best of up to three rounds
+  // A product is too short to time by its launches when the GPU kept pace with the host's launches (it waited
+  // for them, so the timings would rank the host's launch cost), or when it is under kTuningMinMs: then its
+  // candidates are timed in CUDA graphs. The best of up to three rounds
   // of three launches: a process's first launches run slow (seen on an H100: cuBLASLt's first calls of a
   // 64x136x64 product took 15-20 us of host time each, later ones ~5 us). A product clearly longer is timed once.
   double favourite_ms = -1, favourite_host_ms = 0;
@@ -481,24 +526,62 @@ void MatmulPlan::tune(const void* a, const void* b, const void* c, void* d, void
     if (round == 0 || ms < favourite_ms) favourite_ms = ms, favourite_host_ms = host_ms;
     if (too_short() || favourite_ms > 3 * std::max(kTuningMinMs, kHostBoundRatio * favourite_host_ms)) break;
   }
-  if (too_short()) {
-    tuning_ = fmt::format("not tuned: {:.1f} us is too short to time without the launches (the host took {:.1f} us "
-                          "per launch)",
-                          favourite_ms * 1e3, favourite_host_ms * 1e3);
-    store_decision(desc_, device_, workspace_bytes_, {0, int(candidates_.size()), tuning_});
-    return;
-  }
   const int n = int(candidates_.size());
-  const int repeats = std::clamp(int(kTuningBudgetMs / (n * std::max(favourite_ms, 1e-3))) - 1, 1, kTuningMaxRepeats);
   std::vector<double> ms(n, -1);
-  for (int i = 0; i < n; ++i) ms[i] = time(candidates_[i], repeats);
+  const bool in_graph = too_short();
+  if (in_graph) {
+    // GPU milliseconds per launch of `algo`, from replays of a CUDA graph of kGraphLaunches launches captured on
+    // the tuning's stream after the caller's work; negative when cuBLASLt refuses the algorithm or the capture.
+    TuningStream tuning;
+    FC_CU_CHECK(cuEventRecord(tuning.caller_done, stream));
+    FC_CU_CHECK(cuStreamWaitEvent(tuning.stream, tuning.caller_done, 0));
+    auto graph_time = [&](const Algo& algo) -> double {
+      CapturedGraph g;
+      FC_CU_CHECK(cuStreamBeginCapture_v2(tuning.stream, CU_STREAM_CAPTURE_MODE_RELAXED));
+      bool launched = true;
+      for (int r = 0; r < kGraphLaunches && launched; ++r)
+        launched = launch(algo, a, b, c, d, workspace, tuning.stream) == CUBLAS_STATUS_SUCCESS;
+      const CUresult ended = driver().cuStreamEndCapture(tuning.stream, &g.graph);  // ends it in any case
+      if (!launched || ended != CUDA_SUCCESS ||
+          driver().cuGraphInstantiateWithFlags(&g.exec, g.graph, 0) != CUDA_SUCCESS)
+        return -1;
+      FC_CU_CHECK(cuGraphLaunch(g.exec, tuning.stream));  // untimed: loads the algorithm's kernels
+      double best_ms = -1;
+      for (int r = 0; r < kGraphReplays; ++r) {
+        FC_CU_CHECK(cuEventRecord(events.start, tuning.stream));
+        FC_CU_CHECK(cuGraphLaunch(g.exec, tuning.stream));
+        FC_CU_CHECK(cuEventRecord(events.stop, tuning.stream));
+        FC_CU_CHECK(cuEventSynchronize(events.stop));
+        float elapsed = 0;
+        FC_CU_CHECK(cuEventElapsedTime(&elapsed, events.start, events.stop));
+        const double per_launch = double(elapsed) / kGraphLaunches;
+        if (best_ms < 0 || per_launch < best_ms) best_ms = per_launch;
+      }
+      return best_ms;
+    };
+    ms[0] = graph_time(candidates_[0]);
+    if (ms[0] < 0 || ms[0] > kGraphTuningMaxMs) {
+      tuning_ = ms[0] < 0 ? "not tuned: cuBLASLt's favourite could not be captured into a CUDA graph"
+                          : fmt::format("not tuned: {:.1f} us in a CUDA graph, too short to time by launches and "
+                                        "over the {:.0f} us below which timings alone carried over into models",
+                                        ms[0] * 1e3, kGraphTuningMaxMs * 1e3);
+      store_decision(desc_, device_, workspace_bytes_, {0, n, tuning_});
+      return;
+    }
+    for (int i = 1; i < n; ++i) ms[i] = graph_time(candidates_[i]);
+  } else {
+    const int repeats =
+        std::clamp(int(kTuningBudgetMs / (n * std::max(favourite_ms, 1e-3))) - 1, 1, kTuningMaxRepeats);
+    for (int i = 0; i < n; ++i) ms[i] = time(candidates_[i], repeats);
+  }
   int best = 0;
   for (int i = 1; i < n; ++i)
     if (ms[i] > 0 && ms[i] < ms[best] * (1 - kTuningMinGain)) best = i;
   aligned_ = candidates_[best];
-  tuning_ = best == 0 ? fmt::format("tuned: the heuristic's favourite of {} candidates, {:.1f} us", n, ms[0] * 1e3)
-                      : fmt::format("tuned: candidate {} of {}, {:.1f} us vs the heuristic's favourite at {:.1f} us",
-                                    best + 1, n, ms[best] * 1e3, ms[0] * 1e3);
+  const char* how = in_graph ? "tuned in a CUDA graph" : "tuned";
+  tuning_ = best == 0 ? fmt::format("{}: the heuristic's favourite of {} candidates, {:.1f} us", how, n, ms[0] * 1e3)
+                      : fmt::format("{}: candidate {} of {}, {:.1f} us vs the heuristic's favourite at {:.1f} us",
+                                    how, best + 1, n, ms[best] * 1e3, ms[0] * 1e3);
   store_decision(desc_, device_, workspace_bytes_, {best, n, tuning_});
 }
 

@@ -504,6 +504,14 @@ CUresult cuEventSynchronize(void* e) { return 0; }
 CUresult cuEventElapsedTime(float* ms, void* start, void* end) { *ms = 0; return 0; }
 CUresult cuEventDestroy_v2(void* e) { return 0; }
 CUresult cuStreamIsCapturing(void* stream, int* status) { *status = 0; return 0; }
+CUresult cuStreamCreate(void** stream, unsigned flags) { return 0; }
+CUresult cuStreamDestroy_v2(void* stream) { return 0; }
+CUresult cuStreamWaitEvent(void* stream, void* event, unsigned flags) { return 0; }
+CUresult cuStreamBeginCapture_v2(void* stream, int mode) { return 0; }
+CUresult cuStreamEndCapture(void* stream, void** graph) { return 0; }
+CUresult cuGraphInstantiateWithFlags(void** exec, void* graph, unsigned long long flags) { return 0; }
+CUresult cuGraphExecDestroy(void* exec) { return 0; }
+CUresult cuGraphDestroy(void* graph) { return 0; }
 """
 
 

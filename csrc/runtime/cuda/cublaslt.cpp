@@ -137,9 +137,11 @@ struct TuningStream {
   CUevent caller_done = nullptr;
   TuningStream() {
     FC_CU_CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
-    if (driver().cuEventCreate(&caller_done, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+    try {
+      FC_CU_CHECK(cuEventCreate(&caller_done, CU_EVENT_DISABLE_TIMING));
+    } catch (...) {
       driver().cuStreamDestroy_v2(stream);
-      FC_CU_CHECK(cuEventCreate(&caller_done, CU_EVENT_DISABLE_TIMING));  // throws with the driver's message
+      throw;
     }
   }
   ~TuningStream() {

@@ -17,44 +17,13 @@ import ctypes
 import torch
 
 from cublaslt_first_query_probe import HEURISTIC_RESULT_BYTES, linear_descriptors
+from gpu_timing import graph_us, stream_us
 
 WORKSPACE_BYTES = 32 << 20
 ASKED = 64
 
 
-def gpu_us(launch, repeats=20, rounds=3):
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    best = float("inf")
-    for _ in range(rounds):
-        start.record()
-        for _ in range(repeats):
-            launch()
-        stop.record()
-        stop.synchronize()
-        best = min(best, start.elapsed_time(stop) * 1e3 / repeats)
-    return best
-
-
-def graph_us(launch, repeats=20, rounds=3):
-    """GPU µs per launch, replayed from a CUDA graph of `repeats` launches (best of `rounds`)."""
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(repeats):
-            launch()
-    graph.replay()
-    torch.cuda.synchronize()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    best = float("inf")
-    for _ in range(rounds):
-        start.record()
-        graph.replay()
-        stop.record()
-        stop.synchronize()
-        best = min(best, start.elapsed_time(stop) * 1e3 / repeats)
-    return best
-
-
-def probe(lt, handle, workspace, m, n, k, timer=gpu_us):
+def probe(lt, handle, workspace, m, n, k, timer=stream_us):
     x, w, bias = torch.randn(m, k, device="cuda"), torch.randn(n, k, device="cuda"), torch.randn(n, device="cuda")
     d = torch.empty(m, n, device="cuda")
     reference = torch.nn.functional.linear(x.double(), w.double(), bias.double()).float()
@@ -98,9 +67,10 @@ def main():
     handle = ctypes.c_void_p()
     assert lt.cublasLtCreate(ctypes.byref(handle)) == 0
     workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device="cuda")
+    timer = (lambda fn: graph_us(fn, calls=20, rounds=3)) if args.graph else stream_us
     for shape in ((1024, 1536, 512), (1024, 512, 512), (1024, 2048, 512), (1024, 512, 2048), (32, 1024, 512),
                   (128, 768, 256), (128, 256, 256), (128, 1024, 256), (128, 256, 1024), (4096, 4096, 4096)):
-        probe(lt, handle, workspace, *shape, timer=graph_us if args.graph else gpu_us)
+        probe(lt, handle, workspace, *shape, timer=timer)
 
 
 if __name__ == "__main__":

@@ -16,8 +16,8 @@ import time
 
 import torch
 
-from cublaslt_candidates import gpu_us
 from cublaslt_first_query_probe import HEURISTIC_RESULT_BYTES, linear_descriptors
+from gpu_timing import stream_us
 
 CUBLAS_COMPUTE_32F, CUDA_R_32F = 68, 0
 ALGO_BYTES = 64
@@ -103,7 +103,7 @@ def search(lt, workspace, m, n, k, seconds):
         error = ((d.double() - reference).norm() / reference.norm()).item()
         if error > 1e-5:
             return None
-        return gpu_us(lambda: launch(algo), repeats=10, rounds=2), error
+        return stream_us(lambda: launch(algo), repeats=10, rounds=2), error
 
     results = (ctypes.c_byte * (HEURISTIC_RESULT_BYTES * 8))()
     count = ctypes.c_int(0)

@@ -20,6 +20,8 @@ import sys
 import time
 from collections import namedtuple
 
+from gpu_timing import graph_us
+
 # (name, M, N, K): D[M,N] = A[M,K] @ W[N,K]^T + bias[N]
 SHAPES = [("in_proj", 1024, 1536, 512), ("out_proj", 1024, 512, 512), ("ff1", 1024, 2048, 512),
           ("ff2", 1024, 512, 2048),
@@ -311,28 +313,6 @@ def ptxas(directory, shapes, nvcc="nvcc"):
             print(text)
     print(f"{bad} of the compiles failed or spilled")
     return bad
-
-
-def graph_us(fn, calls=100):
-    """GPU µs per call of `fn`, replayed from a CUDA graph of `calls` calls (best of 5)."""
-    import torch
-
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    best = float("inf")
-    for _ in range(5):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        stop.record()
-        torch.cuda.synchronize()
-        best = min(best, start.elapsed_time(stop) * 1e3 / calls)
-    return best
 
 
 def device_info():

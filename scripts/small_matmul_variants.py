@@ -8,6 +8,8 @@ out with those three as parameters (f32, contiguous rows, a bias). Run on a GPU 
 import cupy
 import torch
 
+from gpu_timing import graph_us
+
 T = r'''
 template <int N, typename T> struct alignas(sizeof(T) * N) vec_t { T v[N]; };
 extern "C" __global__ void __launch_bounds__(@WARPS@ * 32) k(const float* __restrict__ A, const float* __restrict__ W, const float* __restrict__ bias, float* __restrict__ D) {
@@ -47,26 +49,6 @@ extern "C" __global__ void __launch_bounds__(@WARPS@ * 32) k(const float* __rest
 
 def ceil_div(a, b):
     return -(-a // b)
-
-
-def graph_us(fn, calls=100):
-    """GPU µs per call of `fn`, replayed from a CUDA graph of `calls` calls (best of 5)."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    best = float("inf")
-    for _ in range(5):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        stop.record()
-        torch.cuda.synchronize()
-        best = min(best, start.elapsed_time(stop) * 1e3 / calls)
-    return best
 
 
 def variant_us(M, N, K, R, V, warps, unroll=2):

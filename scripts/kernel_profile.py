@@ -54,35 +54,42 @@ def event_tables(fn, args, calls=50):
     return tables
 
 
-def main():
+def compiled_workloads(wid, mode_names):
+    """(mode name, mode, compiled function, inputs) for workload `wid` at full size on the GPU in each mode, each
+    past its first call with its kernels ready; call under torch.no_grad(), then mode.reset()."""
     sys.path.insert(0, ROOT)
+    from benchmarks.modes import MODES
+    from benchmarks.workloads import WORKLOADS
+
+    model, make_inputs = WORKLOADS[wid].make("cuda", 1.0)
+    inputs = make_inputs()
+    for name in mode_names:
+        mode = MODES[name]
+        fn = mode.compile(model)
+        fn(*inputs)
+        mode.wait_ready()
+        yield name, mode, fn, inputs
+
+
+def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("workloads", nargs="+")
     parser.add_argument("--modes", nargs="+", default=["fc", "fc-ro", "tc-ro"])
     args = parser.parse_args()
     import torch
 
-    from benchmarks.modes import MODES
-    from benchmarks.workloads import WORKLOADS
-
     for wid in args.workloads:
-        model, make_inputs = WORKLOADS[wid].make("cuda", 1.0)
-        inputs = make_inputs()
-        for name in args.modes:
-            mode = MODES[name]
-            with torch.no_grad():
-                fn = mode.compile(model)
-                fn(*inputs)
-                mode.wait_ready()
+        with torch.no_grad():
+            for name, mode, fn, inputs in compiled_workloads(wid, args.modes):
                 us = per_call_us(fn, inputs)
                 kernels, host = event_tables(fn, inputs)
-            print(f"\n{wid} {name}: {us:.1f} µs/call, kernels {sum(r[1] for r in kernels):.1f} µs/call, CUDA API "
-                  f"calls on the host {sum(r[1] for r in host):.1f} µs/call")
-            for kernel, t, n in kernels:
-                print(f"  {t:8.2f} µs  x{n:g}  {kernel[:110]}")
-            for call, t, n in host[:8]:
-                print(f"  host {t:8.2f} µs  x{n:g}  {call}")
-            mode.reset()
+                print(f"\n{wid} {name}: {us:.1f} µs/call, kernels {sum(r[1] for r in kernels):.1f} µs/call, CUDA "
+                      f"API calls on the host {sum(r[1] for r in host):.1f} µs/call")
+                for kernel, t, n in kernels:
+                    print(f"  {t:8.2f} µs  x{n:g}  {kernel[:110]}")
+                for call, t, n in host[:8]:
+                    print(f"  host {t:8.2f} µs  x{n:g}  {call}")
+                mode.reset()
 
 
 if __name__ == "__main__":

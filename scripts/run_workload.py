@@ -3,10 +3,8 @@
     ncu --kernel-name k0 --launch-skip 3 --launch-count 1 python scripts/run_workload.py W7 --mode fc
 """
 import argparse
-import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from kernel_profile import compiled_workloads
 
 
 def main():
@@ -17,19 +15,12 @@ def main():
     args = parser.parse_args()
     import torch
 
-    from benchmarks.modes import MODES
-    from benchmarks.workloads import WORKLOADS
-
-    model, make_inputs = WORKLOADS[args.workload].make("cuda", 1.0)
-    inputs = make_inputs()
-    mode = MODES[args.mode]
     with torch.no_grad():
-        fn = mode.compile(model)
-        fn(*inputs)
-        mode.wait_ready()
-        for _ in range(args.calls):
-            fn(*inputs)
-    torch.cuda.synchronize()
+        for _, mode, fn, inputs in compiled_workloads(args.workload, [args.mode]):
+            for _ in range(args.calls):
+                fn(*inputs)
+            torch.cuda.synchronize()
+            mode.reset()
 
 
 if __name__ == "__main__":

@@ -99,7 +99,8 @@ BuiltExecutable torch_runner(graph::Graph graph, const std::string& why) {
 BuiltExecutable rehearse(graph::Graph graph, bool cuda_graphs) {
   BuiltExecutable out;
   plan::Program program =
-      plan::lower(graph, {0, /*require_cuda=*/false, config().fused_attention, small_matmul(cuda_graphs)});
+      plan::lower(graph, {0, /*require_cuda=*/false, config().fused_attention, small_matmul(cuda_graphs),
+                          config().paired_products});
   out.plan_text = plan_text(program, graph);
   const codegen::DeviceLimits h100;
   runtime::CudaSource source = runtime::emit_plan(program, h100);
@@ -172,7 +173,8 @@ namespace {
 BuiltExecutable build_cuda_executable(graph::Graph graph, frontend::GuardSet& guards, int device, bool cuda_graphs) {
   plan::Program program;
   try {
-    program = plan::lower(graph, {device, /*require_cuda=*/true, config().fused_attention, small_matmul(cuda_graphs)});
+    program = plan::lower(graph, {device, /*require_cuda=*/true, config().fused_attention, small_matmul(cuda_graphs),
+                                  config().paired_products});
   } catch (const plan::NotLowerable& e) {
     return torch_runner(std::move(graph), e.what());
   }

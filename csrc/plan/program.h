@@ -61,9 +61,14 @@ struct MatmulStep {
   Size b_row_stride = 0, b_col_stride = 0, b_batch_stride = 0;
   Size d_row_stride = 0, d_batch_stride = 0;
   Epilogue epilogue = Epilogue::None;
+  // A pair of products that share A (x @ Wg and x @ Wu of a SwiGLU MLP; pair_products.h): batch is 2, B's
+  // second matrix is buffer `b_second` (of b's layout; any distance from b) and D's second is D's next batch.
+  // b_batch_stride is 0 here: the executable reads the distance from b to b_second on each call.
+  int b_second = -1;
   graph::NodeId node = -1;
   // "matmul f32 m=64 n=64 k=64 batch=8 a=b11(64, 1, 4096) b=b9(64, 1, 4096) -> b12(512, 64)": each operand's
-  // (row, column, batch) strides; D's (row, batch) strides only where D is not dense row-major.
+  // (row, column, batch) strides; D's (row, batch) strides only where D is not dense row-major. A pair shows its
+  // second B as b=b9(...)+b10.
   std::string to_string() const;
 };
 

@@ -100,11 +100,20 @@ cuda::MatmulDesc with_shape(cuda::MatmulDesc d, const std::vector<int64_t>& f) {
   return d;
 }
 
+// One product of a pair's desc (MatmulStep::b_second): how the pair runs when its second weight lies before the
+// first; also the plan made when the executable is built, since the batched one needs the weights' distance.
+cuda::MatmulDesc single_of_pair(cuda::MatmulDesc d) {
+  d.batch = 1;
+  d.a_batch_stride = d.b_batch_stride = d.d_batch_stride = 0;
+  return d;
+}
+
 // The step's desc at its trace-time shape, the one planned when the executable is built.
 cuda::MatmulDesc trace_time_desc(const plan::MatmulStep& s, const MatmulSwitches& switches) {
   std::vector<int64_t> hints;
   for (const codegen::Size* f : shape_fields(s)) hints.push_back(f->hint());
-  return with_shape(unshaped_desc(s, switches), hints);
+  const cuda::MatmulDesc d = with_shape(unshaped_desc(s, switches), hints);
+  return s.b_second >= 0 ? single_of_pair(d) : d;
 }
 
 PyObject* int_tuple(const std::vector<SizeSlots::Ref>& v, const std::vector<int64_t>& values) {  // new reference
@@ -292,6 +301,10 @@ class CudaExecutable final : public Executable {
           }
           case Step::Kind::Matmul: {
             const plan::MatmulStep& m = program_.matmul_steps[s.index];
+            if (m.b_second >= 0) {
+              run_pair(s.index, ptr, values, workspace, stream);
+              break;
+            }
             const cuda::MatmulPlan& plan = matmul_plan(s.index, values);
             plan.run(address(m.a, ptr, values), address(m.b, ptr, values), nullptr, address(m.d, ptr, values),
                      m.bias >= 0 ? address(m.bias, ptr, values) : nullptr, workspace, stream);
@@ -384,6 +397,7 @@ class CudaExecutable final : public Executable {
     cuda::MatmulDesc desc;  // dtype, epilogue and flags; the shape comes from `fields`
     std::vector<SizeSlots::Ref> fields;  // m n k batch, A's row/col/batch, B's row/col/batch, D's row/batch strides
     bool dynamic = false;
+    bool pair_split_logged = false;  // run_pair said once why the pair runs as two calls
     std::vector<std::pair<cuda::MatmulDesc, std::unique_ptr<cuda::MatmulPlan>>> plans;
   };
 
@@ -408,9 +422,19 @@ class CudaExecutable final : public Executable {
   const cuda::MatmulPlan& matmul_plan(int step, const std::vector<int64_t>& values) {
     Matmul& mm = matmuls_[step];
     if (!mm.dynamic) return *mm.plans.front().second;
+    return plan_for(mm, call_desc(mm, values));
+  }
+
+  // The step's desc for this call's sizes.
+  static cuda::MatmulDesc call_desc(const Matmul& mm, const std::vector<int64_t>& values) {
     std::vector<int64_t> f;
     for (const SizeSlots::Ref& r : mm.fields) f.push_back(SizeSlots::get(r, values));
-    const cuda::MatmulDesc d = with_shape(mm.desc, f);
+    return with_shape(mm.desc, f);
+  }
+
+  // The plan for `d` among the step's, made (and kept, most recent first) when it is new: another shape under
+  // dynamic shapes, or a pair's batched desc for the distance between its weights.
+  const cuda::MatmulPlan& plan_for(Matmul& mm, const cuda::MatmulDesc& d) {
     for (size_t i = 0; i < mm.plans.size(); ++i) {
       if (!(mm.plans[i].first == d)) continue;
       if (i != 0) std::rotate(mm.plans.begin(), mm.plans.begin() + i, mm.plans.begin() + i + 1);
@@ -420,6 +444,35 @@ class CudaExecutable final : public Executable {
     auto plan = std::make_unique<cuda::MatmulPlan>(d, program_.device, kCublasWorkspaceBytes);
     mm.plans.emplace(mm.plans.begin(), d, std::move(plan));
     return *mm.plans.front().second;
+  }
+
+  // A pair of products sharing A (MatmulStep::b_second): one batched call whose B batch stride is the distance
+  // from the first weight to the second, when the second lies after the first at a whole number of elements
+  // (cuBLASLt takes no negative stride); otherwise a call each.
+  void run_pair(int step, const std::vector<char*>& ptr, const std::vector<int64_t>& values, void* workspace,
+                cuda::CUstream stream) {
+    const plan::MatmulStep& m = program_.matmul_steps[step];
+    Matmul& mm = matmuls_[step];
+    cuda::MatmulDesc d = call_desc(mm, values);
+    const char* a = address(m.a, ptr, values);
+    const char* b = address(m.b, ptr, values);
+    const char* b_second = address(m.b_second, ptr, values);
+    char* out = address(m.d, ptr, values);
+    const ptrdiff_t element = static_cast<ptrdiff_t>(codegen::dtype_size(m.dtype));
+    const ptrdiff_t distance = b_second - b;
+    if (distance > 0 && distance % element == 0) {
+      d.b_batch_stride = distance / element;
+      plan_for(mm, d).run(a, b, nullptr, out, nullptr, workspace, stream);
+      return;
+    }
+    if (!mm.pair_split_logged) {
+      mm.pair_split_logged = true;
+      FC_LOG(perf_hints, info, "fastcomp: {} and its twin by another weight run as two cuBLASLt calls, not one "
+             "batched call: the second weight lies before the first in memory", graph_.nodes[m.node].user_loc);
+    }
+    const cuda::MatmulPlan& single = plan_for(mm, single_of_pair(d));
+    single.run(a, b, nullptr, out, nullptr, workspace, stream);
+    single.run(a, b_second, nullptr, out + d.d_batch_stride * element, nullptr, workspace, stream);
   }
 
   char* address(int b, const std::vector<char*>& ptr, const std::vector<int64_t>& values) const {

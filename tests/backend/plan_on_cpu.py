@@ -84,7 +84,12 @@ def run(plan, inputs):
             m, n, k, batch = (value(s[x]) for x in ("m", "n", "k", "batch"))
             (ab, ar, ac), (bb, br, bc), (db, dr) = ([value(x) for x in s[f"{o}_strides"]] for o in "abd")
             A = torch.as_strided(a, (batch, m, k), (ab, ar, ac), offset(a, "a"))
-            B = torch.as_strided(b, (batch, k, n), (bb, br, bc), offset(b, "b"))
+            if s["b_second"] >= 0:  # a pair (pair_products.h): its two weights lie apart, in any order
+                second = roots[buffers[s["b_second"]]["root"]]
+                B = torch.stack([torch.as_strided(w, (k, n), (br, bc), offset(w, x))
+                                 for w, x in ((b, "b"), (second, "b_second"))])
+            else:
+                B = torch.as_strided(b, (batch, k, n), (bb, br, bc), offset(b, "b"))
             D = torch.as_strided(d, (batch, m, n), (db, dr, 1), offset(d, "d"))
             r = torch.matmul(A.double(), B.double())
             if s["bias"] >= 0:

@@ -51,19 +51,21 @@ def test_op_plan(case):
 # Seed workloads: (kernels, cuBLAS calls, extern ops). W7's heads are one attention kernel between the QKV and
 # output projections (then the FF's two GEMMs and three kernels: add+norm, GELU, add+norm); nn.MultiheadAttention's
 # mask/dtype helpers are computed while tracing (constant arguments), so no extern op is left. W9's rotary line,
-# cat included, is one kernel (test_w9_rope_line_is_one_kernel), then the two projections and the SwiGLU kernel.
-# W10 is four W7-like layers. At these test sizes W5's batch is 8 rows and W10's 32 tokens, so their F.linear
-# products are small-matmul kernels (all four of each W10 layer, its attention projections included).
+# cat included, is one kernel (test_w9_rope_line_is_one_kernel), then its two projections of x as one batched
+# cuBLAS call (test_two_products_of_one_activation_are_one_batched_call) and the SwiGLU kernel; W6's q and k
+# projections are one such call too (v's is the third product of x: pairs only). W10 is four W7-like layers. At
+# these test sizes W5's batch is 8 rows and W10's 32 tokens, so their F.linear products are small-matmul kernels
+# (all four of each W10 layer, its attention projections included).
 WORKLOAD_PLANS = {
     "W1": (1, 0, 0),
     "W2": (1, 0, 0),
     "W3": (1, 0, 0),
     "W4": (2, 1, 0),
     "W5": (3, 0, 0),
-    "W6": (1, 5, 0),
+    "W6": (1, 4, 0),
     "W7": (4, 4, 0),
     "W8": (1, 0, 0),
-    "W9": (2, 2, 0),
+    "W9": (2, 1, 0),
     "W10": (32, 0, 0),
 }
 ATTENTION_KERNELS = {"W7": 1, "W10": 4}
@@ -144,6 +146,73 @@ def test_w9_rope_line_is_one_kernel():
     assert "offset=32 valid d1=[0,32)" in kernel and "offset=-32 valid d1=[32,64)" in kernel, kernel
     assert "in_range bool d1=[0,32)" in kernel and "neg f32" in kernel, kernel
     assert "torch.cat" not in record["plan"]
+
+
+# ---- products of one activation (plan/pair_products.h) ------------------------------------------------------
+
+
+def _swiglu(x, wg, wu):
+    return torch.nn.functional.silu(x @ wg) * (x @ wu)
+
+
+def test_two_products_of_one_activation_are_one_batched_call():
+    x, wg, wu = torch.randn(24, 32), torch.randn(32, 40), torch.randn(32, 40)
+    plan = compile_and_check(_swiglu, (x, wg, wu))["plan"]
+    # One call, batch 2: A shared (batch stride 0), the second weight named (its distance is read per call), both
+    # results batches of one buffer that the SwiGLU kernel reads at 0 and at 24 * 40.
+    call = re.search(r"matmul f32 m=24 n=40 k=32 batch=2 a=b0\(32, 1, 0\) b=b1\(40, 1\)\+b\d+ -> b(\d+)\n", plan)
+    assert call, plan
+    assert re.search(rf"b{call[1]} = view b(\d+) f32\[24, 40\]", plan), plan
+    assert re.search(r"b\d+ = alloc f32\[2, 24, 40\]\n", plan), plan
+    assert "offset=960" in plan.split("kernel k0 pointwise")[1], plan
+    assert plan.count("matmul ") == 1, plan
+
+
+def test_paired_products_off_keeps_a_call_each():
+    with fastcomp.config.patch(paired_products=False):
+        plan = compile_and_check(_swiglu, (torch.randn(24, 32), torch.randn(32, 40), torch.randn(32, 40)))["plan"]
+    assert plan.count("matmul ") == 2 and "batch=2" not in plan, plan
+
+
+def _linears_with_bias(x, w1, w2, b):
+    return torch.nn.functional.linear(x, w1, b) * torch.nn.functional.linear(x, w2, b)
+
+
+def _second_weight_written_between(x, w1, w2):
+    y = x @ w1
+    w2.mul_(2)  # an extern step: the second product must see the doubled weight
+    return y * (x @ w2)
+
+
+def _pair_as_outputs(x, w1, w2):
+    return x @ w1, x @ w2
+
+
+def _two_shapes(x, w1, w2):
+    return (x @ w1).sum(-1) * (x @ w2).sum(-1)
+
+
+def _different_activations(x, w1, w2):
+    return (x @ w1) * ((x + 1) @ w2)
+
+
+@pytest.mark.parametrize("fn, args, why", [
+    (_linears_with_bias, (torch.randn(24, 32), torch.randn(40, 32), torch.randn(40, 32), torch.randn(40)),
+     "a bias epilogue"),
+    (_second_weight_written_between, (torch.randn(24, 32), torch.randn(32, 40), torch.randn(32, 40)),
+     "an in-place op between them"),
+    (_pair_as_outputs, (torch.randn(24, 32), torch.randn(32, 40), torch.randn(32, 40)), "graph outputs"),
+    (_different_activations, (torch.randn(24, 32), torch.randn(32, 40), torch.randn(32, 40)), "two activations"),
+    (_two_shapes, (torch.randn(24, 32), torch.randn(32, 40), torch.randn(32, 48)), "two shapes"),
+    (_swiglu, (torch.randn(4100, 4), torch.randn(4, 2048), torch.randn(4, 2048)), "8 Mi elements a result"),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_products_that_do_not_pair(fn, args, why):
+    expected = fn(*(a.clone() for a in args))
+    with fastcomp.config.patch(small_matmul=False), CompileCounter() as cc, torch.no_grad():
+        assert_same(fastcomp.compile(fn)(*(a.clone() for a in args)), expected, rtol=1e-5, atol=1e-4)
+    assert cc.graph_count == 1 and cc.break_count == 0, cc.records
+    plan = cc.records[0]["plan"]
+    assert "batch=2" not in plan and plan.count("matmul ") == 2, (why, plan)
 
 
 # ---- indirect loads ---------------------------------------------------------------------------------------------

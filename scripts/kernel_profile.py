@@ -16,15 +16,16 @@ from collections import defaultdict
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def per_call_us(fn, args, calls=200):
+def per_call_us(fn, input_sets, calls=200):
+    """µs per call of back-to-back calls that take the input sets in turn (one set: the same tensors every call)."""
     import torch
 
-    for _ in range(20):
-        fn(*args)
+    for i in range(20):
+        fn(*input_sets[i % len(input_sets)])
     torch.cuda.synchronize()
     start = time.perf_counter()
-    for _ in range(calls):
-        fn(*args)
+    for i in range(calls):
+        fn(*input_sets[i % len(input_sets)])
     torch.cuda.synchronize()
     return (time.perf_counter() - start) / calls * 1e6
 
@@ -54,37 +55,43 @@ def event_tables(fn, args, calls=50):
     return tables
 
 
-def compiled_workloads(wid, mode_names):
+def compiled_workloads(wid, mode_names, input_sets=1):
     """(mode name, mode, compiled function, inputs) for workload `wid` at full size on the GPU in each mode, each
-    past its first call with its kernels ready; call under torch.no_grad(), then mode.reset()."""
+    past its first call with its kernels ready; call under torch.no_grad(), then mode.reset(). `inputs` is one
+    argument tuple, or a list of `input_sets` of them (fresh activations, as the benchmarks rotate through) when
+    more than one is asked for."""
     sys.path.insert(0, ROOT)
     from benchmarks.modes import MODES
     from benchmarks.workloads import WORKLOADS
 
     model, make_inputs = WORKLOADS[wid].make("cuda", 1.0)
-    inputs = make_inputs()
+    sets = [make_inputs() for _ in range(input_sets)]
     for name in mode_names:
         mode = MODES[name]
         fn = mode.compile(model)
-        fn(*inputs)
+        fn(*sets[0])
         mode.wait_ready()
-        yield name, mode, fn, inputs
+        yield name, mode, fn, sets if input_sets > 1 else sets[0]
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("workloads", nargs="+")
     parser.add_argument("--modes", nargs="+", default=["fc", "fc-ro", "tc-ro"])
+    parser.add_argument("--input-sets", type=int, default=4,
+                        help="also time calls that rotate through this many fresh inputs, as the benchmarks do")
     args = parser.parse_args()
     import torch
 
     for wid in args.workloads:
         with torch.no_grad():
-            for name, mode, fn, inputs in compiled_workloads(wid, args.modes):
-                us = per_call_us(fn, inputs)
+            for name, mode, fn, sets in compiled_workloads(wid, args.modes, max(2, args.input_sets)):
+                inputs = sets[0]
+                us, rotating_us = per_call_us(fn, [inputs]), per_call_us(fn, sets[:args.input_sets])
                 kernels, host = event_tables(fn, inputs)
-                print(f"\n{wid} {name}: {us:.1f} µs/call, kernels {sum(r[1] for r in kernels):.1f} µs/call, CUDA "
-                      f"API calls on the host {sum(r[1] for r in host):.1f} µs/call")
+                print(f"\n{wid} {name}: {us:.1f} µs/call ({rotating_us:.1f} taking {args.input_sets} input sets in "
+                      f"turn), kernels {sum(r[1] for r in kernels):.1f} µs/call, CUDA API calls on the host "
+                      f"{sum(r[1] for r in host):.1f} µs/call")
                 for kernel, t, n in kernels:
                     print(f"  {t:8.2f} µs  x{n:g}  {kernel[:110]}")
                 for call, t, n in host[:8]:

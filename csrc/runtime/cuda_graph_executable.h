@@ -6,7 +6,8 @@
 // a tensor the user passed at capture and has since dropped. Otherwise the graph is captured again with that
 // input in a buffer of fastcomp's own, so inputs that move around settle after one recapture. Where the copies
 // would cost more GPU time than the replay saves in launches (large inputs, few kernels), such a call runs the
-// executable directly instead.
+// executable directly instead, until the caller settles on its input tensors (the same addresses two calls in a
+// row, as when it refills them with copy_()): then the graph is captured again reading them in place.
 //
 // Outputs. A replay writes its outputs into the same memory every time, and returns those tensors. Before it
 // overwrites them, it checks that nobody still holds them (the tensor objects or any view of their storage). If

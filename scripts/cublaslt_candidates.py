@@ -23,7 +23,7 @@ WORKSPACE_BYTES = 32 << 20
 ASKED = 64
 
 
-def probe(lt, handle, workspace, m, n, k, timer=stream_us):
+def probe(lt, handle, workspace, m, n, k, timer=stream_us, both=False):
     x, w, bias = torch.randn(m, k, device="cuda"), torch.randn(n, k, device="cuda"), torch.randn(n, device="cuda")
     d = torch.empty(m, n, device="cuda")
     reference = torch.nn.functional.linear(x.double(), w.double(), bias.double()).float()
@@ -49,6 +49,9 @@ def probe(lt, handle, workspace, m, n, k, timer=stream_us):
         torch.cuda.synchronize()
         error = ((d - reference).norm() / reference.norm()).item()
         timed.append((timer(lambda: launch(i)), i, error))
+        if both and i < 8:
+            print(f"  {m}x{n}x{k} rank {i}: {stream_us(lambda: launch(i)):.1f} us on the stream, "
+                  f"{graph_us(lambda: launch(i), calls=20, rounds=3):.1f} us in a CUDA graph", flush=True)
     for _ in range(3):
         torch.nn.functional.linear(x, w, bias)
     torch_us = timer(lambda: torch.nn.functional.linear(x, w, bias))
@@ -61,6 +64,9 @@ def probe(lt, handle, workspace, m, n, k, timer=stream_us):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--graph", action="store_true", help="time CUDA-graph replays of the launches")
+    parser.add_argument("--both", action="store_true",
+                        help="also print each of the top 8 candidates' time both ways (stream and CUDA graph)")
+    parser.add_argument("--shapes", help="m,n,k[;m,n,k...] instead of the built-in list")
     args = parser.parse_args()
     torch.zeros(1, device="cuda")
     lt = ctypes.CDLL("libcublasLt.so.13")
@@ -68,9 +74,12 @@ def main():
     assert lt.cublasLtCreate(ctypes.byref(handle)) == 0
     workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device="cuda")
     timer = (lambda fn: graph_us(fn, calls=20, rounds=3)) if args.graph else stream_us
-    for shape in ((1024, 1536, 512), (1024, 512, 512), (1024, 2048, 512), (1024, 512, 2048), (32, 1024, 512),
-                  (128, 768, 256), (128, 256, 256), (128, 1024, 256), (128, 256, 1024), (4096, 4096, 4096)):
-        probe(lt, handle, workspace, *shape, timer=timer)
+    shapes = ((1024, 1536, 512), (1024, 512, 512), (1024, 2048, 512), (1024, 512, 2048), (32, 1024, 512),
+              (128, 768, 256), (128, 256, 256), (128, 1024, 256), (128, 256, 1024), (4096, 4096, 4096))
+    if args.shapes:
+        shapes = [tuple(int(x) for x in s.split(",")) for s in args.shapes.split(";")]
+    for shape in shapes:
+        probe(lt, handle, workspace, *shape, timer=timer, both=args.both)
 
 
 if __name__ == "__main__":

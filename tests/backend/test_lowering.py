@@ -168,6 +168,26 @@ def test_two_products_of_one_activation_are_one_batched_call():
     assert plan.count("matmul ") == 1, plan
 
 
+class _GatedMLP(torch.nn.Module):
+    """LLaMA's MLP: down(silu(gate(x)) * up(x)), bias-free nn.Linear layers."""
+
+    def __init__(self, d=32, hidden=48):
+        super().__init__()
+        self.gate = torch.nn.Linear(d, hidden, bias=False)
+        self.up = torch.nn.Linear(d, hidden, bias=False)
+        self.down = torch.nn.Linear(hidden, d, bias=False)
+
+    def forward(self, x):
+        return self.down(torch.nn.functional.silu(self.gate(x)) * self.up(x))
+
+
+def test_gate_and_up_linears_of_a_gated_mlp_are_one_batched_call():
+    with fastcomp.config.patch(small_matmul=False):  # 2 x 20 rows would be small-matmul kernels otherwise
+        record = compile_and_check(_GatedMLP().eval(), (torch.randn(2, 20, 32),))
+    assert plan_counts(record) == (1, 2, 0), record["plan"]
+    assert re.search(r"matmul f32 m=40 n=48 k=32 batch=2 a=b\d+\(32, 1, 0\) b=b\d+\(1, 32\)\+b\d+ ", record["plan"])
+
+
 def test_paired_products_off_keeps_a_call_each():
     with fastcomp.config.patch(paired_products=False):
         plan = compile_and_check(_swiglu, (torch.randn(24, 32), torch.randn(32, 40), torch.randn(32, 40)))["plan"]

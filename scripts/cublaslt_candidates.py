@@ -23,6 +23,24 @@ WORKSPACE_BYTES = 32 << 20
 ASKED = 64
 
 
+def cold_l2_us(fn, repeats=20):
+    """Median GPU µs of one call of `fn` right after writing 256 MiB (more than any L2), timed alone with events:
+    the product as it runs inside a model whose other data has pushed its operands out of L2."""
+    import statistics
+
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(repeats):
+        flush.zero_()
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop) * 1e3)
+    return statistics.median(times)
+
+
 def probe(lt, handle, workspace, m, n, k, timer=stream_us, both=False):
     x, w, bias = torch.randn(m, k, device="cuda"), torch.randn(n, k, device="cuda"), torch.randn(n, device="cuda")
     d = torch.empty(m, n, device="cuda")
@@ -51,7 +69,8 @@ def probe(lt, handle, workspace, m, n, k, timer=stream_us, both=False):
         timed.append((timer(lambda: launch(i)), i, error))
         if both and i < 8:
             print(f"  {m}x{n}x{k} rank {i}: {stream_us(lambda: launch(i)):.1f} us on the stream, "
-                  f"{graph_us(lambda: launch(i), calls=20, rounds=3):.1f} us in a CUDA graph", flush=True)
+                  f"{graph_us(lambda: launch(i), calls=20, rounds=3):.1f} us in a CUDA graph, "
+                  f"{cold_l2_us(lambda: launch(i)):.1f} us after an L2 flush", flush=True)
     for _ in range(3):
         torch.nn.functional.linear(x, w, bias)
     torch_us = timer(lambda: torch.nn.functional.linear(x, w, bias))

@@ -65,7 +65,7 @@ void bind_api(py::module_& m) {
       [](int recompile_limit, bool error_on_recompile, bool suppress_errors, bool cuda_backend,
          bool background_compile, const std::string& dump_dir, int nvrtc_threads,
          const std::string& nvrtc_fast_compile, bool matmul_tuning, bool fused_attention, bool small_matmul,
-         bool paired_products) {
+         bool grouped_products) {
         if (!nvrtc_fast_compile.empty() && nvrtc_fast_compile != "min" && nvrtc_fast_compile != "mid" &&
             nvrtc_fast_compile != "max")
           throw py::value_error("fastcomp.config.nvrtc_fast_compile must be '', 'min', 'mid' or 'max', not '" +
@@ -81,11 +81,11 @@ void bind_api(py::module_& m) {
         config().matmul_tuning = matmul_tuning;
         config().fused_attention = fused_attention;
         config().small_matmul = small_matmul;
-        config().paired_products = paired_products;
+        config().grouped_products = grouped_products;
       },
       py::arg("recompile_limit"), py::arg("error_on_recompile"), py::arg("suppress_errors"), py::arg("cuda_backend"),
       py::arg("background_compile"), py::arg("dump_dir"), py::arg("nvrtc_threads"), py::arg("nvrtc_fast_compile"),
-      py::arg("matmul_tuning"), py::arg("fused_attention"), py::arg("small_matmul"), py::arg("paired_products"));
+      py::arg("matmul_tuning"), py::arg("fused_attention"), py::arg("small_matmul"), py::arg("grouped_products"));
   m.def(
       "wait_for_compiles", [](double timeout_s) { return runtime::wait_for_compiles(timeout_s); },
       py::arg("timeout_s") = -1.0, "block until background kernel compiles finish; False on timeout");

@@ -10,7 +10,7 @@
 #include <utility>
 
 #include "plan/lowering.h"
-#include "plan/pair_products.h"
+#include "plan/group_products.h"
 #include "support/pystr.h"
 
 namespace fastcomp::plan {
@@ -685,7 +685,7 @@ Program Lowerer::run() {
   }
   program_.node_buffer.assign(graph_.nodes.size(), -1);
   for (size_t i = 0; i < values_.size(); ++i) program_.node_buffer[i] = values_[i].buffer;
-  if (options_.paired_products) pair_shared_operand_products(program_);
+  if (options_.grouped_products) group_shared_operand_products(program_);
   return std::move(program_);
 }
 

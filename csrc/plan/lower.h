@@ -24,8 +24,8 @@ struct LowerOptions {
   // a kernel of its own (fastcomp.config.small_matmul, outside CUDA graphs: see build_cuda_executable), instead of
   // a cuBLASLt call tiled for large products.
   bool small_matmul = true;
-  // Two products of one A and shape as one batched cuBLASLt call (pair_products.h; fastcomp.config.paired_products).
-  bool paired_products = true;
+  // Products of one A and shape as one batched cuBLASLt call (group_products.h; fastcomp.config.grouped_products).
+  bool grouped_products = true;
 };
 
 // The largest product (m * n * k multiply-adds) lowering gives a small-matmul kernel: up to here a cuBLASLt call

@@ -62,8 +62,8 @@ std::string MatmulStep::to_string() const {
   out += fmt::format(" a=b{}({}, {}", a, t(a_row_stride), t(a_col_stride));
   out += batch != 1 ? fmt::format(", {})", t(a_batch_stride)) : ")";
   out += fmt::format(" b=b{}({}, {}", b, t(b_row_stride), t(b_col_stride));
-  out += batch != 1 && b_second < 0 ? fmt::format(", {})", t(b_batch_stride)) : ")";
-  if (b_second >= 0) out += fmt::format("+b{}", b_second);
+  out += batch != 1 && b_next.empty() ? fmt::format(", {})", t(b_batch_stride)) : ")";
+  for (int b_other : b_next) out += fmt::format("+b{}", b_other);
   out += fmt::format(" -> b{}", d);
   if (d_row_stride != n || (batch != 1 && d_batch_stride != m * n))  // D is row-major and dense unless said here
     out += batch != 1 ? fmt::format("({}, {})", t(d_row_stride), t(d_batch_stride))

@@ -61,14 +61,14 @@ struct MatmulStep {
   Size b_row_stride = 0, b_col_stride = 0, b_batch_stride = 0;
   Size d_row_stride = 0, d_batch_stride = 0;
   Epilogue epilogue = Epilogue::None;
-  // A pair of products that share A (x @ Wg and x @ Wu of a SwiGLU MLP; pair_products.h): batch is 2, B's
-  // second matrix is buffer `b_second` (of b's layout; any distance from b) and D's second is D's next batch.
-  // b_batch_stride is 0 here: the executable reads the distance from b to b_second on each call.
-  int b_second = -1;
+  // A group of products that share A (x @ Wg and x @ Wu of a SwiGLU MLP; group_products.h): batch i > 0 reads
+  // its B from buffer b_next[i - 1] (of b's layout, anywhere in memory) and writes D's batch i. b_batch_stride is
+  // 0 here: the executable reads the distances between the B's on each call.
+  std::vector<int> b_next;
   graph::NodeId node = -1;
   // "matmul f32 m=64 n=64 k=64 batch=8 a=b11(64, 1, 4096) b=b9(64, 1, 4096) -> b12(512, 64)": each operand's
-  // (row, column, batch) strides; D's (row, batch) strides only where D is not dense row-major. A pair shows its
-  // second B as b=b9(...)+b10.
+  // (row, column, batch) strides; D's (row, batch) strides only where D is not dense row-major. A group shows
+  // its other B's as b=b9(...)+b10+b12.
   std::string to_string() const;
 };
 

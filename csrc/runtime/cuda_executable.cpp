@@ -30,6 +30,7 @@
 #include "runtime/size_slots.h"
 #include "runtime/torch_shim.h"
 #include "support/log.h"
+#include "support/small_buffer.h"
 #include "support/pystr.h"
 
 namespace fastcomp::runtime {
@@ -100,11 +101,13 @@ cuda::MatmulDesc with_shape(cuda::MatmulDesc d, const std::vector<int64_t>& f) {
   return d;
 }
 
-// One product of a pair's desc (MatmulStep::b_second): how the pair runs when its second weight lies before the
-// first; also the plan made when the executable is built, since the batched one needs the weights' distance.
-cuda::MatmulDesc single_of_pair(cuda::MatmulDesc d) {
-  d.batch = 1;
-  d.a_batch_stride = d.b_batch_stride = d.d_batch_stride = 0;
+// `count` products of a group's desc (MatmulStep::b_next) whose weights lie `step` elements apart, as one batched
+// call. One product (count 1) is the plan made when the executable is built: the batched ones need the distances
+// between the weights, known only at run time.
+cuda::MatmulDesc products_of_group(cuda::MatmulDesc d, int64_t count, int64_t step) {
+  d.batch = count;
+  d.b_batch_stride = count > 1 ? step : 0;
+  if (count == 1) d.a_batch_stride = d.d_batch_stride = 0;
   return d;
 }
 
@@ -113,7 +116,7 @@ cuda::MatmulDesc trace_time_desc(const plan::MatmulStep& s, const MatmulSwitches
   std::vector<int64_t> hints;
   for (const codegen::Size* f : shape_fields(s)) hints.push_back(f->hint());
   const cuda::MatmulDesc d = with_shape(unshaped_desc(s, switches), hints);
-  return s.b_second >= 0 ? single_of_pair(d) : d;
+  return s.b_next.empty() ? d : products_of_group(d, 1, 0);
 }
 
 PyObject* int_tuple(const std::vector<SizeSlots::Ref>& v, const std::vector<int64_t>& values) {  // new reference
@@ -301,8 +304,8 @@ class CudaExecutable final : public Executable {
           }
           case Step::Kind::Matmul: {
             const plan::MatmulStep& m = program_.matmul_steps[s.index];
-            if (m.b_second >= 0) {
-              run_pair(s.index, ptr, values, workspace, stream);
+            if (!m.b_next.empty()) {
+              run_group(s.index, ptr, values, workspace, stream);
               break;
             }
             const cuda::MatmulPlan& plan = matmul_plan(s.index, values);
@@ -397,7 +400,7 @@ class CudaExecutable final : public Executable {
     cuda::MatmulDesc desc;  // dtype, epilogue and flags; the shape comes from `fields`
     std::vector<SizeSlots::Ref> fields;  // m n k batch, A's row/col/batch, B's row/col/batch, D's row/batch strides
     bool dynamic = false;
-    bool pair_split_logged = false;  // run_pair said once why the pair runs as two calls
+    bool group_split_logged = false;  // run_group said once why the group runs as several calls
     std::vector<std::pair<cuda::MatmulDesc, std::unique_ptr<cuda::MatmulPlan>>> plans;
   };
 
@@ -433,7 +436,7 @@ class CudaExecutable final : public Executable {
   }
 
   // The plan for `d` among the step's, made (and kept, most recent first) when it is new: another shape under
-  // dynamic shapes, or a pair's batched desc for the distance between its weights.
+  // dynamic shapes, or a group's batched desc for the distance between its weights.
   const cuda::MatmulPlan& plan_for(Matmul& mm, const cuda::MatmulDesc& d) {
     for (size_t i = 0; i < mm.plans.size(); ++i) {
       if (!(mm.plans[i].first == d)) continue;
@@ -446,33 +449,38 @@ class CudaExecutable final : public Executable {
     return *mm.plans.front().second;
   }
 
-  // A pair of products sharing A (MatmulStep::b_second): one batched call whose B batch stride is the distance
-  // from the first weight to the second, when the second lies after the first at a whole number of elements
-  // (cuBLASLt takes no negative stride); otherwise a call each.
-  void run_pair(int step, const std::vector<char*>& ptr, const std::vector<int64_t>& values, void* workspace,
-                cuda::CUstream stream) {
+  // A group of products sharing A (MatmulStep::b_next): as few batched calls as the weights' places allow. Each
+  // call takes a run of weights that lie at equal, non-negative steps in memory (cuBLASLt's batch stride; none
+  // may be negative), so weights allocated one after another (module parameters of one size usually are) make
+  // one call; others make a call each.
+  void run_group(int step, const std::vector<char*>& ptr, const std::vector<int64_t>& values, void* workspace,
+                 cuda::CUstream stream) {
     const plan::MatmulStep& m = program_.matmul_steps[step];
     Matmul& mm = matmuls_[step];
-    cuda::MatmulDesc d = call_desc(mm, values);
+    const cuda::MatmulDesc d = call_desc(mm, values);
     const char* a = address(m.a, ptr, values);
-    const char* b = address(m.b, ptr, values);
-    const char* b_second = address(m.b_second, ptr, values);
+    SmallBuffer<const char*, 4> b(m.b_next.size() + 1);
+    b[0] = address(m.b, ptr, values);
+    for (size_t i = 0; i < m.b_next.size(); ++i) b[i + 1] = address(m.b_next[i], ptr, values);
     char* out = address(m.d, ptr, values);
     const ptrdiff_t element = static_cast<ptrdiff_t>(codegen::dtype_size(m.dtype));
-    const ptrdiff_t distance = b_second - b;
-    if (distance > 0 && distance % element == 0) {
-      d.b_batch_stride = distance / element;
-      plan_for(mm, d).run(a, b, nullptr, out, nullptr, workspace, stream);
-      return;
+    const size_t n = b.size();
+    size_t calls = 0;
+    for (size_t i = 0; i < n; ++calls) {
+      size_t count = 1;
+      const ptrdiff_t distance = i + 1 < n ? b[i + 1] - b[i] : -1;
+      if (distance >= 0 && distance % element == 0)
+        for (count = 2; i + count < n && b[i + count] - b[i + count - 1] == distance;) ++count;
+      plan_for(mm, products_of_group(d, int64_t(count), distance / element))
+          .run(a, b[i], nullptr, out + int64_t(i) * d.d_batch_stride * element, nullptr, workspace, stream);
+      i += count;
     }
-    if (!mm.pair_split_logged) {
-      mm.pair_split_logged = true;
-      FC_LOG(perf_hints, info, "fastcomp: {} and its twin by another weight run as two cuBLASLt calls, not one "
-             "batched call: the second weight lies before the first in memory", graph_.nodes[m.node].user_loc);
+    if (calls > 1 && !mm.group_split_logged) {
+      mm.group_split_logged = true;
+      FC_LOG(perf_hints, info, "fastcomp: {} and the {} other products of its activation run as {} cuBLASLt calls, "
+             "not one batched call: their weights do not lie at equal steps in memory, the first one first",
+             graph_.nodes[m.node].user_loc, n - 1, calls);
     }
-    const cuda::MatmulPlan& single = plan_for(mm, single_of_pair(d));
-    single.run(a, b, nullptr, out, nullptr, workspace, stream);
-    single.run(a, b_second, nullptr, out + d.d_batch_stride * element, nullptr, workspace, stream);
   }
 
   char* address(int b, const std::vector<char*>& ptr, const std::vector<int64_t>& values) const {

@@ -67,7 +67,7 @@ MemoryPlan plan_memory(const plan::Program& program, const graph::Graph& graph) 
       const plan::MatmulStep& mm = program.matmul_steps[s.index];
       kernel_read(mm.a, step);
       kernel_read(mm.b, step);
-      if (mm.b_second >= 0) kernel_read(mm.b_second, step);
+      for (int b_other : mm.b_next) kernel_read(b_other, step);
       if (mm.bias >= 0) kernel_read(mm.bias, step);
       write(mm.d, step);
     } else {

@@ -17,7 +17,7 @@ struct Config {
   bool matmul_tuning = true;        // time cuBLASLt's candidate algorithms on a product's first run (MatmulPlan)
   bool fused_attention = true;      // nn.MultiheadAttention's heads as one kernel where they fit (plan::LowerOptions)
   bool small_matmul = true;         // F.linear of a few rows as a kernel of its own, not cuBLASLt (plan::LowerOptions)
-  bool paired_products = true;      // two products of one A as one batched cuBLASLt call (plan/pair_products.h)
+  bool grouped_products = true;     // products of one A as one batched cuBLASLt call (plan/group_products.h)
   std::string dump_dir;             // non-empty: every compile writes its artifacts (graph, plan, .cu) here
   // Code under these directories (torch, the standard library, fastcomp) is never compiled as a frame of its
   // own when the CPython part of a compiled function calls it. Set by the Python package at import.

@@ -49,9 +49,9 @@ _DEFAULTS = {
     # F.linear of at most 32 rows (a product under 2^25 multiply-adds) as a kernel of fastcomp's own instead of a
     # cuBLASLt call, outside CUDA graphs (csrc/codegen/emit_small_matmul.cpp); "0" keeps cuBLASLt for every product.
     "small_matmul": os.environ.get("FASTCOMP_SMALL_MATMUL", "1") == "1",
-    # Two products of the same activation and shape (x @ Wg and x @ Wu; q/k/v projections) as one batched cuBLASLt
-    # call (csrc/plan/pair_products.h); "0" keeps a call each.
-    "paired_products": os.environ.get("FASTCOMP_PAIRED_PRODUCTS", "1") == "1",
+    # Products of the same activation and shape (x @ Wg and x @ Wu; q/k/v projections) as one batched cuBLASLt
+    # call (csrc/plan/group_products.h); "0" keeps a call each.
+    "grouped_products": os.environ.get("FASTCOMP_GROUPED_PRODUCTS", "1") == "1",
 }
 
 

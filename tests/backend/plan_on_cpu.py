@@ -84,10 +84,12 @@ def run(plan, inputs):
             m, n, k, batch = (value(s[x]) for x in ("m", "n", "k", "batch"))
             (ab, ar, ac), (bb, br, bc), (db, dr) = ([value(x) for x in s[f"{o}_strides"]] for o in "abd")
             A = torch.as_strided(a, (batch, m, k), (ab, ar, ac), offset(a, "a"))
-            if s["b_second"] >= 0:  # a pair (pair_products.h): its two weights lie apart, in any order
-                second = roots[buffers[s["b_second"]]["root"]]
-                B = torch.stack([torch.as_strided(w, (k, n), (br, bc), offset(w, x))
-                                 for w, x in ((b, "b"), (second, "b_second"))])
+            if s["b_next"]:  # a group (group_products.h): its weights lie anywhere, in any order
+                weights = [torch.as_strided(b, (k, n), (br, bc), offset(b, "b"))]
+                for i in s["b_next"]:
+                    w = roots[buffers[i]["root"]]
+                    weights.append(torch.as_strided(w, (k, n), (br, bc), w.storage_offset() + buffers[i]["offset"]))
+                B = torch.stack(weights)
             else:
                 B = torch.as_strided(b, (batch, k, n), (bb, br, bc), offset(b, "b"))
             D = torch.as_strided(d, (batch, m, n), (db, dr, 1), offset(d, "d"))

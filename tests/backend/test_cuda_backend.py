@@ -199,31 +199,33 @@ def test_a_view_starting_mid_vector_runs_the_kernels_compiled_for_any_alignment(
 
 
 @pytest.mark.parametrize("mode", [None, "reduce-overhead"], ids=["default", "reduce-overhead"])
-@pytest.mark.parametrize("second_first", [False, True], ids=["weights in order", "second weight first"])
-def test_two_products_of_one_activation_match_eager_in_either_weight_order(second_first, mode, caplog):
-    """x @ wg and x @ wu are one batched cuBLASLt call (plan/pair_products.h) whose B batch stride is the distance
-    from wg to wu; when wu lies before wg (no negative stride in cuBLASLt) the same step makes a call each, says
-    so once, and computes the same."""
+@pytest.mark.parametrize("order, calls", [((0, 1, 2), 1), ((2, 1, 0), 3), ((0, 2, 1), 2), ((0, 1, 3), 2)],
+                         ids=["in order", "reversed", "last two swapped", "unequal steps"])
+def test_products_of_one_activation_match_eager_wherever_their_weights_lie(order, calls, mode, caplog):
+    """x @ wq, x @ wk and x @ wv are one batched cuBLASLt call (plan/group_products.h) whose B batch stride is the
+    distance between the weights when they lie at equal steps, first to last; otherwise the same step makes as
+    few calls as the weights' places allow, says so once, and computes the same."""
     import logging
 
-    def swiglu(x, wg, wu):
-        return torch.nn.functional.silu(x @ wg) * (x @ wu)
+    def qkv(x, wq, wk, wv):
+        return torch.softmax((x @ wq) @ (x @ wk).transpose(-2, -1) / 16.0, -1) @ (x @ wv)
 
-    weights = torch.randn(2, 256, 352, dtype=torch.bfloat16, device="cuda")  # two slices: a known order
-    wg, wu = (weights[1], weights[0]) if second_first else (weights[0], weights[1])
-    compiled = fastcomp.compile(swiglu, mode=mode)
+    slices = torch.randn(4, 256, 352, dtype=torch.bfloat16, device="cuda")  # slices at known places
+    weights = tuple(slices[i] for i in order)
+    compiled = fastcomp.compile(qkv, mode=mode)
     caplog.set_level(logging.DEBUG, logger="fastcomp")
     fastcomp.set_logs(perf_hints=True)
     try:
         with torch.no_grad(), CompileCounter() as cc:
             for _ in range(4):
-                x = torch.randn(192, 256, dtype=torch.bfloat16, device="cuda")
-                expected = swiglu(x, wg, wu)
-                assert_same(compiled(x, wg, wu), expected, rtol=1e-2, atol=2e-2 * expected.abs().max().item())
+                x = torch.randn(192, 256, dtype=torch.bfloat16, device="cuda") / 4
+                expected = qkv(x, *weights)
+                assert_same(compiled(x, *weights), expected, rtol=2e-2, atol=2e-2 * expected.abs().max().item())
         assert cc.graph_count == 1 and cc.break_count == 0, cc.records
-        assert plan_counts(cc.records[0]) == (1, 1, 0), cc.records[0]["plan"]
-        assert "batch=2" in cc.records[0]["plan"]
+        assert "batch=3" in cc.records[0]["plan"], cc.records[0]["plan"]
         hints = [r.getMessage() for r in caplog.records if r.name == "fastcomp.perf_hints"]
-        assert sum("the second weight lies before the first" in h for h in hints) == int(second_first), hints
+        split = [h for h in hints if "do not lie at equal steps" in h]
+        assert len(split) == (calls > 1), hints
+        assert calls == 1 or f"run as {calls} cuBLASLt calls" in split[0], split
     finally:
         fastcomp.set_logs()

@@ -52,8 +52,8 @@ def test_op_plan(case):
 # output projections (then the FF's two GEMMs and three kernels: add+norm, GELU, add+norm); nn.MultiheadAttention's
 # mask/dtype helpers are computed while tracing (constant arguments), so no extern op is left. W9's rotary line,
 # cat included, is one kernel (test_w9_rope_line_is_one_kernel), then its two projections of x as one batched
-# cuBLAS call (test_two_products_of_one_activation_are_one_batched_call) and the SwiGLU kernel; W6's q and k
-# projections are one such call too (v's is the third product of x: pairs only). W10 is four W7-like layers. At
+# cuBLAS call (test_two_products_of_one_activation_are_one_batched_call) and the SwiGLU kernel; W6's q, k and v
+# projections are one such call too. W10 is four W7-like layers. At
 # these test sizes W5's batch is 8 rows and W10's 32 tokens, so their F.linear products are small-matmul kernels
 # (all four of each W10 layer, its attention projections included).
 WORKLOAD_PLANS = {
@@ -62,7 +62,7 @@ WORKLOAD_PLANS = {
     "W3": (1, 0, 0),
     "W4": (2, 1, 0),
     "W5": (3, 0, 0),
-    "W6": (1, 4, 0),
+    "W6": (1, 3, 0),
     "W7": (4, 4, 0),
     "W8": (1, 0, 0),
     "W9": (2, 1, 0),
@@ -148,7 +148,7 @@ def test_w9_rope_line_is_one_kernel():
     assert "torch.cat" not in record["plan"]
 
 
-# ---- products of one activation (plan/pair_products.h) ------------------------------------------------------
+# ---- products of one activation (plan/group_products.h) ------------------------------------------------------
 
 
 def _swiglu(x, wg, wu):
@@ -188,8 +188,8 @@ def test_gate_and_up_linears_of_a_gated_mlp_are_one_batched_call():
     assert re.search(r"matmul f32 m=40 n=48 k=32 batch=2 a=b\d+\(32, 1, 0\) b=b\d+\(1, 32\)\+b\d+ ", record["plan"])
 
 
-def test_paired_products_off_keeps_a_call_each():
-    with fastcomp.config.patch(paired_products=False):
+def test_grouped_products_off_keeps_a_call_each():
+    with fastcomp.config.patch(grouped_products=False):
         plan = compile_and_check(_swiglu, (torch.randn(24, 32), torch.randn(32, 40), torch.randn(32, 40)))["plan"]
     assert plan.count("matmul ") == 2 and "batch=2" not in plan, plan
 

@@ -135,7 +135,7 @@ def _ids(n):
     (_layer, lambda n: (torch.randn(2, n, 512),), (16, 9, 3)),
     (_Embed, _ids, (8, 1, 13)),
     (lambda: lambda x, i: x.index_select(0, i) * 2, lambda n: (torch.randn(9, 5), torch.randint(0, 9, (n,))), (8, 1, 13)),
-    # a pair of products (plan/pair_products.h): its second result lies m * n elements on, a symbolic offset
+    # a group of products (plan/group_products.h): its second result lies m * n elements on, a symbolic offset
     (lambda: _swiglu, lambda n: (torch.randn(n, 16), torch.randn(16, 24), torch.randn(16, 24)), (8, 1, 13)),
 ], ids=["cat", "softmax_and_products", "mlp", "column_stats", "w7_layer", "embedding", "index_select", "pair"])
 def test_dynamic_plan_computes_what_torch_does_at_every_size(make_fn, make_inputs, sizes, observer):

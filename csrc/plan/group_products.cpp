@@ -1,0 +1,105 @@
+#include "plan/group_products.h"
+
+#include <vector>
+
+namespace fastcomp::plan {
+namespace {
+
+bool plain_product(const MatmulStep& s) {
+  return s.batch == Size(1) && s.bias < 0 && s.epilogue == MatmulStep::Epilogue::None && s.b_next.empty();
+}
+
+// Whether `other` may run as another batch of `first`: the same product of the same A by another B.
+bool groupable(const Program& p, const MatmulStep& first, const MatmulStep& other) {
+  if (!plain_product(first) || !plain_product(other) || first.dtype != other.dtype) return false;
+  if (!(first.m == other.m && first.n == other.n && first.k == other.k)) return false;
+  const Buffer &a1 = p.buffers[first.a], &a2 = p.buffers[other.a];
+  if (a1.root != a2.root || !(a1.offset == a2.offset) || !(first.a_row_stride == other.a_row_stride) ||
+      !(first.a_col_stride == other.a_col_stride))
+    return false;
+  if (!(first.b_row_stride == other.b_row_stride && first.b_col_stride == other.b_col_stride)) return false;
+  if (p.buffers[p.buffers[first.b].root].kind != Buffer::Kind::Input ||
+      p.buffers[p.buffers[other.b].root].kind != Buffer::Kind::Input)
+    return false;
+  for (const MatmulStep* s : {&first, &other}) {
+    const Buffer& out = p.buffers[s->d];
+    if (out.kind != Buffer::Kind::Alloc || !(s->d_row_stride == s->n)) return false;
+    if (out.node >= 0 && p.node_object[out.node]) return false;
+  }
+  return first.m.hint() * first.n.hint() <= kGroupMaxOutputElements;
+}
+
+// Makes buffer `d` (an Alloc) and the views of it views of `root` at `offset` elements further. Kernels get their
+// operands' root pointers and add the offsets lowering gave them, so those offsets move too.
+void move_into(Program& p, int d, int root, const Size& offset) {
+  std::vector<bool> moved(p.buffers.size(), false);
+  for (size_t i = 0; i < p.buffers.size(); ++i) {
+    Buffer& b = p.buffers[i];
+    if (b.root != d) continue;
+    moved[i] = true;
+    b.root = root;
+    b.offset = b.offset + offset;
+  }
+  p.buffers[d].kind = Buffer::Kind::View;
+  for (const KernelStep& step : p.kernel_steps) {
+    codegen::Kernel& k = p.kernels[step.kernel];
+    for (size_t i = 0; i < step.args.size(); ++i) {
+      if (!moved[step.args[i]]) continue;
+      codegen::Operand& op = i < k.inputs.size() ? k.inputs[i] : k.outputs[i - k.inputs.size()];
+      op.storage_offset = op.storage_offset + offset;
+    }
+  }
+}
+
+// Runs the products at positions `group` (ascending; the first stays) as batches of the first one.
+void fuse(Program& p, const std::vector<size_t>& group) {
+  MatmulStep& first = p.matmul_steps[p.steps[group[0]].index];
+  const Size slot = first.m * first.n;
+  const int n = static_cast<int>(group.size());
+  Buffer all;
+  all.kind = Buffer::Kind::Alloc;
+  all.dtype = first.dtype;
+  all.sizes = {Size(n), first.m, first.n};
+  all.strides = {slot, first.n, Size(1)};
+  const int root = static_cast<int>(p.buffers.size());
+  all.root = root;
+  p.buffers.push_back(all);
+  move_into(p, first.d, root, Size(0));
+  for (int i = 1; i < n; ++i) {
+    const MatmulStep& other = p.matmul_steps[p.steps[group[i]].index];
+    move_into(p, other.d, root, slot * Size(i));
+    first.b_next.push_back(other.b);
+  }
+  first.batch = n;
+  first.a_batch_stride = 0;
+  first.b_batch_stride = 0;
+  first.d_batch_stride = slot;
+  for (int i = n - 1; i >= 1; --i) {  // last first, so that earlier positions and indices stay valid
+    const int index = p.steps[group[i]].index;
+    p.steps.erase(p.steps.begin() + group[i]);
+    p.matmul_steps.erase(p.matmul_steps.begin() + index);
+    for (Step& s : p.steps)
+      if (s.kind == Step::Kind::Matmul && s.index > index) --s.index;
+  }
+}
+
+}  // namespace
+
+void group_shared_operand_products(Program& program) {
+  for (size_t i = 0; i < program.steps.size(); ++i) {
+    if (program.steps[i].kind != Step::Kind::Matmul) continue;
+    std::vector<size_t> group = {i};
+    for (size_t j = i + 1; j < program.steps.size() && group.size() < size_t(kMaxGroupedProducts); ++j) {
+      // An extern step may write anything (an in-place op on a later weight); kernels and products write only
+      // buffers of their own, so later products may move up past them.
+      if (program.steps[j].kind == Step::Kind::Extern) break;
+      if (program.steps[j].kind != Step::Kind::Matmul) continue;
+      if (groupable(program, program.matmul_steps[program.steps[i].index],
+                    program.matmul_steps[program.steps[j].index]))
+        group.push_back(j);
+    }
+    if (group.size() > 1) fuse(program, group);
+  }
+}
+
+}  // namespace fastcomp::plan

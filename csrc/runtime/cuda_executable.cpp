@@ -401,6 +401,7 @@ class CudaExecutable final : public Executable {
     std::vector<SizeSlots::Ref> fields;  // m n k batch, A's row/col/batch, B's row/col/batch, D's row/batch strides
     bool dynamic = false;
     bool group_split_logged = false;  // run_group said once why the group runs as several calls
+    bool batched_refused = false;     // cuBLASLt refused a group's batched desc: its products run one by one
     std::vector<std::pair<cuda::MatmulDesc, std::unique_ptr<cuda::MatmulPlan>>> plans;
   };
 
@@ -469,10 +470,20 @@ class CudaExecutable final : public Executable {
     for (size_t i = 0; i < n; ++calls) {
       size_t count = 1;
       const ptrdiff_t distance = i + 1 < n ? b[i + 1] - b[i] : -1;
-      if (distance >= 0 && distance % element == 0)
+      if (!mm.batched_refused && distance >= 0 && distance % element == 0)
         for (count = 2; i + count < n && b[i + count] - b[i + count - 1] == distance;) ++count;
-      plan_for(mm, products_of_group(d, int64_t(count), distance / element))
-          .run(a, b[i], nullptr, out + int64_t(i) * d.d_batch_stride * element, nullptr, workspace, stream);
+      const cuda::MatmulPlan* plan = nullptr;
+      try {
+        plan = &plan_for(mm, products_of_group(d, int64_t(count), distance / element));
+      } catch (const std::exception& e) {
+        if (count == 1) throw;  // the single product was planned when the executable was built: not expected
+        mm.batched_refused = true;  // cuBLASLt refused this batched form: a call each from now on
+        FC_LOG(perf_hints, info, "fastcomp: {}: cuBLASLt refused the batched call of its {} products of one "
+               "activation ({}); they run as a call each", graph_.nodes[m.node].user_loc, n, e.what());
+        count = 1;
+        plan = &plan_for(mm, products_of_group(d, 1, 0));
+      }
+      plan->run(a, b[i], nullptr, out + int64_t(i) * d.d_batch_stride * element, nullptr, workspace, stream);
       i += count;
     }
     if (calls > 1 && !mm.group_split_logged) {

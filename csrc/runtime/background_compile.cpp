@@ -108,6 +108,11 @@ class BackgroundExecutable final : public Executable {
     return summary_ + (cuda_ ? "" : failed_ ? " (failed: runs through torch)" : " (compiling: runs through torch)");
   }
 
+  int tuned_matmul_picks() const override { return cuda_ ? cuda_->tuned_matmul_picks() : 0; }
+  void prefer_heuristic_matmul_picks(bool yes) override {
+    if (cuda_) cuda_->prefer_heuristic_matmul_picks(yes);
+  }
+
  private:
   // Waits up to `ms` for the thread (without the GIL, which loading cuBLASLt may take), and switches to the
   // kernels at once when it finished: then the first call runs them rather than through torch.

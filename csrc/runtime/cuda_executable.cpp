@@ -332,6 +332,19 @@ class CudaExecutable final : public Executable {
     return "cuda: " + program_.counts_text();
   }
 
+  int tuned_matmul_picks() const override {
+    int n = 0;
+    for (const Matmul& mm : matmuls_)
+      for (const auto& [desc, plan] : mm.plans) n += plan->tuned_pick_differs();
+    return n;
+  }
+
+  void prefer_heuristic_matmul_picks(bool yes) override {
+    prefer_heuristic_picks_ = yes;
+    for (const Matmul& mm : matmuls_)
+      for (const auto& [desc, plan] : mm.plans) plan->prefer_favourite(yes);
+  }
+
  private:
   // torch's current stream on this executable's device; false with a Python error set.
   bool current_stream(cuda::CUstream* stream) const {
@@ -396,6 +409,8 @@ class CudaExecutable final : public Executable {
   };
   // A matmul step's cuBLASLt plans: one for a static shape; for a dynamic one, one per concrete shape seen
   // lately (most recent first).
+  bool prefer_heuristic_picks_ = false;  // prefer_heuristic_matmul_picks(): also for plans made later
+
   struct Matmul {
     cuda::MatmulDesc desc;  // dtype, epilogue and flags; the shape comes from `fields`
     std::vector<SizeSlots::Ref> fields;  // m n k batch, A's row/col/batch, B's row/col/batch, D's row/batch strides
@@ -446,6 +461,7 @@ class CudaExecutable final : public Executable {
     }
     if (mm.plans.size() >= kMatmulPlansPerStep) mm.plans.pop_back();
     auto plan = std::make_unique<cuda::MatmulPlan>(d, program_.device, kCublasWorkspaceBytes);
+    plan->prefer_favourite(prefer_heuristic_picks_);
     mm.plans.emplace(mm.plans.begin(), d, std::move(plan));
     return *mm.plans.front().second;
   }

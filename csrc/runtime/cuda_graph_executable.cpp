@@ -10,6 +10,7 @@
 
 #include "frontend/trace/torch_refs.h"
 #include "runtime/arg_values.h"
+#include "runtime/cuda/events.h"
 #include "runtime/cuda/module.h"
 #include "runtime/torch_shim.h"
 #include "support/small_buffer.h"
@@ -23,6 +24,10 @@ namespace cuda = runtime::cuda;
 
 constexpr size_t kMaxInstances = 2;  // outputs alternate between two captures while the last ones are held
 constexpr int kMaxCaptures = 8;      // more means inputs keep moving in ways a recapture does not settle
+// compare_matmul_picks: best of 3 rounds of 5 replays each way; the favourites stay only if 1% faster.
+constexpr int kCompareRounds = 3;
+constexpr int kCompareReplays = 5;
+constexpr double kCompareMinGain = 0.01;
 // A replay saves the host time of the launches it replaces (~2 µs each) at the price of one graph launch. A moved
 // input's copy costs a launch plus ~2 bytes of traffic per byte (~3 TB/s on an H100/H200: ~0.7 µs per MiB): this
 // many bytes cost about one launch. Calls whose copies cost more than the replay saves run the executable.
@@ -328,13 +333,7 @@ class CudaGraphExecutable final : public Executable {
   }
 
   PyObject* replay(Instance& inst, PyObject* const* inputs, cuda::CUstream stream) {
-    if (inst.exec) {
-      cuda::ContextGuard guard(options_.device);
-      cuda::launch_graph(inst.exec, stream);
-    } else {
-      PyRef r = PyRef::steal(PyObject_CallMethod(inst.graph.get(), "replay", nullptr));
-      if (!r) return nullptr;
-    }
+    if (!launch(inst, stream)) return nullptr;
     for (size_t i = 0; i < input_nodes_.size(); ++i) inst.values[input_nodes_[i]] = inputs[i];
     PyObject* result = new_arg(output_, inst.values);
     for (graph::NodeId id : input_nodes_) inst.values[id] = nullptr;
@@ -438,7 +437,66 @@ class CudaGraphExecutable final : public Executable {
     FC_LOG(cudagraphs, info, "cudagraphs: captured {} (capture {}, pool {:.1f} MiB, replays {})", options_.label,
            captures_, inst->pool_mib, inst->exec ? "through cuGraphLaunch" : "through torch.cuda.CUDAGraph.replay");
     instances_.push_back(std::move(inst));
+    if (!picks_compared_) {
+      picks_compared_ = true;
+      // Replaying more than once is harmless only when the graph writes no input and draws no random numbers
+      // (torch ops, which a direct launch rules out).
+      if (options_.launch_directly && !writes_inputs_ && inner_->tuned_matmul_picks() > 0)
+        return compare_matmul_picks(inputs, ninputs, stream);
+    }
     return replay(*instances_.back(), inputs, stream);
+  }
+
+  // The graph's tuned cuBLASLt picks against the heuristic's favourites, inside the model: a pick timed alone can
+  // run slower between the model's other kernels (W7 on an H200: 203.1 µs/call tuned, 197.3 with the
+  // favourites). The instance just captured (tuned) and one captured with the favourites replay in turn on this
+  // call's inputs; the faster stays, and the inner executable keeps its picks for later captures (a tie keeps the
+  // tuned ones). Once per executable, at its first capture: kCompareRounds x kCompareReplays replays of each.
+  PyObject* compare_matmul_picks(PyObject* const* inputs, size_t ninputs, cuda::CUstream stream) {
+    const int picks = inner_->tuned_matmul_picks();
+    inner_->prefer_heuristic_matmul_picks(true);
+    PyRef favourites_out = PyRef::steal(capture_and_replay(inputs, ninputs, stream));
+    if (!favourites_out || instances_.size() != 2) {  // the capture failed (and turned the graph off), or errored
+      inner_->prefer_heuristic_matmul_picks(false);
+      return favourites_out.release();
+    }
+    favourites_out = PyRef();
+    double best[2] = {-1, -1};  // µs a replay: [0] tuned picks, [1] the heuristic's favourites
+    try {
+      cuda::ContextGuard guard(options_.device);
+      cuda::EventPair events;
+      for (int round = 0; round < kCompareRounds; ++round)
+        for (int i = 0; i < 2; ++i) {
+          FC_CU_CHECK(cuEventRecord(events.start, stream));
+          for (int r = 0; r < kCompareReplays; ++r)
+            if (!launch(*instances_[i], stream)) return nullptr;
+          FC_CU_CHECK(cuEventRecord(events.stop, stream));
+          const double us = events.elapsed_ms() * 1e3 / kCompareReplays;
+          if (best[i] < 0 || us < best[i]) best[i] = us;
+        }
+    } catch (const std::exception& e) {  // an event call failed: keep the tuned picks
+      best[0] = best[1] = -1;
+      FC_LOG(cudagraphs, info, "cudagraphs: {}: could not time its replays ({}); keeping cuBLASLt's tuned picks",
+             options_.label, e.what());
+    }
+    const bool favourites = best[0] > 0 && best[1] > 0 && best[1] < best[0] * (1 - kCompareMinGain);
+    if (best[0] > 0)
+      FC_LOG(cudagraphs, info, "cudagraphs: {}: {} cuBLASLt products with tuned picks: {:.1f} us a replay with them, "
+             "{:.1f} with the heuristic's favourites; keeping the {}", options_.label, picks, best[0], best[1],
+             favourites ? "favourites" : "tuned picks");
+    inner_->prefer_heuristic_matmul_picks(favourites);
+    instances_.erase(instances_.begin() + (favourites ? 0 : 1));
+    return replay(*instances_.front(), inputs, stream);
+  }
+
+  // Queues one replay of `inst` on `stream`; false with a Python error set.
+  bool launch(Instance& inst, cuda::CUstream stream) {
+    if (inst.exec) {
+      cuda::ContextGuard guard(options_.device);
+      cuda::launch_graph(inst.exec, stream);
+      return true;
+    }
+    return bool(PyRef::steal(PyObject_CallMethod(inst.graph.get(), "replay", nullptr)));
   }
 
   // Names the output that shares memory with an input (a view of it, or the input itself), if one does: a replay
@@ -513,6 +571,7 @@ class CudaGraphExecutable final : public Executable {
   bool held_logged_ = false;
   bool copy_logged_ = false;
   int captures_ = 0;
+  bool picks_compared_ = false;  // compare_matmul_picks ran (or had nothing to compare), at the first capture
   std::string last_moved_;
   std::vector<char*> last_addresses_;  // the inputs' data pointers at the last call past warm-up
   std::string off_;  // why the CUDA graph is off, once it is

@@ -19,6 +19,11 @@ class Executable {
   // True while the executable still stands in for one being built (kernels compiling on a thread): what runs
   // now is not what will run later, so nothing should be recorded from it (e.g. a CUDA graph).
   virtual bool compiling() const { return false; }
+  // cuBLASLt products whose tuned algorithm differs from the heuristic's favourite (0 when there are none), and a
+  // switch to run such products with the favourite instead: a pick timed alone can lose inside the model, which
+  // the CUDA-graph executable measures by replaying the graph both ways.
+  virtual int tuned_matmul_picks() const { return 0; }
+  virtual void prefer_heuristic_matmul_picks(bool) {}
 };
 
 /** Executes a graph by calling each node's torch callable in order (CPU and CUDA tensors; autograd works). */

@@ -814,6 +814,27 @@ def test_tuning_can_be_turned_off(torch_cuda):
 
 
 @pytest.mark.gpu
+def test_tuning_off_ignores_decisions_taken_before(torch_cuda):
+    """With tuning off a plan runs the heuristic's favourite even when this process (or the disk) already holds a
+    tuning decision for its product: the algorithm then never depends on timing."""
+    import fastcomp
+
+    torch = torch_cuda
+    a, b, bias = tuning_case(torch, 24, n=544)
+    with fastcomp.config.patch(matmul_tuning=True):
+        tuned = T.MatmulPlan(0, WORKSPACE_BYTES, **desc_of(a, b, new_output(torch, a, b, a.dtype), epilogue="bias"))
+        cublaslt_matmul(a, b, bias=bias, plan=tuned)
+        torch.cuda.synchronize()
+        assert tuned.tuning != "not tuned yet", tuned.tuning
+    with fastcomp.config.patch(matmul_tuning=False):
+        plan = T.MatmulPlan(0, WORKSPACE_BYTES, **desc_of(a, b, new_output(torch, a, b, a.dtype), epilogue="bias"))
+        d = cublaslt_matmul(a, b, bias=bias, plan=plan)
+        torch.cuda.synchronize()
+        assert plan.tuning == "not tuned yet", plan.tuning
+        check(d, a @ b + bias, reference(a, b, bias=bias), "float32")
+
+
+@pytest.mark.gpu
 def test_no_tuning_while_a_cuda_graph_is_captured(torch_cuda):
     """Tuning waits for the GPU, which a capture forbids: a plan first run under capture keeps the heuristic's
     favourite, and the captured graph replays it correctly."""

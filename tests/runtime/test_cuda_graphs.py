@@ -79,6 +79,7 @@ def test_cuda_graphs_option_is_reduce_overhead():
 
 
 COPY_TOO_COSTLY = "copying them costs more than a replay"
+PICKS_COMPARED = "cuBLASLt products with tuned picks"
 
 
 @pytest.mark.gpu
@@ -100,7 +101,9 @@ def test_workload_replays_equal_eager_over_calls_with_new_values(wid, caplog):
             assert_as_accurate_as_eager(out, model, inputs)
     # Workloads whose inputs cost more to copy than their replay saves (few kernels, large inputs) run the
     # executable instead, after one capture; the others copy each moved input home and replay.
-    assert len(captures(moving)) == (1 if any(COPY_TOO_COSTLY in m for m in moving) else 2), moving
+    # The first capture may be followed by one with cuBLASLt's favourite algorithms, to compare them in the model.
+    compared = any(PICKS_COMPARED in m for m in moving)
+    assert len(captures(moving)) == (1 if any(COPY_TOO_COSTLY in m for m in moving) else 2) + compared, moving
     caplog.clear()
     with cudagraph_log(caplog) as settled_log, CompileCounter() as cc_settled, torch.no_grad():
         settled = make_inputs()
@@ -138,7 +141,8 @@ def test_held_outputs_and_views_of_them_keep_their_values(caplog):
     assert_same(view, f(xs[4])[1:3], rtol=1e-4, atol=1e-4)
     assert_same(last, f(xs[5]), rtol=1e-4, atol=1e-4)
     assert_same(fresh, f(xs[6]), rtol=1e-4, atol=1e-4)
-    assert len(captures(messages)) == 4, messages
+    compared = any(PICKS_COMPARED in m for m in messages)  # the first capture's second, with the favourites
+    assert len(captures(messages)) == 4 + compared, messages
     assert sum("are still held" in m for m in messages) == 1, messages
 
 
@@ -162,7 +166,8 @@ def test_inputs_at_a_new_address_are_copied_home_and_in_place_changes_are_seen(c
         w.mul_(2)
         assert_same(compiled(x, w), f(x, w), rtol=1e-4, atol=1e-4)
     assert not fallbacks(messages), messages
-    assert len(captures(messages)) == 2, messages
+    compared = any(PICKS_COMPARED in m for m in messages)  # the first capture's second, with the favourites
+    assert len(captures(messages)) == 2 + compared, messages
 
 
 @pytest.mark.gpu
@@ -280,3 +285,35 @@ def test_memory_returns_to_the_baseline_after_reset():
     gc.collect()
     torch.cuda.synchronize()
     assert torch.cuda.memory_allocated() == baseline
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tuning", [True, False], ids=["tuned", "untuned"])
+def test_tuned_matmul_picks_are_compared_with_the_favourites_in_the_model(tuning, caplog):
+    """At its first capture a graph whose cuBLASLt products have tuned picks (other than the heuristic's favourite)
+    is captured once more with the favourites; both replay in turn and the faster stays (1% or more, else the tuned
+    picks). Without tuning there is nothing to compare. Results stay eager's either way."""
+    import re
+
+    model, make_inputs = WORKLOADS["W7"].make("cuda", 1.0)
+    with fastcomp.config.patch(matmul_tuning=tuning):
+        fastcomp.reset()
+        compiled = fastcomp.compile(model, mode="reduce-overhead")
+        with cudagraph_log(caplog) as messages, torch.no_grad():
+            inputs = make_inputs()
+            for _ in range(4):  # the output is dropped before the next call: one capture serves them all
+                assert_as_accurate_as_eager(compiled(*inputs), model, inputs)
+    compared = [m for m in messages if PICKS_COMPARED in m]
+    if not tuning:
+        assert not compared, messages
+        return
+    if not compared:  # this GPU's tuning kept every favourite: nothing to compare
+        return
+    (line,) = compared
+    m = re.search(r"(\d+) cuBLASLt products with tuned picks: ([\d.]+) us a replay with them, ([\d.]+) with the "
+                  r"heuristic's favourites; keeping the (favourites|tuned picks)", line)
+    assert m, line
+    tuned_us, favourite_us = float(m[2]), float(m[3])
+    assert 1 <= int(m[1]) <= 4 and tuned_us > 0 and favourite_us > 0, line
+    assert (m[4] == "favourites") == (favourite_us < tuned_us * 0.99), line
+    assert len(captures(messages)) == 2, messages  # the tuned graph, then the favourites'; one of them stays

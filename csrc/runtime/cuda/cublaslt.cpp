@@ -14,6 +14,7 @@
 
 #include "runtime/cuda/arch.h"
 #include "runtime/cuda/driver.h"
+#include "runtime/cuda/events.h"
 #include "runtime/cuda/module.h"
 #include "runtime/kernel_cache.h"
 #include "support/config.h"
@@ -109,26 +110,6 @@ std::set<std::pair<int, ScalarType>>& warm_heuristics() {
   static std::set<std::pair<int, ScalarType>> warm;
   return warm;
 }
-
-// Two events for timing on a stream, destroyed with it.
-struct EventPair {
-  CUevent start = nullptr, stop = nullptr;
-  EventPair() {
-    FC_CU_CHECK(cuEventCreate(&start, 0));
-    try {
-      FC_CU_CHECK(cuEventCreate(&stop, 0));
-    } catch (...) {
-      driver().cuEventDestroy_v2(start);
-      throw;
-    }
-  }
-  ~EventPair() {
-    driver().cuEventDestroy_v2(start);
-    driver().cuEventDestroy_v2(stop);
-  }
-  EventPair(const EventPair&) = delete;
-  EventPair& operator=(const EventPair&) = delete;
-};
 
 // A stream of the tuning's own, for capturing CUDA graphs of a product's launches (the caller's stream may be the
 // legacy default stream, which cannot capture); it waits for the caller's work before each capture's replays.
@@ -433,7 +414,9 @@ MatmulPlan::MatmulPlan(const MatmulDesc& desc, int device, size_t workspace_byte
   candidates_ = choose_algos(kPlannedAlignment, kTuningCandidates);
   aligned_ = candidates_.front();
   if (candidates_.size() == 1) tuned_ = true, tuning_ = "one candidate";
-  if (!tuned_) adopt_decision(/*look_on_disk=*/true);
+  // config().matmul_tuning off means the heuristic's pick, so no decision taken earlier (in this process or on
+  // disk) applies either.
+  if (!tuned_ && config().matmul_tuning) adopt_decision(/*look_on_disk=*/true);
 } catch (const CublasError& e) {
   throw with_matmul(e, desc);
 }
@@ -445,7 +428,7 @@ bool MatmulPlan::adopt_decision(bool look_on_disk) const {
   // of GPU gives the same ones); else the product is tuned again.
   auto use = [&](const TuningDecision& d, const char* when) {
     if (d.candidates != int(candidates_.size()) || d.rank < 0 || d.rank >= d.candidates) return false;
-    aligned_ = candidates_[d.rank], tuned_ = true, tuning_ = fmt::format("{} ({})", d.why, when);
+    aligned_ = candidates_[d.rank], pick_ = d.rank, tuned_ = true, tuning_ = fmt::format("{} ({})", d.why, when);
     return true;
   };
   std::lock_guard lock(tuned_mutex);
@@ -507,10 +490,7 @@ void MatmulPlan::tune(const void* a, const void* b, const void* c, void* d, void
       if (launch(algo, a, b, c, d, workspace, stream) != CUBLAS_STATUS_SUCCESS) return -1;
     FC_CU_CHECK(cuEventRecord(events.stop, stream));
     host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - host_start).count() / repeats;
-    FC_CU_CHECK(cuEventSynchronize(events.stop));
-    float ms = 0;
-    FC_CU_CHECK(cuEventElapsedTime(&ms, events.start, events.stop));
-    return double(ms) / repeats;
+    return events.elapsed_ms() / repeats;
   };
   // A product is too short to time by its launches when the GPU kept pace with the host's launches (it waited
   // for them, so the timings would rank the host's launch cost), or when it is under kTuningMinMs: then its
@@ -553,10 +533,7 @@ void MatmulPlan::tune(const void* a, const void* b, const void* c, void* d, void
         FC_CU_CHECK(cuEventRecord(events.start, tuning.stream));
         FC_CU_CHECK(cuGraphLaunch(g.exec, tuning.stream));
         FC_CU_CHECK(cuEventRecord(events.stop, tuning.stream));
-        FC_CU_CHECK(cuEventSynchronize(events.stop));
-        float elapsed = 0;
-        FC_CU_CHECK(cuEventElapsedTime(&elapsed, events.start, events.stop));
-        const double per_launch = double(elapsed) / kGraphLaunches;
+        const double per_launch = events.elapsed_ms() / kGraphLaunches;
         if (best_ms < 0 || per_launch < best_ms) best_ms = per_launch;
       }
       return best_ms;
@@ -580,6 +557,7 @@ void MatmulPlan::tune(const void* a, const void* b, const void* c, void* d, void
   for (int i = 1; i < n; ++i)
     if (ms[i] > 0 && ms[i] < ms[best] * (1 - kTuningMinGain)) best = i;
   aligned_ = candidates_[best];
+  pick_ = best;
   const char* how = in_graph ? "tuned in a CUDA graph" : "tuned";
   tuning_ = best == 0 ? fmt::format("{}: the heuristic's favourite of {} candidates, {:.1f} us", how, n, ms[0] * 1e3)
                       : fmt::format("{}: candidate {} of {}, {:.1f} us vs the heuristic's favourite at {:.1f} us",
@@ -615,7 +593,7 @@ void MatmulPlan::run(const void* a, const void* b, const void* c, void* d, const
   ContextGuard context(device_);
   std::lock_guard lock(mutex_);
   try {
-    const Algo* algo = &aligned_;
+    const Algo* algo = prefer_favourite_ ? &candidates_.front() : &aligned_;
     if (alignment < kPlannedAlignment) {
       std::optional<Algo>& slot = less_aligned_[std::countr_zero(alignment)];
       if (!slot) slot = choose_algos(alignment, 1).front();
@@ -633,6 +611,7 @@ void MatmulPlan::run(const void* a, const void* b, const void* c, void* d, const
         tune(a, b, c, d, workspace, stream);
       } catch (const std::exception& e) {  // an event call failed: keep the heuristic's favourite
         aligned_ = candidates_.front();
+        pick_ = 0;
         tuning_ = std::string("not tuned: ") + e.what();
       }
       FC_LOG(compile, debug, "cuBLASLt {}: {}", desc_.to_string(), tuning_);
@@ -653,6 +632,16 @@ size_t MatmulPlan::workspace_used() const {
 std::string MatmulPlan::tuning() const {
   std::lock_guard lock(mutex_);
   return tuning_;
+}
+
+bool MatmulPlan::tuned_pick_differs() const {
+  std::lock_guard lock(mutex_);
+  return tuned_ && pick_ != 0;
+}
+
+void MatmulPlan::prefer_favourite(bool yes) const {
+  std::lock_guard lock(mutex_);
+  prefer_favourite_ = yes;
 }
 
 std::string MatmulPlan::to_string() const {

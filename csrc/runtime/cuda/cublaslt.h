@@ -155,6 +155,12 @@ class MatmulPlan {
   // What tuning chose ("tuned: candidate 3 of 8, 41.2 us vs the heuristic's favourite at 55.9 us"), or why it
   // has not ("not tuned yet", "one candidate").
   std::string tuning() const;
+  // Whether tuning picked another algorithm than the heuristic's favourite.
+  bool tuned_pick_differs() const;
+  // Runs the heuristic's favourite instead of tuning's pick (true), or the pick again (false): a pick timed alone
+  // can run slower between a model's other kernels, which a caller that times the whole model (the CUDA-graph
+  // executable) can see and undo.
+  void prefer_favourite(bool yes) const;
   // desc.to_string(), the lowering, and the chosen algorithm's workspace and waves count: for dumps and logs.
   std::string to_string() const;
 
@@ -202,6 +208,8 @@ class MatmulPlan {
   std::vector<Algo> candidates_;  // the heuristic's top picks for 256-byte alignment, its favourite first
   mutable Algo aligned_;          // what run() uses for 256-byte alignment: tuning's pick, else candidates_[0]
   mutable bool tuned_ = false;    // tuning is over (or there is nothing to tune)
+  mutable int pick_ = 0;          // aligned_'s rank among candidates_
+  mutable bool prefer_favourite_ = false;
   mutable std::string tuning_ = "not tuned yet";
   // run() sets the bias pointer in the shared matmul descriptor before each launch, and fills the fallback
   // algorithms on first need, both under this lock.

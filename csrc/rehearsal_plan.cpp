@@ -149,11 +149,11 @@ std::string rehearsal_plan_json(const plan::Program& program, const graph::Graph
         out += fmt::format(
             "{{\"kind\": \"matmul\", \"dtype\": \"{}\", \"m\": {}, \"n\": {}, \"k\": {}, \"batch\": {}, \"a\": {}, "
             "\"b\": {}, \"bias\": {}, \"d\": {}, \"a_strides\": [{},{},{}], \"b_strides\": [{},{},{}], "
-            "\"d_strides\": [{},{}], \"epilogue\": \"{}\", \"b_next\": [{}]}}",
+            "\"d_strides\": [{},{}], \"epilogue\": \"{}\", \"b_next\": [{}], \"bias_next\": [{}]}}",
             codegen::dtype_name(m.dtype), size(m.m), size(m.n), size(m.k), size(m.batch), m.a, m.b, m.bias, m.d,
             size(m.a_batch_stride), size(m.a_row_stride), size(m.a_col_stride), size(m.b_batch_stride),
             size(m.b_row_stride), size(m.b_col_stride), size(m.d_batch_stride), size(m.d_row_stride),
-            epilogue_text(m.epilogue), fmt::join(m.b_next, ","));
+            epilogue_text(m.epilogue), fmt::join(m.b_next, ","), fmt::join(m.bias_next, ","));
         break;
       }
       case plan::Step::Kind::Extern:

@@ -54,6 +54,7 @@ cuda::MatmulDesc desc_arg(const py::kwargs& fields) {
     else if (name == "alpha") d.alpha = value.cast<float>();
     else if (name == "beta") d.beta = value.cast<float>();
     else if (name == "epilogue") d.epilogue = epilogue_arg(py::str(value));
+    else if (name == "bias_batch_stride") i64(d.bias_batch_stride);
     else if (name == "allow_tf32") d.allow_tf32 = value.cast<bool>();
     else if (name == "allow_reduced_precision_reduction") d.allow_reduced_precision_reduction = value.cast<bool>();
     else throw py::type_error("unknown MatmulDesc field '" + name + "'");

@@ -5,22 +5,28 @@
 namespace fastcomp::plan {
 namespace {
 
+// One product with at most a bias added (F.linear's), not yet in a group.
 bool plain_product(const MatmulStep& s) {
-  return s.batch == Size(1) && s.bias < 0 && s.epilogue == MatmulStep::Epilogue::None && s.b_next.empty();
+  return s.batch == Size(1) && s.b_next.empty() &&
+         (s.epilogue == MatmulStep::Epilogue::None || s.epilogue == MatmulStep::Epilogue::Bias);
 }
+
+bool input(const Program& p, int buffer) { return p.buffers[p.buffers[buffer].root].kind == Buffer::Kind::Input; }
 
 // Whether `other` may run as another batch of `first`: the same product of the same A by another B.
 bool groupable(const Program& p, const MatmulStep& first, const MatmulStep& other) {
-  if (!plain_product(first) || !plain_product(other) || first.dtype != other.dtype) return false;
+  if (!plain_product(first) || !plain_product(other) || first.dtype != other.dtype ||
+      first.epilogue != other.epilogue)
+    return false;
   if (!(first.m == other.m && first.n == other.n && first.k == other.k)) return false;
   const Buffer &a1 = p.buffers[first.a], &a2 = p.buffers[other.a];
   if (a1.root != a2.root || !(a1.offset == a2.offset) || !(first.a_row_stride == other.a_row_stride) ||
       !(first.a_col_stride == other.a_col_stride))
     return false;
   if (!(first.b_row_stride == other.b_row_stride && first.b_col_stride == other.b_col_stride)) return false;
-  if (p.buffers[p.buffers[first.b].root].kind != Buffer::Kind::Input ||
-      p.buffers[p.buffers[other.b].root].kind != Buffer::Kind::Input)
-    return false;
+  if (!input(p, first.b) || !input(p, other.b)) return false;
+  // Biases (F.linear's, contiguous: lower_matmul.cpp) must be graph inputs too, ready before any product runs.
+  if (first.bias >= 0 && (!input(p, first.bias) || !input(p, other.bias))) return false;
   for (const MatmulStep* s : {&first, &other}) {
     const Buffer& out = p.buffers[s->d];
     if (out.kind != Buffer::Kind::Alloc || !(s->d_row_stride == s->n)) return false;
@@ -69,6 +75,7 @@ void fuse(Program& p, const std::vector<size_t>& group) {
     const MatmulStep& other = p.matmul_steps[p.steps[group[i]].index];
     move_into(p, other.d, root, slot * Size(i));
     first.b_next.push_back(other.b);
+    if (other.bias >= 0) first.bias_next.push_back(other.bias);
   }
   first.batch = n;
   first.a_batch_stride = 0;

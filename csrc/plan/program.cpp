@@ -70,6 +70,7 @@ std::string MatmulStep::to_string() const {
                       : fmt::format("({})", t(d_row_stride));
   if (epilogue != Epilogue::None) out += fmt::format(" epilogue={}", epilogue_name(epilogue));
   if (bias >= 0) out += fmt::format(" bias=b{}", bias);
+  for (int bias_other : bias_next) out += fmt::format("+b{}", bias_other);
   return out;
 }
 

@@ -63,8 +63,9 @@ struct MatmulStep {
   Epilogue epilogue = Epilogue::None;
   // A group of products that share A (x @ Wg and x @ Wu of a SwiGLU MLP; group_products.h): batch i > 0 reads
   // its B from buffer b_next[i - 1] (of b's layout, anywhere in memory) and writes D's batch i. b_batch_stride is
-  // 0 here: the executable reads the distances between the B's on each call.
-  std::vector<int> b_next;
+  // 0 here: the executable reads the distances between the B's on each call. With a bias, bias_next[i - 1] is
+  // batch i's (F.linear's q, k and v projections with their biases).
+  std::vector<int> b_next, bias_next;
   graph::NodeId node = -1;
   // "matmul f32 m=64 n=64 k=64 batch=8 a=b11(64, 1, 4096) b=b9(64, 1, 4096) -> b12(512, 64)": each operand's
   // (row, column, batch) strides; D's (row, batch) strides only where D is not dense row-major. A group shows

@@ -101,12 +101,13 @@ cuda::MatmulDesc with_shape(cuda::MatmulDesc d, const std::vector<int64_t>& f) {
   return d;
 }
 
-// `count` products of a group's desc (MatmulStep::b_next) whose weights lie `step` elements apart, as one batched
-// call. One product (count 1) is the plan made when the executable is built: the batched ones need the distances
-// between the weights, known only at run time.
-cuda::MatmulDesc products_of_group(cuda::MatmulDesc d, int64_t count, int64_t step) {
+// `count` products of a group's desc (MatmulStep::b_next) whose weights lie `b_step` elements apart (and biases
+// `bias_step`), as one batched call. One product (count 1) is the plan made when the executable is built: the
+// batched ones need the distances between the weights, known only at run time.
+cuda::MatmulDesc products_of_group(cuda::MatmulDesc d, int64_t count, int64_t b_step, int64_t bias_step) {
   d.batch = count;
-  d.b_batch_stride = count > 1 ? step : 0;
+  d.b_batch_stride = count > 1 ? b_step : 0;
+  d.bias_batch_stride = count > 1 && cuda::epilogue_has_bias(d.epilogue) ? bias_step : 0;
   if (count == 1) d.a_batch_stride = d.d_batch_stride = 0;
   return d;
 }
@@ -116,7 +117,7 @@ cuda::MatmulDesc trace_time_desc(const plan::MatmulStep& s, const MatmulSwitches
   std::vector<int64_t> hints;
   for (const codegen::Size* f : shape_fields(s)) hints.push_back(f->hint());
   const cuda::MatmulDesc d = with_shape(unshaped_desc(s, switches), hints);
-  return s.b_next.empty() ? d : products_of_group(d, 1, 0);
+  return s.b_next.empty() ? d : products_of_group(d, 1, 0, 0);
 }
 
 PyObject* int_tuple(const std::vector<SizeSlots::Ref>& v, const std::vector<int64_t>& values) {  // new reference
@@ -467,46 +468,60 @@ class CudaExecutable final : public Executable {
   }
 
   // A group of products sharing A (MatmulStep::b_next): as few batched calls as the weights' places allow. Each
-  // call takes a run of weights that lie at equal, non-negative steps in memory (cuBLASLt's batch stride; none
-  // may be negative), so weights allocated one after another (module parameters of one size usually are) make
-  // one call; others make a call each.
+  // call takes a run of weights (and of biases, with a bias epilogue) that lie at equal, non-negative steps in
+  // memory (cuBLASLt's batch strides; none may be negative), so parameters of one size allocated one after another
+  // (a module's usually are) make one call; others make a call each.
   void run_group(int step, const std::vector<char*>& ptr, const std::vector<int64_t>& values, void* workspace,
                  cuda::CUstream stream) {
     const plan::MatmulStep& m = program_.matmul_steps[step];
     Matmul& mm = matmuls_[step];
     const cuda::MatmulDesc d = call_desc(mm, values);
     const char* a = address(m.a, ptr, values);
-    SmallBuffer<const char*, 4> b(m.b_next.size() + 1);
-    b[0] = address(m.b, ptr, values);
-    for (size_t i = 0; i < m.b_next.size(); ++i) b[i + 1] = address(m.b_next[i], ptr, values);
+    const size_t n = m.b_next.size() + 1;
+    const bool has_bias = m.bias >= 0;
+    SmallBuffer<const char*, 4> b(n), bias(n);
+    for (size_t i = 0; i < n; ++i) {
+      b[i] = address(i ? m.b_next[i - 1] : m.b, ptr, values);
+      bias[i] = has_bias ? address(i ? m.bias_next[i - 1] : m.bias, ptr, values) : nullptr;
+    }
     char* out = address(m.d, ptr, values);
     const ptrdiff_t element = static_cast<ptrdiff_t>(codegen::dtype_size(m.dtype));
-    const size_t n = b.size();
+    // The step from operand i to i + 1 of both lists, in elements; -1 where a batch stride cannot express it.
+    auto step_at = [&](SmallBuffer<const char*, 4>& p, size_t i) -> ptrdiff_t {
+      const ptrdiff_t bytes = p[i + 1] - p[i];
+      return bytes >= 0 && bytes % element == 0 ? bytes / element : -1;
+    };
     size_t calls = 0;
     for (size_t i = 0; i < n; ++calls) {
       size_t count = 1;
-      const ptrdiff_t distance = i + 1 < n ? b[i + 1] - b[i] : -1;
-      if (!mm.batched_refused && distance >= 0 && distance % element == 0)
-        for (count = 2; i + count < n && b[i + count] - b[i + count - 1] == distance;) ++count;
+      ptrdiff_t b_step = 0, bias_step = 0;
+      if (!mm.batched_refused && i + 1 < n) {
+        b_step = step_at(b, i);
+        bias_step = has_bias ? step_at(bias, i) : 0;
+        if (b_step >= 0 && bias_step >= 0)
+          for (count = 2; i + count < n && step_at(b, i + count - 1) == b_step &&
+                          (!has_bias || step_at(bias, i + count - 1) == bias_step);)
+            ++count;
+      }
       const cuda::MatmulPlan* plan = nullptr;
       try {
-        plan = &plan_for(mm, products_of_group(d, int64_t(count), distance / element));
+        plan = &plan_for(mm, products_of_group(d, int64_t(count), b_step, bias_step));
       } catch (const std::exception& e) {
         if (count == 1) throw;  // the single product was planned when the executable was built: not expected
         mm.batched_refused = true;  // cuBLASLt refused this batched form: a call each from now on
         FC_LOG(perf_hints, info, "fastcomp: {}: cuBLASLt refused the batched call of its {} products of one "
                "activation ({}); they run as a call each", graph_.nodes[m.node].user_loc, n, e.what());
         count = 1;
-        plan = &plan_for(mm, products_of_group(d, 1, 0));
+        plan = &plan_for(mm, products_of_group(d, 1, 0, 0));
       }
-      plan->run(a, b[i], nullptr, out + int64_t(i) * d.d_batch_stride * element, nullptr, workspace, stream);
+      plan->run(a, b[i], nullptr, out + int64_t(i) * d.d_batch_stride * element, bias[i], workspace, stream);
       i += count;
     }
     if (calls > 1 && !mm.group_split_logged) {
       mm.group_split_logged = true;
       FC_LOG(perf_hints, info, "fastcomp: {} and the {} other products of its activation run as {} cuBLASLt calls, "
-             "not one batched call: their weights do not lie at equal steps in memory, the first one first",
-             graph_.nodes[m.node].user_loc, n - 1, calls);
+             "not one batched call: their weights{} do not lie at equal steps in memory, the first one first",
+             graph_.nodes[m.node].user_loc, n - 1, calls, has_bias ? " or biases" : "");
     }
   }
 

@@ -68,6 +68,7 @@ MemoryPlan plan_memory(const plan::Program& program, const graph::Graph& graph) 
       kernel_read(mm.a, step);
       kernel_read(mm.b, step);
       for (int b_other : mm.b_next) kernel_read(b_other, step);
+      for (int bias_other : mm.bias_next) kernel_read(bias_other, step);
       if (mm.bias >= 0) kernel_read(mm.bias, step);
       write(mm.d, step);
     } else {

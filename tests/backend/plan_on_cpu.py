@@ -94,8 +94,8 @@ def run(plan, inputs):
                 B = torch.as_strided(b, (batch, k, n), (bb, br, bc), offset(b, "b"))
             D = torch.as_strided(d, (batch, m, n), (db, dr, 1), offset(d, "d"))
             r = torch.matmul(A.double(), B.double())
-            if s["bias"] >= 0:
-                r = r + view(s["bias"]).double()
+            if s["bias"] >= 0:  # a group's biases, one a batch (bias_next), or one for all
+                r = r + torch.stack([view(i).double() for i in [s["bias"]] + s["bias_next"]])[:, None, :]
             if s["epilogue"].startswith("relu"):
                 r = torch.relu(r)
             if s["epilogue"].startswith("gelu_tanh"):

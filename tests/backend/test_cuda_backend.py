@@ -229,3 +229,39 @@ def test_products_of_one_activation_match_eager_wherever_their_weights_lie(order
         assert calls == 1 or f"run as {calls} cuBLASLt calls" in split[0], split
     finally:
         fastcomp.set_logs()
+
+
+@pytest.mark.parametrize("mode", [None, "reduce-overhead"], ids=["default", "reduce-overhead"])
+@pytest.mark.parametrize("bias_order, calls", [((0, 1, 2), 1), ((2, 1, 0), 3), ((0, 2, 1), 2)],
+                         ids=["biases in order", "biases reversed", "last two biases swapped"])
+def test_linears_of_one_activation_with_biases_match_eager(bias_order, calls, mode, caplog):
+    """F.linear's q, k and v with their biases: one batched call with a bias batch stride when weights and biases
+    both lie at equal steps, else as few calls as both allow."""
+    import logging
+
+    F = torch.nn.functional
+
+    def qkv(x, wq, wk, wv, bq, bk, bv):
+        scores = F.linear(x, wq, bq) @ F.linear(x, wk, bk).transpose(-2, -1) / 16.0
+        return torch.softmax(scores, -1) @ F.linear(x, wv, bv)
+
+    weights = torch.randn(3, 352, 256, dtype=torch.bfloat16, device="cuda")
+    biases = torch.randn(3, 352, dtype=torch.bfloat16, device="cuda")
+    args = (*weights.unbind(0), *(biases[i] for i in bias_order))
+    compiled = fastcomp.compile(qkv, mode=mode)
+    caplog.set_level(logging.DEBUG, logger="fastcomp")
+    fastcomp.set_logs(perf_hints=True)
+    try:
+        with torch.no_grad(), CompileCounter() as cc, fastcomp.config.patch(small_matmul=False):
+            for _ in range(4):
+                x = torch.randn(192, 256, dtype=torch.bfloat16, device="cuda") / 4
+                expected = qkv(x, *args)
+                assert_same(compiled(x, *args), expected, rtol=2e-2, atol=2e-2 * expected.abs().max().item())
+        assert cc.graph_count == 1 and cc.break_count == 0, cc.records
+        assert "batch=3" in cc.records[0]["plan"] and "epilogue=bias" in cc.records[0]["plan"], cc.records[0]["plan"]
+        hints = [r.getMessage() for r in caplog.records if r.name == "fastcomp.perf_hints"]
+        split = [h for h in hints if "do not lie at equal steps" in h]
+        assert len(split) == (calls > 1), hints
+        assert calls == 1 or f"run as {calls} cuBLASLt calls" in split[0], split
+    finally:
+        fastcomp.set_logs()

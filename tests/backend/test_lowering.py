@@ -188,14 +188,32 @@ def test_gate_and_up_linears_of_a_gated_mlp_are_one_batched_call():
     assert re.search(r"matmul f32 m=40 n=48 k=32 batch=2 a=b\d+\(32, 1, 0\) b=b\d+\(1, 32\)\+b\d+ ", record["plan"])
 
 
+class _SeparateProjections(torch.nn.Module):
+    """BERT's self-attention projections: q, k and v as nn.Linear layers with biases."""
+
+    def __init__(self, d=32):
+        super().__init__()
+        self.q, self.k, self.v = (torch.nn.Linear(d, d) for _ in range(3))
+
+    def forward(self, x):
+        return torch.softmax(self.q(x) @ self.k(x).transpose(-2, -1), -1) @ self.v(x)
+
+
+def test_linears_with_biases_of_one_activation_are_one_batched_call():
+    with fastcomp.config.patch(small_matmul=False):
+        record = compile_and_check(_SeparateProjections().eval(), (torch.randn(40, 32),))
+    plan = record["plan"]
+    assert re.search(r"matmul f32 m=40 n=32 k=32 batch=3 .* epilogue=bias bias=b\d+\+b\d+\+b\d+\n", plan), plan
+
+
 def test_grouped_products_off_keeps_a_call_each():
     with fastcomp.config.patch(grouped_products=False):
         plan = compile_and_check(_swiglu, (torch.randn(24, 32), torch.randn(32, 40), torch.randn(32, 40)))["plan"]
     assert plan.count("matmul ") == 2 and "batch=2" not in plan, plan
 
 
-def _linears_with_bias(x, w1, w2, b):
-    return torch.nn.functional.linear(x, w1, b) * torch.nn.functional.linear(x, w2, b)
+def _linear_and_product(x, w1, w2, b):
+    return torch.nn.functional.linear(x, w1, b) * (x @ w2)
 
 
 def _second_weight_written_between(x, w1, w2):
@@ -217,8 +235,8 @@ def _different_activations(x, w1, w2):
 
 
 @pytest.mark.parametrize("fn, args, why", [
-    (_linears_with_bias, (torch.randn(24, 32), torch.randn(40, 32), torch.randn(40, 32), torch.randn(40)),
-     "a bias epilogue"),
+    (_linear_and_product, (torch.randn(24, 32), torch.randn(40, 32), torch.randn(32, 40), torch.randn(40)),
+     "a bias on one of them only"),
     (_second_weight_written_between, (torch.randn(24, 32), torch.randn(32, 40), torch.randn(32, 40)),
      "an in-place op between them"),
     (_pair_as_outputs, (torch.randn(24, 32), torch.randn(32, 40), torch.randn(32, 40)), "graph outputs"),

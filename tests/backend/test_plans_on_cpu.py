@@ -164,3 +164,17 @@ def test_attention_plan_with_a_dynamic_batch_computes_what_torch_does(make_fn, m
     assert [bool(plan["symbols"]) for plan, *_ in observer.runs] == [False, True, True, True]
     assert all("attention over [B, H, T, D]" in plan["program"] for plan, *_ in observer.runs)
     assert "attention over [B, H, T, D] = [s0, " in observer.runs[-1][0]["program"]
+
+
+def test_grouped_linears_with_biases_compute_what_torch_does(observer):
+    """BERT-style q, k and v nn.Linear layers as one batched call with a bias a batch (group_products.h)."""
+    from tests.backend.test_lowering import _SeparateProjections
+
+    torch.manual_seed(0)
+    compiled = fastcomp.compile(_SeparateProjections().eval())
+    with fastcomp.config.patch(small_matmul=False), torch.no_grad():
+        for _ in range(2):
+            compiled(torch.randn(40, 32))
+    assert check_runs(observer, expect_runnable=True) == 2
+    groups = [s for plan, *_ in observer.runs for s in plan["steps"] if s["kind"] == "matmul" and s["b_next"]]
+    assert len(groups) == 2 and all(len(s["b_next"]) == len(s["bias_next"]) == 2 for s in groups), groups

@@ -258,8 +258,10 @@ std::string MatmulDesc::to_string() const {
                                 m, n, k, batch, a_row_stride, a_col_stride, a_batch_stride, b_row_stride, b_col_stride,
                                 b_batch_stride, d_row_stride, d_batch_stride);
   if (has_c) out += fmt::format(" c=[{};{}]", c_row_stride, c_batch_stride);
-  out += fmt::format(" alpha={} beta={} epilogue={} tf32={} reduced_precision_reduction={}", alpha, beta,
-                     epilogue_name(epilogue), on_off(allow_tf32), on_off(allow_reduced_precision_reduction));
+  out += fmt::format(" alpha={} beta={} epilogue={}", alpha, beta, epilogue_name(epilogue));
+  if (bias_batch_stride != 0) out += fmt::format(" bias_bs={}", bias_batch_stride);
+  out += fmt::format(" tf32={} reduced_precision_reduction={}", on_off(allow_tf32),
+                     on_off(allow_reduced_precision_reduction));
   return out;
 }
 
@@ -276,7 +278,8 @@ std::string matmul_unsupported_reason(const MatmulDesc& d) {
   if (d.m > INT32_MAX || d.n > INT32_MAX || d.k > INT32_MAX || d.batch > INT32_MAX)
     return fmt::format("a size above 2^31-1 (m={}, n={}, k={}, batch={}) is beyond cuBLASLt", d.m, d.n, d.k, d.batch);
   for (int64_t stride : {d.a_row_stride, d.a_col_stride, d.a_batch_stride, d.b_row_stride, d.b_col_stride,
-                         d.b_batch_stride, d.d_row_stride, d.d_batch_stride, d.c_row_stride, d.c_batch_stride})
+                         d.b_batch_stride, d.d_row_stride, d.d_batch_stride, d.c_row_stride, d.c_batch_stride,
+                         d.bias_batch_stride})
     if (stride < 0) return "a negative stride (a flipped view) cannot be described to cuBLASLt";
   if (!as_operand(d.m, d.k, d.a_row_stride, d.a_col_stride))
     return fmt::format("A [{}, {}] has strides ({}, {}): cuBLASLt needs one of them to be 1 and the other to span "
@@ -294,6 +297,8 @@ std::string matmul_unsupported_reason(const MatmulDesc& d) {
                        "broadcast row vector belongs in the bias)",
                        d.m, d.n, d.c_row_stride);
   if (!d.has_c && d.beta != 0.f) return fmt::format("beta={} without a C matrix", d.beta);
+  if (d.bias_batch_stride != 0 && !epilogue_has_bias(d.epilogue))
+    return fmt::format("a bias batch stride ({}) without a bias epilogue", d.bias_batch_stride);
   return "";
 }
 
@@ -344,6 +349,9 @@ MatmulPlan::Descriptors::Descriptors(const MatmulDesc& desc, const LtMatmul& lt,
     FC_SET_ATTRIBUTE(cublasLtMatmulDescSetAttribute, matmul, CUBLASLT_MATMUL_DESC_TRANSB, int32_t(lt.transb));
     FC_SET_ATTRIBUTE(cublasLtMatmulDescSetAttribute, matmul, CUBLASLT_MATMUL_DESC_EPILOGUE,
                      uint32_t(lt_epilogue(desc.epilogue)));
+    if (desc.bias_batch_stride != 0)
+      FC_SET_ATTRIBUTE(cublasLtMatmulDescSetAttribute, matmul, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE,
+                       int64_t(desc.bias_batch_stride));
 
     cudaDataType_t type = data_type(desc.dtype);
     auto layout = [&](cublasLtMatrixLayout_t& out, const LtMatrix& m) {

@@ -53,6 +53,8 @@ struct MatmulDesc {
   int64_t c_row_stride = 0, c_batch_stride = 0;
   float alpha = 1.f, beta = 0.f;
   Epilogue epilogue = Epilogue::None;
+  // With a bias epilogue and batch > 1: elements from one batch's bias vector to the next's (0: one bias for all).
+  int64_t bias_batch_stride = 0;
   // fp32 only: let cuBLASLt round A and B to TF32 (CUBLAS_COMPUTE_32F_FAST_TF32), as
   // torch.backends.cuda.matmul.allow_tf32 does. Ignored for f16/bf16.
   bool allow_tf32 = false;
@@ -62,7 +64,8 @@ struct MatmulDesc {
   bool allow_reduced_precision_reduction = true;
 
   // One line, stable (a dump and log format): "f16 m=17 n=33 k=5 batch=3 a=[17,1;561] b=[1,5;0] d=[33;561]
-  // c=[33;561] alpha=1 beta=1 epilogue=bias tf32=off reduced_precision_reduction=on"; c= only with has_c.
+  // c=[33;561] alpha=1 beta=1 epilogue=bias tf32=off reduced_precision_reduction=on"; c= only with has_c, and
+  // bias_bs= after the epilogue only when the bias batch stride is not 0.
   std::string to_string() const;
   bool operator==(const MatmulDesc&) const = default;
 };

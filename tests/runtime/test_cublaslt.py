@@ -109,6 +109,8 @@ def test_strides_of_size_one_dimensions_are_ignored():
     (dict(batch=2, d_batch_stride=0), "D has batch stride 0"),
     (dict(has_c=True, c_row_stride=0), "C [6, 8] has row stride 0"),
     (dict(beta=1.0), "beta=1 without a C matrix"),
+    (dict(batch=2, d_batch_stride=48, bias_batch_stride=8), "a bias batch stride (8) without a bias epilogue"),
+    (dict(batch=2, d_batch_stride=48, epilogue="bias", bias_batch_stride=-8), "a negative stride"),
 ])
 def test_unsupported_descs_say_why(change, reason):
     desc = {**row_major(6, 8, 4), **change}
@@ -145,6 +147,15 @@ def test_cublaslt_accepts_every_descriptor_attribute(dtype, epilogue):
                      allow_tf32=dtype == "f32", allow_reduced_precision_reduction=False)
     assert T.check_matmul_descriptors(1 << 20, **desc) == T.lower_matmul(**desc)
     assert T.check_matmul_descriptors(0, **row_major(3, 3, 3, dtype=dtype, epilogue=epilogue))
+
+
+@needs_cublaslt
+def test_cublaslt_accepts_a_bias_batch_stride():
+    """A group of F.linear products (plan/group_products.h): a bias a batch, bias_batch_stride apart."""
+    desc = row_major(17, 33, 5, batch=3, a_batch_stride=0, b_batch_stride=4096, d_batch_stride=561, epilogue="bias",
+                     bias_batch_stride=512)
+    assert "epilogue=bias bias_bs=512 tf32" in T.matmul_desc_to_string(**desc)
+    assert T.check_matmul_descriptors(1 << 20, **desc) == T.lower_matmul(**desc)
 
 
 @needs_cublaslt

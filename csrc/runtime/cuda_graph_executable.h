@@ -9,6 +9,10 @@
 // executable directly instead, until the caller settles on its input tensors (the same addresses two calls in a
 // row, as when it refills them with copy_()): then the graph is captured again reading them in place.
 //
+// Matrix products. cuBLASLt's tuning times each product alone, and a pick that wins alone can lose among the
+// model's other kernels; so at its first capture a graph whose products have tuned picks is captured once more
+// with the heuristic's favourites, the two replay in turn, and the faster stays.
+//
 // Outputs. A replay writes its outputs into the same memory every time, and returns those tensors. Before it
 // overwrites them, it checks that nobody still holds them (the tensor objects or any view of their storage). If
 // the user still holds the last replay's outputs (`y = f(x)` in a loop holds the previous y during the call), a

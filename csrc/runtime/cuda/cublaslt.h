@@ -120,8 +120,8 @@ bool heuristic_warm(ScalarType type, int device);
 // Tuning: the heuristic ranks algorithms by a model, and for the medium fp32 shapes of small transformers its
 // favourite can be much slower than another of its top candidates. So the plan keeps the heuristic's top
 // candidates for 256-byte alignment, and the first run() with such pointers that is not being captured into a
-// CUDA graph times each of them on the caller's stream with the call's own pointers (D is written several times;
-// A, B and the bias are only read) and keeps the fastest; products of a few µs, whose launches on the stream
+// CUDA graph times each of them on the caller's stream with the call's own pointers, in two interleaved rounds (D
+// is written several times; A, B and the bias are only read) and keeps the fastest; products of a few µs, whose launches on the stream
 // would time the host's launch cost, are timed instead as replays of a CUDA graph of 20 launches captured on a
 // stream of the tuning's own (after the caller's work), as reduce-overhead replays them -- those under 12 µs
 // there; longer ones keep the heuristic's favourite (cublaslt.cpp says why). That run waits for the

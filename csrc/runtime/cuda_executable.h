@@ -7,8 +7,8 @@
 #include "codegen/kernel_ir.h"
 #include "graph/ir.h"
 #include "plan/program.h"
-#include "runtime/cuda/cublaslt.h"
 #include "runtime/executable.h"
+#include "runtime/matmul_steps.h"
 
 namespace fastcomp::runtime {
 
@@ -32,23 +32,6 @@ codegen::DeviceLimits device_limits(int device);
 std::shared_ptr<const std::string> compile_plan(const plan::Program& program, const CudaSource& source);
 /** compile_plan's result when the kernel cache already holds it (memory or disk), else null. */
 std::shared_ptr<const std::string> cached_plan_binary(const plan::Program& program, const CudaSource& source);
-
-/** torch's global switches that decide how cuBLASLt may compute a product, read once when a graph is built (the
- *  TF32 one is guarded): torch.backends.cuda.matmul.allow_tf32 and the fp16/bf16 reduced-precision reductions.
- *  Needs the GIL. */
-struct MatmulSwitches {
-  bool tf32 = false, fp16_reduction = true, bf16_reduction = true;
-};
-MatmulSwitches read_matmul_switches();
-
-/** The plan's cuBLASLt calls planned at their trace-time shapes, one per plan::Program::matmul_steps. Needs no
- *  GIL: where cuBLASLt has not yet answered for a dtype in this process (cuda::heuristic_warm), planning costs
- *  30-110 ms, so it runs on the background thread beside NVRTC. Throws CublasError (a shape cuBLASLt refuses) or
- *  CudaLibraryError. */
-using MatmulPlans = std::vector<std::unique_ptr<cuda::MatmulPlan>>;
-MatmulPlans plan_matmuls(const plan::Program& program, const MatmulSwitches& switches);
-/** Whether plan_matmuls would be quick (every dtype of the plan's products already warm in cuBLASLt). */
-bool matmuls_plan_quickly(const plan::Program& program);
 
 /** Loads `binary` (compile_plan's) and takes `plans` (plan_matmuls', or empty: planned here): the executable of
  *  `program`. Needs the GIL. Throws CudaError, CublasError or CudaLibraryError; the caller falls back to the

@@ -198,20 +198,12 @@ def test_a_view_starting_mid_vector_runs_the_kernels_compiled_for_any_alignment(
         fastcomp.set_logs()
 
 
-@pytest.mark.parametrize("mode", [None, "reduce-overhead"], ids=["default", "reduce-overhead"])
-@pytest.mark.parametrize("order, calls", [((0, 1, 2), 1), ((2, 1, 0), 3), ((0, 2, 1), 2), ((0, 1, 3), 2)],
-                         ids=["in order", "reversed", "last two swapped", "unequal steps"])
-def test_products_of_one_activation_match_eager_wherever_their_weights_lie(order, calls, mode, caplog):
-    """x @ wq, x @ wk and x @ wv are one batched cuBLASLt call (plan/group_products.h) whose B batch stride is the
-    distance between the weights when they lie at equal steps, first to last; otherwise the same step makes as
-    few calls as the weights' places allow, says so once, and computes the same."""
+def check_grouped_products(qkv, weights, mode, calls, caplog, plan_has):
+    """Compiles `qkv(x, *weights)` in `mode`, checks four calls on fresh x against eager, that its three products of
+    x are one grouped step (plan text `plan_has`), and that the step said once it made `calls` cuBLASLt calls
+    when it could not make one."""
     import logging
 
-    def qkv(x, wq, wk, wv):
-        return torch.softmax((x @ wq) @ (x @ wk).transpose(-2, -1) / 16.0, -1) @ (x @ wv)
-
-    slices = torch.randn(4, 256, 352, dtype=torch.bfloat16, device="cuda")  # slices at known places
-    weights = tuple(slices[i] for i in order)
     compiled = fastcomp.compile(qkv, mode=mode)
     caplog.set_level(logging.DEBUG, logger="fastcomp")
     fastcomp.set_logs(perf_hints=True)
@@ -222,7 +214,7 @@ def test_products_of_one_activation_match_eager_wherever_their_weights_lie(order
                 expected = qkv(x, *weights)
                 assert_same(compiled(x, *weights), expected, rtol=2e-2, atol=2e-2 * expected.abs().max().item())
         assert cc.graph_count == 1 and cc.break_count == 0, cc.records
-        assert "batch=3" in cc.records[0]["plan"], cc.records[0]["plan"]
+        assert all(text in cc.records[0]["plan"] for text in plan_has), cc.records[0]["plan"]
         hints = [r.getMessage() for r in caplog.records if r.name == "fastcomp.perf_hints"]
         split = [h for h in hints if "do not lie at equal steps" in h]
         assert len(split) == (calls > 1), hints
@@ -232,13 +224,26 @@ def test_products_of_one_activation_match_eager_wherever_their_weights_lie(order
 
 
 @pytest.mark.parametrize("mode", [None, "reduce-overhead"], ids=["default", "reduce-overhead"])
+@pytest.mark.parametrize("order, calls", [((0, 1, 2), 1), ((2, 1, 0), 3), ((0, 2, 1), 2), ((0, 1, 3), 2)],
+                         ids=["in order", "reversed", "last two swapped", "unequal steps"])
+def test_products_of_one_activation_match_eager_wherever_their_weights_lie(order, calls, mode, caplog):
+    """x @ wq, x @ wk and x @ wv are one batched cuBLASLt call (plan/group_products.h) whose B batch stride is the
+    distance between the weights when they lie at equal steps, first to last; otherwise the same step makes as
+    few calls as the weights' places allow, says so once, and computes the same."""
+
+    def qkv(x, wq, wk, wv):
+        return torch.softmax((x @ wq) @ (x @ wk).transpose(-2, -1) / 16.0, -1) @ (x @ wv)
+
+    slices = torch.randn(4, 256, 352, dtype=torch.bfloat16, device="cuda")  # slices at known places
+    check_grouped_products(qkv, tuple(slices[i] for i in order), mode, calls, caplog, ["batch=3"])
+
+
+@pytest.mark.parametrize("mode", [None, "reduce-overhead"], ids=["default", "reduce-overhead"])
 @pytest.mark.parametrize("bias_order, calls", [((0, 1, 2), 1), ((2, 1, 0), 3), ((0, 2, 1), 2)],
                          ids=["biases in order", "biases reversed", "last two biases swapped"])
 def test_linears_of_one_activation_with_biases_match_eager(bias_order, calls, mode, caplog):
     """F.linear's q, k and v with their biases: one batched call with a bias batch stride when weights and biases
     both lie at equal steps, else as few calls as both allow."""
-    import logging
-
     F = torch.nn.functional
 
     def qkv(x, wq, wk, wv, bq, bk, bv):
@@ -248,20 +253,4 @@ def test_linears_of_one_activation_with_biases_match_eager(bias_order, calls, mo
     weights = torch.randn(3, 352, 256, dtype=torch.bfloat16, device="cuda")
     biases = torch.randn(3, 352, dtype=torch.bfloat16, device="cuda")
     args = (*weights.unbind(0), *(biases[i] for i in bias_order))
-    compiled = fastcomp.compile(qkv, mode=mode)
-    caplog.set_level(logging.DEBUG, logger="fastcomp")
-    fastcomp.set_logs(perf_hints=True)
-    try:
-        with torch.no_grad(), CompileCounter() as cc, fastcomp.config.patch(small_matmul=False):
-            for _ in range(4):
-                x = torch.randn(192, 256, dtype=torch.bfloat16, device="cuda") / 4
-                expected = qkv(x, *args)
-                assert_same(compiled(x, *args), expected, rtol=2e-2, atol=2e-2 * expected.abs().max().item())
-        assert cc.graph_count == 1 and cc.break_count == 0, cc.records
-        assert "batch=3" in cc.records[0]["plan"] and "epilogue=bias" in cc.records[0]["plan"], cc.records[0]["plan"]
-        hints = [r.getMessage() for r in caplog.records if r.name == "fastcomp.perf_hints"]
-        split = [h for h in hints if "do not lie at equal steps" in h]
-        assert len(split) == (calls > 1), hints
-        assert calls == 1 or f"run as {calls} cuBLASLt calls" in split[0], split
-    finally:
-        fastcomp.set_logs()
+    check_grouped_products(qkv, args, mode, calls, caplog, ["batch=3", "epilogue=bias"])

@@ -9,10 +9,10 @@
 namespace fastcomp::plan {
 
 /** Groups such products in `program` (see MatmulStep::b_next). A group's products are plain (batch 1, no
- *  activation; each with a bias or none), read the same A view, have B's of one layout that are graph inputs (weights, ready before any of
- *  them runs), and results that are scratch (not graph outputs or objects), with no extern step between them; at
- *  most kMaxGroupedProducts, each result at most kGroupMaxOutputElements (beyond a few waves of tiles, separate
- *  calls were faster). */
+ *  activation; each with a bias or none), read the same A view, have B's of one layout that are graph inputs
+ *  (weights, ready before any of them runs), and results that are scratch (not graph outputs or objects), with no
+ *  extern step between them; at most kMaxGroupedProducts, each result at most kGroupMaxOutputElements (beyond
+ *  a few waves of tiles, separate calls were faster). */
 void group_shared_operand_products(Program& program);
 
 // q, k, v and one more: past a few products the batch alone fills several waves of tiles, where separate calls

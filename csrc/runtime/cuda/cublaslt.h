@@ -120,17 +120,17 @@ bool heuristic_warm(ScalarType type, int device);
 // Tuning: the heuristic ranks algorithms by a model, and for the medium fp32 shapes of small transformers its
 // favourite can be much slower than another of its top candidates. So the plan keeps the heuristic's top
 // candidates for 256-byte alignment, and the first run() with such pointers that is not being captured into a
-// CUDA graph times each of them on the caller's stream with the call's own pointers, in two interleaved rounds (D
-// is written several times; A, B and the bias are only read) and keeps the fastest; products of a few µs, whose launches on the stream
-// would time the host's launch cost, are timed instead as replays of a CUDA graph of 20 launches captured on a
-// stream of the tuning's own (after the caller's work), as reduce-overhead replays them -- those under 12 µs
-// there; longer ones keep the heuristic's favourite (cublaslt.cpp says why). That run waits for the
-// GPU; tuning costs about 10 ms of GPU time at most per product. The decision (the pick) is kept for the process (keyed
-// by desc, device and workspace size), so another plan of the same product does not time it again, and in the
-// kernel cache on disk (keyed by desc, the GPU's arch and SM count, cuBLASLt's version and the workspace size),
-// so a new process does not either; a pick is kept as its rank among the heuristic's candidates.
-// config().matmul_tuning = false
-// keeps the heuristic's favourite (then the choice never depends on timing noise).
+// CUDA graph times each of them on the caller's stream with the call's own pointers, in two interleaved rounds
+// (D is written several times; A, B and the bias are only read) and keeps the fastest; products of a few µs,
+// whose launches on the stream would time the host's launch cost, are timed instead as replays of a CUDA graph
+// of 20 launches captured on a stream of the tuning's own (after the caller's work), as reduce-overhead replays
+// them -- those under 12 µs there; longer ones keep the heuristic's favourite (cublaslt.cpp says why). That run
+// waits for the GPU; tuning costs about 10 ms of GPU time at most per product. The decision (the pick) is kept
+// for the process (keyed by desc, device and workspace size), so another plan of the same product does not time
+// it again, and in the kernel cache on disk (keyed by desc, the GPU's arch and SM count, cuBLASLt's version and
+// the workspace size), so a new process does not either; a pick is kept as its rank among the heuristic's
+// candidates. config().matmul_tuning = false keeps the heuristic's favourite, and ignores earlier decisions (then
+// the choice never depends on timing noise).
 class MatmulPlan {
  public:
   // Plans `desc` on CUDA device `device` (an ordinal, as torch numbers them) for a workspace of at most

@@ -56,10 +56,10 @@ def event_tables(fn, args, calls=50):
 
 
 def compiled_workloads(wid, mode_names, input_sets=1):
-    """(mode name, mode, compiled function, inputs) for workload `wid` at full size on the GPU in each mode, each
-    past its first call with its kernels ready; call under torch.no_grad(), then mode.reset(). `inputs` is one
-    argument tuple, or a list of `input_sets` of them (fresh activations, as the benchmarks rotate through) when
-    more than one is asked for."""
+    """(mode name, mode, compiled function, input sets) for workload `wid` at full size on the GPU in each mode,
+    each past its first call (on the first set) with its kernels ready; call under torch.no_grad(), then
+    mode.reset(). The input sets are `input_sets` argument tuples with fresh activations, as the benchmarks rotate
+    through."""
     sys.path.insert(0, ROOT)
     from benchmarks.modes import MODES
     from benchmarks.workloads import WORKLOADS
@@ -71,7 +71,7 @@ def compiled_workloads(wid, mode_names, input_sets=1):
         fn = mode.compile(model)
         fn(*sets[0])
         mode.wait_ready()
-        yield name, mode, fn, sets if input_sets > 1 else sets[0]
+        yield name, mode, fn, sets
 
 
 def main():
@@ -85,9 +85,9 @@ def main():
 
     for wid in args.workloads:
         with torch.no_grad():
-            for name, mode, fn, sets in compiled_workloads(wid, args.modes, max(2, args.input_sets)):
+            for name, mode, fn, sets in compiled_workloads(wid, args.modes, args.input_sets):
                 inputs = sets[0]
-                us, rotating_us = per_call_us(fn, [inputs]), per_call_us(fn, sets[:args.input_sets])
+                us, rotating_us = per_call_us(fn, [inputs]), per_call_us(fn, sets)
                 kernels, host = event_tables(fn, inputs)
                 print(f"\n{wid} {name}: {us:.1f} µs/call ({rotating_us:.1f} taking {args.input_sets} input sets in "
                       f"turn), kernels {sum(r[1] for r in kernels):.1f} µs/call, CUDA API calls on the host "

@@ -16,7 +16,7 @@ def main():
     import torch
 
     with torch.no_grad():
-        for _, mode, fn, inputs in compiled_workloads(args.workload, [args.mode]):
+        for _, mode, fn, (inputs,) in compiled_workloads(args.workload, [args.mode]):
             for _ in range(args.calls):
                 fn(*inputs)
             torch.cuda.synchronize()

@@ -441,8 +441,9 @@ class CudaGraphExecutable final : public Executable {
       picks_compared_ = true;
       // Replaying more than once is harmless only when the graph writes no input and draws no random numbers
       // (torch ops, which a direct launch rules out).
-      if (options_.launch_directly && !writes_inputs_ && inner_->tuned_matmul_picks() > 0)
-        return compare_matmul_picks(inputs, ninputs, stream);
+      if (options_.launch_directly && !writes_inputs_)
+        if (const int picks = inner_->tuned_matmul_picks(); picks > 0)
+          return compare_matmul_picks(picks, inputs, ninputs, stream);
     }
     return replay(*instances_.back(), inputs, stream);
   }
@@ -452,8 +453,8 @@ class CudaGraphExecutable final : public Executable {
   // favourites). The instance just captured (tuned) and one captured with the favourites replay in turn on this
   // call's inputs; the faster stays, and the inner executable keeps its picks for later captures (a tie keeps the
   // tuned ones). Once per executable, at its first capture: kCompareRounds x kCompareReplays replays of each.
-  PyObject* compare_matmul_picks(PyObject* const* inputs, size_t ninputs, cuda::CUstream stream) {
-    const int picks = inner_->tuned_matmul_picks();
+  // `picks`: how many products have tuned picks (for the log line).
+  PyObject* compare_matmul_picks(int picks, PyObject* const* inputs, size_t ninputs, cuda::CUstream stream) {
     inner_->prefer_heuristic_matmul_picks(true);
     PyRef favourites_out = PyRef::steal(capture_and_replay(inputs, ninputs, stream));
     if (!favourites_out || instances_.size() != 2) {  // the capture failed (and turned the graph off), or errored

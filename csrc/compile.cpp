@@ -28,13 +28,14 @@ CompiledFrame compile_frame(const cpython::FrameView& frame, const CompileOption
     if (plan) out.resume = std::make_shared<const frontend::ResumePlan>(std::move(*plan));
   }
   out.guards = std::move(trace.guards);
+  out.side_effects = std::move(trace.side_effects);
   if ((out.failure && !out.resume) || !out.user_error.empty()) {
     out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return out;
   }
   out.graph_text = trace.graph.to_string();
   for (const auto& node : trace.graph.nodes)
-    if (node.kind == graph::NodeKind::Call) out.ops.push_back(node.target_name);
+    if (node.kind == graph::NodeKind::Call && !node.rebuilds) out.ops.push_back(node.target_name);
   BuiltExecutable built = build_executable(std::move(trace.graph), out.guards, options.mode == "reduce-overhead");
   out.executable = std::move(built.executable);
   out.backend = std::move(built.summary);

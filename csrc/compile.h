@@ -9,6 +9,7 @@
 #include "cpython/frame.h"
 #include "frontend/guards/guards.h"
 #include "frontend/resume/plan.h"
+#include "frontend/trace/side_effects.h"
 #include "frontend/trace/unsupported.h"
 #include "runtime/executable.h"
 
@@ -33,6 +34,9 @@ struct CompiledFrame {
   // the values the break code takes. Shared so that a call in flight keeps it while the cache changes.
   std::shared_ptr<const frontend::ResumePlan> resume;
   std::string not_resumed;                          // why a break runs the whole frame eagerly instead
+  // Written into objects from outside the frame after the graph runs (see frontend/trace/side_effects.h). With a
+  // plain return and effects, the executable's output is (result, new values...).
+  std::vector<frontend::SideEffect> side_effects;
   std::string user_error;                           // the user's code raised while tracing
   std::string graph_text;
   std::vector<std::string> ops;

@@ -238,8 +238,26 @@ cpython::FrameOutcome run_compiled(const CompiledFrame& c, const frontend::Guard
                                    const cpython::FrameView& frame) {
   if (!c.executable) return cpython::FrameOutcome::run_default();
   std::shared_ptr<const frontend::ResumePlan> plan = c.resume;  // the cache may change while the break runs
+  // The objects side effects write to, held across the run: code the graph calls may compile (and reuse `scratch`).
+  std::vector<PyObject*> targets;
+  std::vector<PyRef> hold;
+  if (!c.side_effects.empty()) {
+    targets = scratch.values;
+    for (PyObject* o : targets) hold.push_back(PyRef::borrow(o));
+  }
   PyObject* out = c.executable->run(scratch.inputs.data(), scratch.inputs.size());
   if (!out) return cpython::FrameOutcome::error();
+  if (!c.side_effects.empty()) {
+    if (!frontend::apply_side_effects(c.side_effects, out, targets)) {
+      Py_DECREF(out);
+      return cpython::FrameOutcome::error();
+    }
+    if (!plan) {
+      PyObject* result = Py_NewRef(PyTuple_GET_ITEM(out, 0));
+      Py_DECREF(out);
+      return cpython::FrameOutcome::result(result);
+    }
+  }
   if (!plan) return cpython::FrameOutcome::result(out);
   return run_break(*plan, out, scratch, frame);
 }

@@ -67,6 +67,9 @@ struct Node {
   TensorMeta meta;          // when type == Tensor
   std::string input_source; // Input: guard source name, e.g. "L['x']"
   std::string user_loc;     // Call: "file.py:12" of the user line that made it
+  // Call: builds a Python object of the graph's output (a list returned twice, an object made in the trace) rather
+  // than computing anything; not an op of the graph (explain() and op counts leave it out).
+  bool rebuilds = false;
 };
 
 // Where a symbol's value comes from on each call: a size of one of the graph's inputs.

@@ -33,6 +33,7 @@ PyObject* load_source(const Source& s, PyObject* base, const cpython::FrameView&
   switch (s.kind) {
     case SourceKind::Local: return frame.local(s.index);
     case SourceKind::Closure: return frame.local(s.index);
+    case SourceKind::ClosureCell: return frame.free_cell(s.index);
     case SourceKind::Global: {
       PyObject* v = PyDict_GetItemWithError(frame.globals(), s.key.get());
       if (!v && !PyErr_Occurred() && PyDict_Check(frame.builtins()))
@@ -52,6 +53,10 @@ PyObject* load_source(const Source& s, PyObject* base, const cpython::FrameView&
     case SourceKind::ModuleParam: return module_dict_item(base, kParameters, s.key.get());
     case SourceKind::ModuleBuffer: return module_dict_item(base, kBuffers, s.key.get());
     case SourceKind::ModuleChild: return module_dict_item(base, kModules, s.key.get());
+    case SourceKind::ObjDict: {
+      PyObject** dictptr = _PyObject_GetDictPtr(base);
+      return dictptr ? *dictptr : nullptr;
+    }
     case SourceKind::SeqItem:
       if (PyTuple_CheckExact(base) && s.index < PyTuple_GET_SIZE(base)) return PyTuple_GET_ITEM(base, s.index);
       if (PyList_CheckExact(base) && s.index < PyList_GET_SIZE(base)) return PyList_GET_ITEM(base, s.index);
@@ -281,6 +286,18 @@ bool check_one(const GuardSet& set, const Guard& g, PyObject* v, GuardScratch& s
       if (same == (g.expected.get() == Py_True)) return true;
       return fail(fmt::format("{} {} {}", name, same ? "is now" : "is no longer", set.sources.name(g.length)));
     }
+    case GuardKind::TypeVersion: {
+      auto* type = reinterpret_cast<PyTypeObject*>(g.expected.get());
+      if (type->tp_version_tag == static_cast<unsigned int>(g.length)) return true;
+      return fail(fmt::format("class {} changed since it was traced", type->tp_name));
+    }
+    case GuardKind::DictLacks: {
+      if (!PyDict_Check(v)) return fail(fmt::format("{} is not a dict", name));
+      int has = PyDict_Contains(v, g.expected.get());
+      if (has == 0) return true;
+      if (has < 0) PyErr_Clear();
+      return fail(fmt::format("{} now has key {}", name, py_repr(g.expected.get())));
+    }
     case GuardKind::GlobalState: {
       ProbeState now_state;
       if (g.probe != StateProbe::None && read_state_probe(g.probe, &now_state) && now_state == g.probe_state)
@@ -386,6 +403,9 @@ std::string GuardSet::describe(const Guard& g) const {
     case GuardKind::SameObject:
       return fmt::format("ALIASING: ({} is {}) == {}", name, sources.name(g.length), g.expected.get() == Py_True);
     case GuardKind::GlobalState: return fmt::format("GLOBAL_STATE: {} == {}", g.what, py_repr(g.expected.get()));
+    case GuardKind::TypeVersion:
+      return fmt::format("TYPE_VERSION: class {} unchanged", reinterpret_cast<PyTypeObject*>(g.expected.get())->tp_name);
+    case GuardKind::DictLacks: return fmt::format("DICT_LACKS: {} not in {}", py_repr(g.expected.get()), name);
     case GuardKind::SizeRelation:
       return fmt::format("SIZE_RELATION: ({} {} {}) == {}  # {}", str(g.sym_a), size_cmp_text(g.cmp), str(g.sym_b),
                          g.expected.get() == Py_True ? "True" : "False", g.what);

@@ -25,6 +25,8 @@ enum class GuardKind : uint8_t {
   GlobalState,  // call() == expected, e.g. torch.is_grad_enabled()
   SameObject,   // (value is sources[length]) == (expected is True): aliasing between two inputs
   SizeRelation, // (sym_a <cmp> sym_b) == expected, over the symbols the tensor guards bound
+  TypeVersion,  // expected (a class) still has version tag `length`: neither it nor a base changed since the trace
+  DictLacks,    // value is a dict without key `expected` (an attribute that falls through to the class)
 };
 
 struct TensorGuard {
@@ -68,7 +70,7 @@ struct Guard {
   PyRef call;           // GlobalState: the callable, called with no arguments
   StateProbe probe = StateProbe::None;  // GlobalState
   ProbeState probe_state{};             // GlobalState: the probe's raw state when traced
-  int64_t length = 0;   // Length
+  int64_t length = 0;   // Length; TypeVersion: the version tag
   TensorGuard tensor;   // TensorMatch
   std::string what;     // GlobalState: what is checked, e.g. "torch.is_grad_enabled()"; SizeRelation: why
   graph::Sym sym_a, sym_b;  // SizeRelation operands

@@ -66,4 +66,12 @@ int SourceTable::seq_item(int base, int index) {
   return intern({SourceKind::SeqItem, base, index, {}, fmt::format("{}[{}]", sources_[base].name, index)});
 }
 
+int SourceTable::closure_cell(int slot, const std::string& var_name) {
+  return intern({SourceKind::ClosureCell, -1, slot, {}, fmt::format("<cell of L['{}']>", var_name)});
+}
+
+int SourceTable::obj_dict(int base) {
+  return intern({SourceKind::ObjDict, base, 0, {}, fmt::format("{}.__dict__", sources_[base].name)});
+}
+
 }  // namespace fastcomp::frontend

@@ -23,6 +23,8 @@ enum class SourceKind : uint8_t {
   ModuleBuffer,  // base._buffers[key]
   ModuleChild,   // base._modules[key]
   SeqItem,       // base[index] for a tuple or list
+  ObjDict,       // base.__dict__ (the instance dict itself)
+  ClosureCell,   // the cell object of free-variable slot `index` (where a nonlocal assignment is written back)
 };
 
 struct Source {
@@ -44,6 +46,8 @@ class SourceTable {
   int inst_dict(int base, PyObject* name);
   int module_slot(SourceKind kind, int base, PyObject* name);
   int seq_item(int base, int index);
+  int obj_dict(int base);
+  int closure_cell(int slot, const std::string& var_name);
 
   const Source& at(int id) const { return sources_[id]; }
   const std::string& name(int id) const { return sources_[id].name; }

@@ -1,8 +1,11 @@
-// Python builtins and pure library functions called from traced code. Most fold to constants; a few
-// (len, isinstance, enumerate, zip, ...) reason about symbolic Values.
+// Python builtins called from traced code, and the builtin classes called as constructors (list, dict, set,
+// OrderedDict...). Builtins that reason about symbolic Values (len, isinstance, getattr, iter, map, zip, sum...) are
+// modelled; the others fold to constants when every argument is one. Pure library functions (math, operator) fold
+// too; operator's functions on symbolic Values run as the operators they are.
 #include <fmt/format.h>
 
 #include <string_view>
+#include <unordered_map>
 
 #include "frontend/trace/torch_refs.h"
 #include "frontend/trace/tracer.h"
@@ -13,30 +16,43 @@ namespace {
 
 using Kwargs = std::vector<std::pair<std::string, ValueRef>>;
 
-PyObject* builtin(const char* name) {  // borrowed
-  static PyObject* dict = PyModule_GetDict(PyImport_ImportModule("builtins"));
-  return PyDict_GetItemString(dict, name);
+enum class B {
+  print, setattr, delattr, getattr, hasattr, len, isinstance, issubclass, type, iter, next, enumerate, zip, map,
+  filter, reversed, list, tuple, dict, set, frozenset, any, all, sum, min, max, abs, int_, float_, bool_, complex_,
+  callable, super, vars, object, str, repr, sorted, foldable
+};
+
+// builtins' functions and classes, by identity; built once (the builtins module lives for the process).
+const std::unordered_map<PyObject*, B>& builtin_table() {
+  static auto* table = [] {
+    auto* t = new std::unordered_map<PyObject*, B>();
+    PyObject* dict = PyModule_GetDict(PyImport_ImportModule("builtins"));
+    static const std::pair<const char*, B> kNames[] = {
+        {"print", B::print},       {"setattr", B::setattr},     {"delattr", B::delattr},
+        {"getattr", B::getattr},   {"hasattr", B::hasattr},     {"len", B::len},
+        {"isinstance", B::isinstance}, {"issubclass", B::issubclass}, {"type", B::type},
+        {"iter", B::iter},         {"next", B::next},           {"enumerate", B::enumerate},
+        {"zip", B::zip},           {"map", B::map},             {"filter", B::filter},
+        {"reversed", B::reversed}, {"list", B::list},           {"tuple", B::tuple},
+        {"dict", B::dict},         {"set", B::set},             {"frozenset", B::frozenset},
+        {"any", B::any},           {"all", B::all},             {"sum", B::sum},
+        {"min", B::min},           {"max", B::max},             {"abs", B::abs},
+        {"int", B::int_},          {"float", B::float_},        {"bool", B::bool_},
+        {"complex", B::complex_},  {"callable", B::callable},   {"super", B::super},
+        {"vars", B::vars},         {"object", B::object},       {"str", B::str},
+        {"repr", B::repr},         {"sorted", B::sorted},       {"range", B::foldable},
+        {"round", B::foldable},    {"divmod", B::foldable},     {"pow", B::foldable},
+        {"slice", B::foldable},    {"hash", B::foldable},       {"ord", B::foldable},
+        {"chr", B::foldable},      {"format", B::foldable},     {"bytes", B::foldable},
+    };
+    for (auto [name, b] : kNames)
+      if (PyObject* o = PyDict_GetItemString(dict, name)) t->emplace(o, b);
+    return t;
+  }();
+  return *table;
 }
 
 ValueRef boolean(bool b) { return make_const_borrowed(b ? Py_True : Py_False); }
-
-// The Python type a Value has at run time.
-PyObject* type_of(const Value& v) {
-  switch (v.kind) {
-    case VKind::Tensor: return reinterpret_cast<PyObject*>(v.tensor_type);
-    case VKind::SymInt:
-    case VKind::Const:
-    case VKind::Object: return reinterpret_cast<PyObject*>(Py_TYPE(v.obj.get()));
-    case VKind::Tuple: return reinterpret_cast<PyObject*>(&PyTuple_Type);
-    case VKind::List: return reinterpret_cast<PyObject*>(&PyList_Type);
-    case VKind::Dict: return reinterpret_cast<PyObject*>(&PyDict_Type);
-    case VKind::Record: return v.obj.get();
-    case VKind::Function: return reinterpret_cast<PyObject*>(&PyFunction_Type);
-    case VKind::Method: return reinterpret_cast<PyObject*>(&PyMethod_Type);
-    case VKind::Slice: return reinterpret_cast<PyObject*>(&PySlice_Type);
-    default: return nullptr;
-  }
-}
 
 // Library modules whose functions are pure: called for real at trace time on constant arguments.
 bool is_pure_library_function(PyObject* fn) {
@@ -50,15 +66,68 @@ bool is_pure_library_function(PyObject* fn) {
   return m == "math" || m == "_operator" || m == "operator";
 }
 
+// The exception class CPython raised (one the trace can match in an `except` clause), or null.
+PyObject* known_exception() {
+  PyObject* type = PyErr_Occurred();
+  for (PyObject* t : {PyExc_ValueError, PyExc_TypeError, PyExc_IndexError, PyExc_KeyError, PyExc_AttributeError,
+                      PyExc_ZeroDivisionError, PyExc_OverflowError})
+    if (type && PyErr_GivenExceptionMatches(type, t)) return t;
+  return nullptr;
+}
+
+bool dict_like(const Value& v) {
+  return v.is(VKind::Dict) ||
+         (v.is(VKind::UserObject) && PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(v.obj.get()), &PyDict_Type));
+}
+
+ValueRef make_iterator(IterKind kind, std::vector<ValueRef> items) {
+  ValueRef it = make_seq(VKind::Iterator, std::move(items));
+  it->iter = kind;
+  return it;
+}
+
 }  // namespace
 
+ValueRef Tracer::call_operator(PyObject* fn, std::vector<ValueRef>& args) {
+  PyRef name_obj = PyRef::steal(PyObject_GetAttrString(fn, "__name__"));
+  if (!name_obj) return PyErr_Clear(), nullptr;
+  const std::string name = utf8(name_obj.get());
+  static const std::pair<const char*, BinaryOpKind> kBinary[] = {
+      {"add", BinaryOpKind::Add},         {"sub", BinaryOpKind::Subtract},      {"mul", BinaryOpKind::Multiply},
+      {"truediv", BinaryOpKind::TrueDivide}, {"floordiv", BinaryOpKind::FloorDivide}, {"mod", BinaryOpKind::Remainder},
+      {"pow", BinaryOpKind::Power},       {"matmul", BinaryOpKind::MatrixMultiply}, {"and_", BinaryOpKind::And},
+      {"or_", BinaryOpKind::Or},          {"xor", BinaryOpKind::Xor},           {"lshift", BinaryOpKind::Lshift},
+      {"rshift", BinaryOpKind::Rshift}};
+  if (args.size() == 2)
+    for (auto [n, kind] : kBinary)
+      if (name == n) return binary_op(static_cast<int>(kind), args[0], args[1]);
+  static const std::pair<const char*, CompareKind> kCompare[] = {{"lt", CompareKind::Lt}, {"le", CompareKind::Le},
+                                                                 {"eq", CompareKind::Eq}, {"ne", CompareKind::Ne},
+                                                                 {"gt", CompareKind::Gt}, {"ge", CompareKind::Ge}};
+  if (args.size() == 2)
+    for (auto [n, kind] : kCompare)
+      if (name == n) return compare(static_cast<int>(kind), args[0], args[1]);
+  if (args.size() == 2 && name == "getitem") return subscript(args[0], args[1]);
+  if (args.size() == 2 && name == "contains") return boolean(contains(args[0], args[1]));
+  if (args.size() == 2 && (name == "is_" || name == "is_not")) return compare(name == "is_" ? -1 : -2, args[0], args[1]);
+  if (args.size() == 1 && name == "not_") return boolean(!truthiness(args[0]));
+  if (args.size() == 1 && name == "truth") return boolean(truthiness(args[0]));
+  if (args.size() == 1 && name == "neg") return unary(Op::UNARY_NEGATIVE, args[0]);
+  if (args.size() == 1 && name == "invert") return unary(Op::UNARY_INVERT, args[0]);
+  if (args.size() == 3 && name == "setitem") {
+    store_subscript(args[0], args[1], args[2]);
+    return make_const_borrowed(Py_None);
+  }
+  return nullptr;
+}
+
 ValueRef Tracer::call_builtin(PyObject* fn, std::vector<ValueRef>& args, Kwargs& kwargs) {
-  auto is = [&](const char* name) { return fn == builtin(name); };
   auto all_const = [&](PyRef* tuple) {
     *tuple = PyRef::steal(PyTuple_New(args.size()));
     for (size_t i = 0; i < args.size(); ++i) {
+      if (args[i]->is(VKind::Object) && !PyType_Check(args[i]->obj.get())) return false;
       PyRef c = as_python_constant(args[i]);
-      if (!c || args[i]->is(VKind::Object)) return false;
+      if (!c) return false;
       PyTuple_SET_ITEM(tuple->get(), i, c.release());
     }
     return kwargs.empty();
@@ -66,235 +135,339 @@ ValueRef Tracer::call_builtin(PyObject* fn, std::vector<ValueRef>& args, Kwargs&
   auto fold_real = [&](const PyRef& tuple) {
     PyRef out = PyRef::steal(PyObject_Call(fn, tuple.get(), nullptr));
     if (!out) {
-      throw UserCodeError("builtin call raised " + take_error_message());
+      PyObject* known = known_exception();
+      throw UserCodeError("builtin call raised " + take_error_message(), known);
     }
     return wrap_untracked(out.get());
   };
-
-  if (is("print")) throw Unsupported(BreakCode::SideEffect, "print() inside a compiled function");
-  if (is("setattr") || is("delattr")) throw Unsupported(BreakCode::SideEffect, "setattr()/delattr() on an object");
-  if (is("len") && args.size() == 1) {
-    const ValueRef& v = args[0];
-    if (v->is(VKind::Tensor) && !v->shape.empty()) return sym_size(v, 0);
-    if (v->is(VKind::Tensor)) {
-      PyRef n = PyRef::steal(PyObject_Length(v->meta.get()) >= 0 ? PyLong_FromSsize_t(PyObject_Length(v->meta.get())) : nullptr);
-      if (!n) {
-        PyErr_Clear();
-        throw UserCodeError("len() of a 0-d tensor");
-      }
-      return make_const(n);
-    }
-    if (v->is(VKind::Const)) {
-      PyRef t;
-      all_const(&t);
-      return fold_real(t);
-    }
-    return make_const(PyRef::steal(PyLong_FromSize_t(unpack(v, "take len() of").size())));
-  }
-  if ((is("isinstance") || is("issubclass")) && args.size() == 2) {
-    PyRef cls = as_python_constant(args[1]);
-    if (!cls) throw Unsupported(BreakCode::UnsupportedValue, "isinstance() with a non-constant class");
-    PyObject* subject = is("isinstance") ? type_of(*args[0]) : as_python_constant(args[0]).get();
-    if (!subject) throw Unsupported(BreakCode::UnsupportedValue, "isinstance() of " + describe(*args[0]));
-    int r = PyObject_IsSubclass(subject, cls.get());
-    if (r < 0) {
-      PyErr_Clear();
-      throw UserCodeError("isinstance() arg 2 must be a type or tuple of types");
-    }
-    return boolean(r == 1);
-  }
-  if ((is("getattr") || is("hasattr")) && args.size() >= 2) {
-    PyRef name = as_python_constant(args[1]);
-    if (!name || !PyUnicode_Check(name.get())) throw Unsupported(BreakCode::UnsupportedValue, "getattr() with a non-constant name");
-    try {
-      ValueRef v = get_attr(args[0], name.get());
-      return is("hasattr") ? boolean(true) : v;
-    } catch (const UserCodeError&) {
-      if (is("hasattr")) return boolean(false);
-      if (args.size() == 3) return args[2];
-      throw;
-    }
-  }
-  if (is("type") && args.size() == 1) {
-    PyObject* t = type_of(*args[0]);
-    if (!t) throw Unsupported(BreakCode::UnsupportedValue, "type() of " + describe(*args[0]));
-    return make_object(PyRef::borrow(t), -1);
-  }
-  if (is("iter") && args.size() == 1) return make_seq(VKind::Iterator, unpack(args[0], "iterate over"));
-  if (is("next") && !args.empty()) {
-    ValueRef it = args[0];
-    if (!it->is(VKind::Iterator)) throw Unsupported(BreakCode::UnsupportedValue, "next() of " + describe(*it));
-    if (it->pos < it->items.size()) return it->items[it->pos++];
-    if (args.size() > 1) return args[1];
-    throw UserCodeError("StopIteration");
-  }
-  if (is("enumerate") && !args.empty()) {
-    long start = args.size() > 1 ? PyLong_AsLong(as_python_constant(args[1]).get()) : 0;
+  auto kwarg = [&](const char* name) -> ValueRef {
     for (auto& [k, v] : kwargs)
-      if (k == "start") start = PyLong_AsLong(as_python_constant(v).get());
-    std::vector<ValueRef> items = unpack(args[0], "enumerate");
-    std::vector<ValueRef> out;
-    for (size_t i = 0; i < items.size(); ++i)
-      out.push_back(make_seq(VKind::Tuple, {make_const(PyRef::steal(PyLong_FromLong(start + long(i)))), items[i]}));
-    return make_seq(VKind::Iterator, std::move(out));
-  }
-  if (is("zip")) {
-    std::vector<std::vector<ValueRef>> seqs;
-    size_t n = SIZE_MAX;
-    for (auto& a : args) {
-      seqs.push_back(unpack(a, "zip"));
-      n = std::min(n, seqs.back().size());
-    }
-    if (seqs.empty()) n = 0;
-    std::vector<ValueRef> out;
-    for (size_t i = 0; i < n; ++i) {
-      std::vector<ValueRef> row;
-      for (auto& s : seqs) row.push_back(s[i]);
-      out.push_back(make_seq(VKind::Tuple, std::move(row)));
-    }
-    return make_seq(VKind::Iterator, std::move(out));
-  }
-  if (is("reversed") && args.size() == 1) {
-    std::vector<ValueRef> items = unpack(args[0], "reverse");
-    return make_seq(VKind::Iterator, std::vector<ValueRef>(items.rbegin(), items.rend()));
-  }
-  if ((is("list") || is("tuple")) && args.size() <= 1) {
-    std::vector<ValueRef> items = args.empty() ? std::vector<ValueRef>{} : unpack(args[0], "convert");
-    return make_seq(is("list") ? VKind::List : VKind::Tuple, std::move(items));
-  }
-  if (is("dict")) {
-    ValueRef d = make_seq(VKind::Dict, {});
-    if (!args.empty()) {
-      if (args[0]->is(VKind::Dict)) {
-        d->keys = args[0]->keys;
-        d->items = args[0]->items;
-      } else {
-        for (auto& pair : unpack(args[0], "build a dict from")) {
-          auto kv = unpack(pair, "unpack");
-          d->keys.push_back(kv.at(0));
-          d->items.push_back(kv.at(1));
-        }
-      }
-    }
+      if (k == name) return v;
+    return nullptr;
+  };
+  auto only_kwargs = [&](std::initializer_list<const char*> allowed) {
     for (auto& [k, v] : kwargs) {
-      d->keys.push_back(make_const(PyRef::steal(PyUnicode_FromString(k.c_str()))));
-      d->items.push_back(v);
+      bool ok = false;
+      for (const char* a : allowed) ok |= k == a;
+      if (!ok) throw type_error(fmt::format("'{}' is an invalid keyword argument", k));
     }
-    return d;
-  }
-  if ((is("any") || is("all")) && args.size() == 1) {
-    bool want = is("any");
-    for (auto& item : unpack(args[0], "iterate over"))
-      if (truthiness(item) == want) return boolean(want);
-    return boolean(!want);
-  }
-  if (is("sum") && !args.empty()) {
-    ValueRef acc = args.size() > 1 ? args[1] : make_const(PyRef::steal(PyLong_FromLong(0)));
-    for (auto& item : unpack(args[0], "sum")) acc = binary_op(static_cast<int>(BinaryOpKind::Add), acc, item);
-    return acc;
-  }
-  if ((is("min") || is("max")) && !args.empty()) {
-    std::vector<ValueRef> items = args.size() == 1 ? unpack(args[0], "iterate over") : args;
-    PyRef seq = as_python_constant(make_seq(VKind::Tuple, items));
-    if (!seq) throw Unsupported(BreakCode::UnsupportedValue, "min()/max() over tensors (use torch.minimum/maximum)");
-    PyRef one = PyRef::steal(PyTuple_Pack(1, seq.get()));
-    return fold_real(one);
-  }
-  if (is("abs") && args.size() == 1 && args[0]->is(VKind::Tensor))
-    return call_torch(PyObject_GetAttrString(torch_refs().torch.get(), "abs"), "torch.abs", args, {});
-  if ((is("int") || is("float") || is("bool") || is("complex")) && args.size() == 1 && args[0]->is(VKind::Tensor))
-    throw Unsupported(BreakCode::DataDependentValue, "int()/float()/bool() of a tensor needs its value");
-  if (is("bool") && args.size() == 1) return boolean(truthiness(args[0]));
-  if (is("callable") && args.size() == 1) {
-    VKind k = args[0]->kind;
-    if (k == VKind::Function || k == VKind::Method) return boolean(true);
-    if (k == VKind::Object) return boolean(PyCallable_Check(args[0]->obj.get()));
-    return boolean(false);
-  }
-  if (is("map") && args.size() >= 2) {
-    std::vector<std::vector<ValueRef>> seqs;
-    size_t n = SIZE_MAX;
-    for (size_t i = 1; i < args.size(); ++i) {
-      seqs.push_back(unpack(args[i], "map over"));
-      n = std::min(n, seqs.back().size());
-    }
-    std::vector<ValueRef> out;
-    for (size_t i = 0; i < n; ++i) {
-      std::vector<ValueRef> call_args;
-      for (auto& s : seqs) call_args.push_back(s[i]);
-      out.push_back(call(args[0], std::move(call_args), {}));
-    }
-    return make_seq(VKind::Iterator, std::move(out));
-  }
-  static const char* kFoldable[] = {"range", "int", "float", "bool", "str", "round", "divmod", "pow", "abs",
-                                    "sorted", "slice", "repr", "hash", "ord", "chr", "complex", "frozenset"};
-  for (const char* name : kFoldable) {
-    if (!is(name)) continue;
-    PyRef t;
-    if (!all_const(&t)) throw Unsupported(BreakCode::UnsupportedValue, fmt::format("{}() on non-constant arguments", name));
-    return fold_real(t);
-  }
-  if (is_pure_library_function(fn)) {
-    PyRef t;
-    if (all_const(&t)) return fold_real(t);
-  }
-  // Namedtuple and dataclass construction build records whose fields stay symbolic.
-  if (PyType_Check(fn)) {
-    PyRef fields = PyRef::steal(PyObject_GetAttrString(fn, "_fields"));
-    if (fields && PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(fn), &PyTuple_Type)) {
-      auto rec = std::make_shared<Value>();
-      rec->kind = VKind::Record;
-      rec->obj = PyRef::borrow(fn);
-      PyRef defaults = PyRef::steal(PyObject_GetAttrString(fn, "_field_defaults"));
-      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields.get()); ++i) {
-        PyObject* name = PyTuple_GET_ITEM(fields.get(), i);
-        ValueRef v = i < static_cast<Py_ssize_t>(args.size()) ? args[i] : nullptr;
-        for (auto& [k, kv] : kwargs)
-          if (PyUnicode_CompareWithASCIIString(name, k.c_str()) == 0) v = kv;
-        if (!v && defaults && PyDict_GetItem(defaults.get(), name)) v = wrap_untracked(PyDict_GetItem(defaults.get(), name));
-        if (!v) throw UserCodeError("missing namedtuple field");
-        rec->keys.push_back(make_const_borrowed(name));
-        rec->items.push_back(v);
-      }
-      return rec;
-    }
-    PyErr_Clear();
-    PyRef dc_fields = PyRef::steal(PyObject_GetAttrString(fn, "__dataclass_fields__"));
-    if (dc_fields && !PyObject_HasAttrString(fn, "__post_init__")) {
-      auto rec = std::make_shared<Value>();
-      rec->kind = VKind::Record;
-      rec->obj = PyRef::borrow(fn);
-      size_t positional = 0;
-      PyObject *name, *field;
-      Py_ssize_t pos = 0;
-      while (PyDict_Next(dc_fields.get(), &pos, &name, &field)) {
-        ValueRef v = positional < args.size() ? args[positional] : nullptr;
-        ++positional;
-        for (auto& [k, kv] : kwargs)
-          if (PyUnicode_CompareWithASCIIString(name, k.c_str()) == 0) v = kv;
-        if (!v) {
-          PyRef dflt = PyRef::steal(PyObject_GetAttrString(field, "default"));
-          PyRef missing = PyRef::steal(PyObject_GetAttrString(PyRef::steal(PyImport_ImportModule("dataclasses")).get(), "MISSING"));
-          if (!dflt || dflt.get() == missing.get()) throw Unsupported(BreakCode::UnsupportedCall, "dataclass field without a value");
-          v = wrap_untracked(dflt.get());
-        }
-        rec->keys.push_back(make_const_borrowed(name));
-        rec->items.push_back(v);
-      }
-      return rec;
-    }
-    PyErr_Clear();
-    const auto& T = torch_refs();
-    if (fn == T.size_type.get() || fn == T.device_type.get() || fn == T.dtype_type.get()) {
+  };
+
+  auto entry = builtin_table().find(fn);
+  if (entry == builtin_table().end()) {
+    if (is_pure_library_function(fn)) {
+      if (ValueRef v = call_operator(fn, args); v && kwargs.empty()) return v;
       PyRef t;
       if (all_const(&t)) return fold_real(t);
     }
-    throw Unsupported(BreakCode::UnsupportedCall,
-                      fmt::format("constructing an object of class {}", reinterpret_cast<PyTypeObject*>(fn)->tp_name));
+    if (PyType_Check(fn) && PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(fn), &PyDict_Type)) {
+      // OrderedDict and other dict subclasses implemented in C, whose items behave as dict's.
+      static PyObject* defaultdict = [] {
+        PyRef c = PyRef::steal(PyImport_ImportModule("collections"));
+        PyObject* d = c ? PyObject_GetAttrString(c.get(), "defaultdict") : nullptr;
+        if (!d) PyErr_Clear();
+        return d;
+      }();
+      if (fn != defaultdict) {
+        ValueRef d = new_instance(reinterpret_cast<PyTypeObject*>(fn));
+        container_method(d, "update", args, kwargs);
+        return d;
+      }
+    }
+    const auto& T = torch_refs();
+    // torch's value classes, immutable and computed from their arguments alone.
+    static PyObject* finfo = PyObject_GetAttrString(T.torch.get(), "finfo");
+    static PyObject* iinfo = PyObject_GetAttrString(T.torch.get(), "iinfo");
+    if (fn == T.size_type.get() || fn == T.device_type.get() || (finfo && fn == finfo) || (iinfo && fn == iinfo)) {
+      PyRef t;
+      if (all_const(&t)) return fold_real(t);
+    }
+    if (PyType_Check(fn))
+      throw Unsupported(BreakCode::UnsupportedCall,
+                        fmt::format("constructing an object of class {}", reinterpret_cast<PyTypeObject*>(fn)->tp_name));
+    PyRef name = PyRef::steal(PyObject_Repr(fn));
+    if (!name) PyErr_Clear();
+    throw Unsupported(BreakCode::UnsupportedCall, fmt::format("call to {}", name ? PyUnicode_AsUTF8(name.get()) : "?"));
   }
-  PyRef name = PyRef::steal(PyObject_Repr(fn));
-  if (!name) PyErr_Clear();
-  throw Unsupported(BreakCode::UnsupportedCall, fmt::format("call to {}", name ? PyUnicode_AsUTF8(name.get()) : "?"));
+
+  switch (entry->second) {
+    case B::print: throw Unsupported(BreakCode::SideEffect, "print() inside a compiled function");
+    case B::setattr:
+    case B::delattr: {
+      size_t want = entry->second == B::setattr ? 3 : 2;
+      if (args.size() != want || !kwargs.empty()) throw type_error(fmt::format("expected {} arguments", want));
+      PyRef name = as_python_constant(args[1]);
+      if (!name || !PyUnicode_Check(name.get())) throw type_error("attribute name must be string");
+      store_attr(args[0], name.get(), want == 3 ? args[2] : nullptr);
+      return make_const_borrowed(Py_None);
+    }
+    case B::getattr:
+    case B::hasattr: {
+      if (args.size() < 2 || args.size() > (entry->second == B::getattr ? 3u : 2u))
+        throw type_error("getattr expected 2 or 3 arguments");
+      PyRef name = as_python_constant(args[1]);
+      if (!name || !PyUnicode_Check(name.get())) throw type_error("attribute name must be string");
+      try {
+        ValueRef v = get_attr(args[0], name.get());
+        return entry->second == B::hasattr ? boolean(true) : v;
+      } catch (const UserCodeError& e) {
+        if (!e.type || !PyErr_GivenExceptionMatches(e.type, PyExc_AttributeError)) throw;
+        PyErr_Clear();
+        if (entry->second == B::hasattr) return boolean(false);
+        if (args.size() == 3) return args[2];
+        throw;
+      }
+    }
+    case B::len: {
+      if (args.size() != 1) throw type_error("len() takes exactly one argument");
+      const ValueRef& v = args[0];
+      if (v->is(VKind::Tensor) && !v->shape.empty()) return sym_size(v, 0);
+      if (v->is(VKind::Tensor)) {
+        Py_ssize_t n = PyObject_Length(v->meta.get());
+        if (n < 0) {
+          PyErr_Clear();
+          throw type_error("len() of a 0-d tensor");
+        }
+        return make_const(PyRef::steal(PyLong_FromSsize_t(n)));
+      }
+      if (v->is(VKind::Const)) {
+        PyRef t;
+        all_const(&t);
+        return fold_real(t);
+      }
+      if (v->is(VKind::UserObject) || v->is(VKind::Object)) {
+        std::vector<ValueRef> children;
+        if (module_container_items(v, &children)) return make_const(PyRef::steal(PyLong_FromSize_t(children.size())));
+        PyTypeObject* type = python_type(*v);
+        PyObject* len_fn = _PyType_Lookup(type, PyRef::steal(PyUnicode_InternFromString("__len__")).get());
+        if (len_fn && PyFunction_Check(len_fn)) {
+          note_class_read(type);
+          return inline_function(len_fn, nullptr, {v}, {});
+        }
+      }
+      if (dict_like(*v)) return make_const(PyRef::steal(PyLong_FromSize_t(v->keys.size())));
+      if (v->is(VKind::DictView)) return make_const(PyRef::steal(PyLong_FromSize_t(v->items[0]->keys.size())));
+      if (v->is(VKind::List) || v->is(VKind::Tuple) || v->is(VKind::Set) || v->is(VKind::Record))
+        return make_const(PyRef::steal(PyLong_FromSize_t(v->items.size())));
+      throw Unsupported(BreakCode::UnsupportedValue, "len() of " + describe(*v));
+    }
+    case B::isinstance:
+    case B::issubclass: {
+      if (args.size() != 2) throw type_error("isinstance expected 2 arguments");
+      PyRef cls = as_python_constant(args[1]);
+      if (!cls || args[1]->is(VKind::Tensor)) throw Unsupported(BreakCode::UnsupportedValue, "isinstance() with a non-constant class");
+      PyObject* subject = entry->second == B::isinstance ? reinterpret_cast<PyObject*>(python_type(*args[0]))
+                                                         : (args[0]->is(VKind::Object) ? args[0]->obj.get() : nullptr);
+      if (!subject) throw Unsupported(BreakCode::UnsupportedValue, "isinstance() of " + describe(*args[0]));
+      int r = PyObject_IsSubclass(subject, cls.get());
+      if (r < 0) {
+        PyObject* known = known_exception();
+        throw UserCodeError(take_error_message(), known);
+      }
+      return boolean(r == 1);
+    }
+    case B::type: {
+      if (args.size() != 1) throw Unsupported(BreakCode::UnsupportedCall, "type() with three arguments (making a class)");
+      PyTypeObject* t = python_type(*args[0]);
+      if (!t) throw Unsupported(BreakCode::UnsupportedValue, "type() of " + describe(*args[0]));
+      return make_object(PyRef::borrow(reinterpret_cast<PyObject*>(t)), -1);
+    }
+    case B::iter:
+      if (args.size() != 1) throw Unsupported(BreakCode::UnsupportedCall, "iter() with a sentinel");
+      return make_iter(args[0], "iterate over");
+    case B::next: {
+      if (args.empty() || args.size() > 2) throw type_error("next expected 1 or 2 arguments");
+      if (ValueRef v = iter_next(args[0])) return v;
+      if (args.size() > 1) return args[1];
+      throw stop_iteration();
+    }
+    case B::enumerate: {
+      only_kwargs({"start"});
+      if (args.empty()) throw type_error("enumerate() missing required argument 'iterable'");
+      ValueRef start = args.size() > 1 ? args[1] : kwarg("start");
+      PyRef s = start ? as_python_constant(start) : PyRef();
+      ValueRef it = make_iterator(IterKind::Enumerate, {make_iter(args[0], "enumerate")});
+      it->pos = s ? PyLong_AsSize_t(s.get()) : 0;
+      if (PyErr_Occurred()) {
+        PyErr_Clear();
+        throw Unsupported(BreakCode::UnsupportedValue, "enumerate() with a negative or non-integer start");
+      }
+      return it;
+    }
+    case B::zip: {
+      only_kwargs({"strict"});
+      if (ValueRef strict = kwarg("strict"); strict && truthiness(strict))
+        throw Unsupported(BreakCode::UnsupportedCall, "zip(strict=True)");
+      std::vector<ValueRef> its;
+      for (auto& a : args) its.push_back(make_iter(a, "zip"));
+      return make_iterator(IterKind::Zip, std::move(its));
+    }
+    case B::map: {
+      if (args.size() < 2) throw type_error("map() must have at least two arguments.");
+      std::vector<ValueRef> items{args[0]};
+      for (size_t i = 1; i < args.size(); ++i) items.push_back(make_iter(args[i], "map over"));
+      return make_iterator(IterKind::Map, std::move(items));
+    }
+    case B::filter:
+      if (args.size() != 2) throw type_error("filter expected 2 arguments");
+      return make_iterator(IterKind::Filter, {args[0], make_iter(args[1], "filter")});
+    case B::reversed: {
+      if (args.size() != 1) throw type_error("reversed expected 1 argument");
+      std::vector<ValueRef> items = unpack(args[0], "reverse");
+      return make_iterator(IterKind::Snapshot, std::vector<ValueRef>(items.rbegin(), items.rend()));
+    }
+    case B::list:
+    case B::tuple: {
+      if (args.size() > 1 || !kwargs.empty()) throw type_error("expected at most 1 argument");
+      std::vector<ValueRef> items = args.empty() ? std::vector<ValueRef>{} : unpack(args[0], "convert");
+      return make_seq(entry->second == B::list ? VKind::List : VKind::Tuple, std::move(items));
+    }
+    case B::dict: {
+      if (args.size() > 1) throw type_error(fmt::format("dict expected at most 1 argument, got {}", args.size()));
+      ValueRef d = make_dict();
+      container_method(d, "update", args, kwargs);
+      return d;
+    }
+    case B::set:
+    case B::frozenset: {
+      if (args.size() > 1 || !kwargs.empty()) throw type_error("set expected at most 1 argument");
+      ValueRef s = make_seq(VKind::Set, {});
+      if (!args.empty())
+        for (const ValueRef& item : unpack(args[0], "build a set from")) set_add(s, item);
+      s->flag = entry->second == B::frozenset;
+      return s;
+    }
+    case B::any:
+    case B::all: {
+      if (args.size() != 1) throw type_error("any()/all() take exactly one argument");
+      bool want = entry->second == B::any;
+      ValueRef it = make_iter(args[0], "iterate over");
+      while (ValueRef item = iter_next(it))
+        if (truthiness(item) == want) return boolean(want);
+      return boolean(!want);
+    }
+    case B::sum: {
+      only_kwargs({"start"});
+      if (args.empty() || args.size() > 2) throw type_error("sum() takes at most 2 arguments");
+      ValueRef acc = args.size() > 1 ? args[1] : kwarg("start");
+      if (!acc) acc = make_const(PyRef::steal(PyLong_FromLong(0)));
+      ValueRef it = make_iter(args[0], "sum");
+      while (ValueRef item = iter_next(it)) acc = binary_op(static_cast<int>(BinaryOpKind::Add), acc, item);
+      return acc;
+    }
+    case B::min:
+    case B::max: {
+      if (!kwargs.empty()) throw Unsupported(BreakCode::UnsupportedCall, "min()/max() with keyword arguments");
+      std::vector<ValueRef> items = args.size() == 1 ? unpack(args[0], "iterate over") : args;
+      if (items.empty()) throw value_error("min()/max() arg is an empty sequence");
+      bool tensors = false;
+      for (const ValueRef& v : items) tensors |= v->is(VKind::Tensor);
+      if (tensors) throw Unsupported(BreakCode::DataDependentValue, "min()/max() over tensors (use torch.minimum/maximum)");
+      // Pairwise, as CPython does: keeps sizes symbolic (with a guard on each comparison).
+      ValueRef best = items[0];
+      int cmp = entry->second == B::min ? static_cast<int>(CompareKind::Lt) : static_cast<int>(CompareKind::Gt);
+      for (size_t i = 1; i < items.size(); ++i)
+        if (truthiness(compare(cmp, items[i], best))) best = items[i];
+      return best;
+    }
+    case B::abs:
+      if (args.size() == 1 && args[0]->is(VKind::Tensor)) {
+        PyRef abs_fn = PyRef::steal(PyObject_GetAttrString(torch_refs().torch.get(), "abs"));
+        return call_torch(abs_fn.get(), "torch.abs", args, {});
+      }
+      break;
+    case B::int_:
+    case B::float_:
+    case B::bool_:
+    case B::complex_:
+      if (args.size() == 1 && args[0]->is(VKind::Tensor))
+        throw Unsupported(BreakCode::DataDependentValue, "int()/float()/bool() of a tensor needs its value");
+      if (args.size() == 1 && entry->second == B::bool_) return boolean(truthiness(args[0]));
+      if (args.size() == 1 && entry->second == B::int_ && args[0]->is(VKind::SymInt)) return args[0];
+      break;
+    case B::callable: {
+      if (args.size() != 1) throw type_error("callable() takes exactly one argument");
+      VKind k = args[0]->kind;
+      if (k == VKind::Function || k == VKind::Method || k == VKind::Partial) return boolean(true);
+      if (k == VKind::Object) return boolean(PyCallable_Check(args[0]->obj.get()));
+      PyTypeObject* type = python_type(*args[0]);
+      return boolean(type && _PyType_Lookup(type, PyRef::steal(PyUnicode_InternFromString("__call__")).get()));
+    }
+    case B::super: return make_super(args);
+    case B::vars:
+      if (args.size() != 1) throw Unsupported(BreakCode::UnsupportedCall, "vars() without an argument");
+      return instance_dict(args[0]);
+    case B::object:
+      if (!args.empty() || !kwargs.empty()) throw type_error("object() takes no arguments");
+      return new_instance(&PyBaseObject_Type);
+    case B::str:
+    case B::repr:
+      // Classes (str(cls) is "<class '...'>") and constants; an instance's __str__/__repr__ may be anything.
+      if (args.size() == 1 && args[0]->is(VKind::Object) && PyType_Check(args[0]->obj.get()) &&
+          Py_TYPE(args[0]->obj.get()) == &PyType_Type) {
+        PyRef t = PyRef::steal(PyTuple_Pack(1, args[0]->obj.get()));
+        return fold_real(t);
+      }
+      break;
+    case B::sorted: {
+      if (args.size() != 1) throw type_error("sorted expected 1 argument");
+      PyRef seq = as_python_constant(make_seq(VKind::List, unpack(args[0], "sort")));
+      if (!seq) throw Unsupported(BreakCode::UnsupportedValue, "sorted() of values that are not constants");
+      PyRef kw = PyRef::steal(PyDict_New());
+      for (auto& [k, v] : kwargs) {
+        PyRef c = as_python_constant(v);
+        if (!c || v->is(VKind::Function)) throw Unsupported(BreakCode::UnsupportedValue, "sorted() with key= a traced function");
+        PyDict_SetItemString(kw.get(), k.c_str(), c.get());
+      }
+      PyRef one = PyRef::steal(PyTuple_Pack(1, seq.get()));
+      PyRef out = PyRef::steal(PyObject_Call(fn, one.get(), kw.get()));
+      if (!out) {
+        PyObject* known = known_exception();
+        throw UserCodeError(take_error_message(), known);
+      }
+      return wrap_untracked(out.get());
+    }
+    case B::foldable: break;
+  }
+  PyRef t;
+  if (!all_const(&t)) {
+    PyRef name = PyRef::steal(PyObject_GetAttrString(fn, "__name__"));
+    if (!name) PyErr_Clear();
+    throw Unsupported(BreakCode::UnsupportedValue,
+                      fmt::format("{}() on non-constant arguments", name ? utf8(name.get()) : "builtin"));
+  }
+  return fold_real(t);
+}
+
+ValueRef Tracer::make_super(const std::vector<ValueRef>& args) {
+  auto sup = std::make_shared<Value>();
+  sup->kind = VKind::Super;
+  if (args.size() == 2) {
+    if (!args[0]->is(VKind::Object) || !PyType_Check(args[0]->obj.get())) throw type_error("super() argument 1 must be a type");
+    sup->obj = args[0]->obj;
+    sup->items = {args[1]};
+    return sup;
+  }
+  if (!args.empty()) throw Unsupported(BreakCode::UnsupportedCall, "super() with one argument");
+  // Zero-argument super(): the class from the function's __class__ cell, the object from its first argument.
+  TraceFrame& f = frame();
+  auto* code = reinterpret_cast<PyCodeObject*>(f.code.get());
+  const int nfree = code->co_nfreevars, n = code->co_nlocalsplus;
+  ValueRef cls;
+  for (int i = n - nfree; i < n; ++i)
+    if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(code->co_localsplusnames, i), "__class__") == 0) {
+      realize_local(f, i);
+      if (f.locals[i] && f.locals[i]->is(VKind::Cell)) cls = f.locals[i]->items[0];
+    }
+  if (!cls || !cls->is(VKind::Object) || !PyType_Check(cls->obj.get())) throw UserCodeError("super(): __class__ cell not found", PyExc_RuntimeError);
+  if (code->co_argcount == 0) throw UserCodeError("super(): no arguments", PyExc_RuntimeError);
+  realize_local(f, 0);
+  ValueRef self = f.locals[0];
+  if (self && self->is(VKind::Cell)) self = self->items[0];
+  if (!self) throw UserCodeError("super(): arg[0] deleted", PyExc_RuntimeError);
+  sup->obj = cls->obj;
+  sup->items = {self};
+  return sup;
 }
 
 }  // namespace fastcomp::frontend

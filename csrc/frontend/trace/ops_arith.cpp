@@ -142,32 +142,7 @@ ValueRef Tracer::compare(int cmp, const ValueRef& a, const ValueRef& b) {
     }
     return boolean(same == (cmp == -1));
   }
-  if (cmp == -3 || cmp == -4) {  // in / not in: `a in b`
-    bool found = false;
-    if (b->is(VKind::Tuple) || b->is(VKind::List) || b->is(VKind::Dict)) {
-      const auto& pool = b->is(VKind::Dict) ? b->keys : b->items;
-      PyRef needle = as_python_constant(a);
-      if (!needle) throw Unsupported(BreakCode::UnsupportedValue, "`in` test of " + describe(*a));
-      for (const auto& item : pool) {
-        PyRef c = as_python_constant(item);
-        if (!c) continue;  // a tensor never equals a constant key
-        int eq = PyObject_RichCompareBool(c.get(), needle.get(), Py_EQ);
-        if (eq < 0) PyErr_Clear();
-        if (eq == 1) found = true;
-      }
-    } else {
-      PyRef container = as_python_constant(b), needle = as_python_constant(a);
-      if (!container || !needle || b->is(VKind::Object))
-        throw Unsupported(BreakCode::UnsupportedValue, "`in` test on " + describe(*b));
-      int r = PySequence_Contains(container.get(), needle.get());
-      if (r < 0) {
-        PyErr_Clear();
-        throw UserCodeError("`in` test raised");
-      }
-      found = r == 1;
-    }
-    return boolean(found == (cmp == -3));
-  }
+  if (cmp == -3 || cmp == -4) return boolean(contains(b, a) == (cmp == -3));  // `a in b` / `a not in b`
   static const char* kNames[] = {"lt", "le", "eq", "ne", "gt", "ge"};
   if (a->is(VKind::Tensor) || b->is(VKind::Tensor))
     return call_torch(operator_fn(kNames[cmp]), std::string("operator.") + kNames[cmp], {a, b}, {});
@@ -176,6 +151,59 @@ ValueRef Tracer::compare(int cmp, const ValueRef& a, const ValueRef& b) {
   if (!ca || !cb)
     throw Unsupported(BreakCode::UnsupportedValue, fmt::format("comparison of {} and {}", describe(*a), describe(*b)));
   return fold(operator_fn(kNames[cmp]), {ca.get(), cb.get()}, "comparison");
+}
+
+bool Tracer::contains(const ValueRef& container, const ValueRef& needle) {
+  const ValueRef& b = container;
+  auto dict_like = [](const Value& v) {
+    return v.is(VKind::Dict) ||
+           (v.is(VKind::UserObject) && PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(v.obj.get()), &PyDict_Type));
+  };
+  if (b->is(VKind::UserObject) || (b->is(VKind::Object) && !PyType_Check(b->obj.get()))) {
+    PyTypeObject* type = python_type(*b);
+    PyObject* fn = _PyType_Lookup(type, PyRef::steal(PyUnicode_InternFromString("__contains__")).get());
+    if (fn && PyFunction_Check(fn)) {
+      note_class_read(type);
+      return truthiness(inline_function(fn, nullptr, {b, needle}, {}));
+    }
+  }
+  if (dict_like(*b)) return dict_find(*b, *needle) >= 0;
+  if (b->is(VKind::Set)) {
+    for (const ValueRef& item : b->items)
+      if (same_key(*item, *needle)) return true;
+    return false;
+  }
+  if (b->is(VKind::DictView) && b->name == "keys") return dict_find(*b->items[0], *needle) >= 0;
+  if (b->is(VKind::Tuple) || b->is(VKind::List) || b->is(VKind::DictView) || b->is(VKind::Iterator) ||
+      b->is(VKind::Record)) {
+    // Python's `x in seq`: identity first, then ==, element by element.
+    for (const ValueRef& item : unpack(b, "search")) {
+      if (item.get() == needle.get()) return true;
+      if ((item->is(VKind::Const) || item->is(VKind::Object)) && (needle->is(VKind::Const) || needle->is(VKind::Object))) {
+        if (item->obj.get() == needle->obj.get()) return true;
+      }
+      if (item->is(VKind::Tensor) && needle->is(VKind::Tensor) && item->node == needle->node) return true;
+      if (item->is(VKind::Tensor) || needle->is(VKind::Tensor)) {
+        if (item->is(VKind::Tensor) && needle->is(VKind::Tensor))
+          throw Unsupported(BreakCode::DataDependentBranch, "`in` test of a tensor among tensors (compares values)");
+        continue;  // a tensor never equals a non-tensor element without its values deciding
+      }
+      if (truthiness(compare(static_cast<int>(CompareKind::Eq), item, needle))) return true;
+    }
+    return false;
+  }
+  if (b->is(VKind::Tensor)) throw Unsupported(BreakCode::DataDependentBranch, "`in` test on a tensor's values");
+  PyRef c = as_python_constant(b), n = as_python_constant(needle);
+  if (!c || !n || b->is(VKind::Object) || needle->is(VKind::Tensor))
+    throw Unsupported(BreakCode::UnsupportedValue, "`in` test on " + describe(*b));
+  int r = PySequence_Contains(c.get(), n.get());
+  if (r < 0) {
+    PyObject* type = PyErr_Occurred();
+    bool te = type && PyErr_GivenExceptionMatches(type, PyExc_TypeError);
+    std::string msg = take_error_message();
+    throw UserCodeError(msg, te ? PyExc_TypeError : nullptr);
+  }
+  return r == 1;
 }
 
 ValueRef Tracer::unary(Op op, const ValueRef& a) {

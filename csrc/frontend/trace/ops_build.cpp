@@ -5,29 +5,10 @@
 
 #include "frontend/trace/torch_refs.h"
 #include "frontend/trace/tracer.h"
+#include "support/pystr.h"
 
 namespace fastcomp::frontend {
 namespace {
-
-std::vector<ValueRef> module_children(Tracer& t, const ValueRef& module) {
-  PyObject** dictptr = _PyObject_GetDictPtr(module->obj.get());
-  PyObject* children = dictptr && *dictptr ? PyDict_GetItemString(*dictptr, "_modules") : nullptr;
-  if (!children || !PyDict_Check(children)) throw Unsupported(BreakCode::UnsupportedValue, "module without _modules");
-  if (module->source >= 0) {
-    int slot = t.guards().sources.inst_dict(module->source, PyRef::steal(PyUnicode_FromString("_modules")).get());
-    t.guard_length(slot, PyDict_GET_SIZE(children));
-  }
-  std::vector<ValueRef> out;
-  PyObject *key, *value;
-  Py_ssize_t pos = 0;
-  while (PyDict_Next(children, &pos, &key, &value)) {
-    if (value == Py_None) continue;
-    out.push_back(module->source >= 0
-                      ? t.wrap(value, t.guards().sources.module_slot(SourceKind::ModuleChild, module->source, key))
-                      : t.wrap_untracked(value));
-  }
-  return out;
-}
 
 // `cls` is one of torch.nn's container classes; looked up once per process (they live forever).
 bool is_module_container(PyObject* o, const char* cls) {
@@ -42,55 +23,56 @@ bool is_module_container(PyObject* o, const char* cls) {
   return it->second && PyObject_IsInstance(o, it->second.get()) == 1;
 }
 
+// The Python method `name` of `type` when it is written in Python (borrowed), else null.
+PyObject* python_method(PyTypeObject* type, const char* name) {
+  PyObject* fn = _PyType_Lookup(type, PyRef::steal(PyUnicode_InternFromString(name)).get());
+  return fn && PyFunction_Check(fn) ? fn : nullptr;
+}
+
+bool dict_storage(const Value& v) {
+  return v.is(VKind::Dict) ||
+         (v.is(VKind::UserObject) && PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(v.obj.get()), &PyDict_Type));
+}
+
+// A sequence index as CPython normalises it; throws IndexError/TypeError as CPython would.
+Py_ssize_t seq_index(PyObject* k, Py_ssize_t n, const char* what) {
+  Py_ssize_t i = PyNumber_AsSsize_t(k, PyExc_IndexError);
+  if (i == -1 && PyErr_Occurred()) {
+    PyErr_Clear();
+    throw type_error(fmt::format("{} indices must be integers or slices", what));
+  }
+  if (i < 0) i += n;
+  if (i < 0 || i >= n) throw index_error(fmt::format("{} index out of range", what));
+  return i;
+}
+
 }  // namespace
 
-std::vector<ValueRef> Tracer::unpack(const ValueRef& v, const char* what) {
-  switch (v->kind) {
-    case VKind::Tuple:
-    case VKind::List:
-    case VKind::Record: return v->items;
-    case VKind::Dict: return v->keys;
-    case VKind::Iterator: {
-      std::vector<ValueRef> rest(v->items.begin() + v->pos, v->items.end());
-      v->pos = v->items.size();
-      return rest;
-    }
-    case VKind::Tensor: {
-      PyObject* unbind = PyObject_GetAttrString(torch_refs().tensor_type.get(), "unbind");
-      PyRef keep = PyRef::steal(unbind);
-      return call_torch(unbind, "Tensor.unbind", {v}, {})->items;
-    }
-    case VKind::Const: {
-      PyRef it = PyRef::steal(PyObject_GetIter(v->obj.get()));
-      if (!it) {
-        PyErr_Clear();
-        throw UserCodeError(fmt::format("cannot {} {}", what, describe(*v)));
-      }
-      std::vector<ValueRef> out;
-      while (PyObject* item = PyIter_Next(it.get())) out.push_back(make_const(PyRef::steal(item)));
-      if (PyErr_Occurred()) {
-        PyErr_Clear();
-        throw UserCodeError("iteration raised");
-      }
-      return out;
-    }
-    case VKind::Object:
-      if (is_module_container(v->obj.get(), "ModuleList") || is_module_container(v->obj.get(), "Sequential"))
-        return module_children(*this, v);
-      if (is_module_container(v->obj.get(), "ModuleDict")) {
-        std::vector<ValueRef> keys;
-        PyObject** dictptr = _PyObject_GetDictPtr(v->obj.get());
-        PyObject* children = PyDict_GetItemString(*dictptr, "_modules");
-        module_children(*this, v);  // guards the length
-        PyObject *key, *value;
-        Py_ssize_t pos = 0;
-        while (PyDict_Next(children, &pos, &key, &value)) keys.push_back(make_const_borrowed(key));
-        return keys;
-      }
-      break;
-    default: break;
+bool Tracer::module_container_items(const ValueRef& module, std::vector<ValueRef>* out) {
+  if (!module->is(VKind::Object)) return false;
+  PyObject* o = module->obj.get();
+  bool keys = is_module_container(o, "ModuleDict");
+  if (!keys && !is_module_container(o, "ModuleList") && !is_module_container(o, "Sequential")) return false;
+  PyObject** dictptr = _PyObject_GetDictPtr(o);
+  PyObject* children = dictptr && *dictptr ? PyDict_GetItemString(*dictptr, "_modules") : nullptr;
+  if (!children || !PyDict_Check(children)) throw Unsupported(BreakCode::UnsupportedValue, "module without _modules");
+  if (module->source >= 0) {
+    int slot = guards_.sources.inst_dict(module->source, PyRef::steal(PyUnicode_FromString("_modules")).get());
+    guard(GuardKind::DictKeys, slot, PyRef::steal(PySequence_Tuple(PyRef::steal(PyDict_Keys(children)).get())).get());
   }
-  throw Unsupported(BreakCode::UnsupportedValue, fmt::format("cannot {} {}", what, describe(*v)));
+  out->clear();
+  PyObject *key, *value;
+  Py_ssize_t pos = 0;
+  while (PyDict_Next(children, &pos, &key, &value)) {
+    if (value == Py_None) continue;
+    if (keys) {
+      out->push_back(make_const_borrowed(key));
+      continue;
+    }
+    out->push_back(module->source >= 0 ? wrap(value, guards_.sources.module_slot(SourceKind::ModuleChild, module->source, key))
+                                       : wrap_untracked(value));
+  }
+  return true;
 }
 
 ValueRef Tracer::subscript(const ValueRef& obj, const ValueRef& key) {
@@ -106,6 +88,52 @@ ValueRef Tracer::subscript(const ValueRef& obj, const ValueRef& key) {
     }
     return call_torch(getitem, "Tensor.__getitem__", {obj, k}, {});
   }
+  if (dict_storage(*obj)) {
+    if (obj->is(VKind::UserObject)) {
+      PyTypeObject* type = python_type(*obj);
+      note_class_read(type);
+      if (PyObject* fn = python_method(type, "__getitem__")) return inline_function(fn, nullptr, {obj, key}, {});
+    }
+    int i = dict_find(*obj, *key);
+    if (i >= 0) return obj->items[i];
+    if (obj->is(VKind::UserObject))
+      if (PyObject* fn = python_method(python_type(*obj), "__missing__")) return inline_function(fn, nullptr, {obj, key}, {});
+    throw key_error(describe(*key));
+  }
+  if (obj->is(VKind::UserObject) || (obj->is(VKind::Object) && !PyType_Check(obj->obj.get()))) {
+    std::vector<ValueRef> children;
+    if (module_container_items(obj, &children)) {
+      PyRef k = as_python_constant(key);
+      if (!k) throw Unsupported(BreakCode::UnsupportedValue, "indexing a module container with " + describe(*key));
+      if (is_module_container(obj->obj.get(), "ModuleDict")) return get_attr(obj, k.get());
+      if (PySlice_Check(k.get())) return subscript(make_seq(VKind::List, std::move(children)), key);
+      return children[seq_index(k.get(), children.size(), "module")];
+    }
+    PyTypeObject* type = python_type(*obj);
+    note_class_read(type);
+    if (PyObject* fn = python_method(type, "__getitem__")) return inline_function(fn, nullptr, {obj, key}, {});
+    if (obj->is(VKind::Object) && PyDict_Check(obj->obj.get()) &&
+        _PyType_Lookup(type, PyRef::steal(PyUnicode_InternFromString("__getitem__")).get()) ==
+            _PyType_Lookup(&PyDict_Type, PyRef::steal(PyUnicode_InternFromString("__getitem__")).get())) {
+      // A dict subclass from the frame whose lookup is dict's own.
+      PyRef k = as_python_constant(key);
+      if (!k || key->is(VKind::Object)) throw Unsupported(BreakCode::UnsupportedValue, "indexing with " + describe(*key));
+      PyObject* v = PyDict_GetItemWithError(obj->obj.get(), k.get());
+      if (v) return obj->source >= 0 ? wrap(v, guards_.sources.dict_item(obj->source, k.get())) : wrap_untracked(v);
+      PyErr_Clear();
+      if (python_method(type, "__missing__"))
+        return inline_function(python_method(type, "__missing__"), nullptr, {obj, key}, {});
+      if (obj->source >= 0) {
+        Guard g;
+        g.kind = GuardKind::DictLacks;
+        g.source = obj->source;
+        g.expected = k;
+        guards_.guards.push_back(std::move(g));
+      }
+      throw key_error(describe(*key));
+    }
+    throw Unsupported(BreakCode::UnsupportedValue, "indexing " + describe(*obj));
+  }
   PyRef k = as_python_constant(key);
   if (!k) throw Unsupported(BreakCode::UnsupportedValue, "indexing with " + describe(*key));
   switch (obj->kind) {
@@ -117,55 +145,95 @@ ValueRef Tracer::subscript(const ValueRef& obj, const ValueRef& key) {
         Py_ssize_t start, stop, step, len;
         if (PySlice_GetIndicesEx(k.get(), n, &start, &stop, &step, &len) < 0) {
           PyErr_Clear();
-          throw UserCodeError("invalid slice");
+          throw type_error("slice indices must be integers or None or have an __index__ method");
         }
         std::vector<ValueRef> items;
         for (Py_ssize_t i = 0, j = start; i < len; ++i, j += step) items.push_back(obj->items[j]);
         return make_seq(obj->is(VKind::List) ? VKind::List : VKind::Tuple, std::move(items));
       }
-      Py_ssize_t i = PyNumber_AsSsize_t(k.get(), PyExc_IndexError);
-      if (i == -1 && PyErr_Occurred()) {
-        PyErr_Clear();
-        throw UserCodeError("sequence index is not an integer");
-      }
-      if (i < 0) i += n;
-      if (i < 0 || i >= n) throw UserCodeError("index out of range");
-      return obj->items[i];
+      return obj->items[seq_index(k.get(), n, obj->is(VKind::List) ? "list" : "tuple")];
     }
-    case VKind::Dict:
-      for (size_t i = 0; i < obj->keys.size(); ++i) {
-        int eq = PyObject_RichCompareBool(obj->keys[i]->obj.get(), k.get(), Py_EQ);
-        if (eq < 0) PyErr_Clear();
-        if (eq == 1) return obj->items[i];
-      }
-      throw UserCodeError("KeyError");
-    case VKind::Const: {
+    case VKind::Const:
+    case VKind::Object: {
+      // Constants (str, bytes, tuples of constants) and classes (typing's Optional[int], tuple[int, ...]).
       PyRef out = PyRef::steal(PyObject_GetItem(obj->obj.get(), k.get()));
       if (!out) {
-        PyErr_Clear();
-        throw UserCodeError("indexing raised");
+        PyObject* type = PyErr_Occurred();
+        PyObject* known = type && PyErr_GivenExceptionMatches(type, PyExc_IndexError) ? PyExc_IndexError
+                          : type && PyErr_GivenExceptionMatches(type, PyExc_KeyError) ? PyExc_KeyError
+                          : type && PyErr_GivenExceptionMatches(type, PyExc_TypeError) ? PyExc_TypeError : nullptr;
+        throw UserCodeError(take_error_message(), known);
       }
-      return make_const(out);
-    }
-    case VKind::Object: {
-      PyObject* o = obj->obj.get();
-      if (is_module_container(o, "ModuleList") || is_module_container(o, "Sequential")) {
-        std::vector<ValueRef> children = module_children(*this, obj);
-        if (PySlice_Check(k.get())) throw Unsupported(BreakCode::UnsupportedValue, "slicing a module container");
-        Py_ssize_t i = PyNumber_AsSsize_t(k.get(), PyExc_IndexError);
-        if (i < 0) i += children.size();
-        if (i < 0 || i >= static_cast<Py_ssize_t>(children.size())) throw UserCodeError("module index out of range");
-        return children[i];
-      }
-      if (is_module_container(o, "ModuleDict")) {
-        module_children(*this, obj);
-        return get_attr(obj, k.get());
-      }
-      break;
+      return wrap_untracked(out.get());
     }
     default: break;
   }
   throw Unsupported(BreakCode::UnsupportedValue, "indexing " + describe(*obj));
+}
+
+void Tracer::store_subscript(const ValueRef& container, const ValueRef& key, const ValueRef& value) {
+  if (container->is(VKind::Tensor)) {
+    if (!value) throw Unsupported(BreakCode::UnsupportedValue, "deleting items of a tensor");
+    PyRef k = key->is(VKind::Slice) ? as_python_constant(key) : PyRef();
+    call_torch(torch_refs().setitem.get(), "operator.setitem", {container, k ? make_const(k) : key, value}, {});
+    return;
+  }
+  if (container->is(VKind::UserObject) || container->is(VKind::Object)) {
+    PyTypeObject* type = python_type(*container);
+    note_class_read(type);
+    if (PyObject* fn = python_method(type, value ? "__setitem__" : "__delitem__")) {
+      std::vector<ValueRef> args{container, key};
+      if (value) args.push_back(value);
+      inline_function(fn, nullptr, std::move(args), {});
+      return;
+    }
+  }
+  if (dict_storage(*container)) {
+    int i = dict_find(*container, *key);
+    if (value) {
+      if (i >= 0) {
+        container->items[i] = value;
+      } else {
+        container->keys.push_back(key);
+        container->items.push_back(value);
+      }
+    } else {
+      if (i < 0) throw key_error(describe(*key));
+      container->keys.erase(container->keys.begin() + i);
+      container->items.erase(container->items.begin() + i);
+    }
+    note_mutation(container);
+    return;
+  }
+  if (container->is(VKind::List)) {
+    PyRef k = as_python_constant(key);
+    if (!k) throw Unsupported(BreakCode::UnsupportedValue, "list index " + describe(*key));
+    auto& items = container->items;
+    if (PySlice_Check(k.get())) {
+      Py_ssize_t start, stop, step, len;
+      if (PySlice_GetIndicesEx(k.get(), items.size(), &start, &stop, &step, &len) < 0) {
+        PyErr_Clear();
+        throw type_error("slice indices must be integers or None or have an __index__ method");
+      }
+      std::vector<ValueRef> repl = value ? unpack(value, "assign") : std::vector<ValueRef>{};
+      if (step == 1) {
+        items.erase(items.begin() + start, items.begin() + std::max(start, stop));
+        items.insert(items.begin() + start, repl.begin(), repl.end());
+      } else {
+        if (value && static_cast<Py_ssize_t>(repl.size()) != len)
+          throw value_error(fmt::format("attempt to assign sequence of size {} to extended slice of size {}", repl.size(), len));
+        if (!value) throw Unsupported(BreakCode::UnsupportedValue, "deleting an extended slice of a list");
+        for (Py_ssize_t i = 0, j = start; i < len; ++i, j += step) items[j] = repl[i];
+      }
+    } else {
+      Py_ssize_t i = seq_index(k.get(), items.size(), "list assignment");
+      if (value) items[i] = value;
+      else items.erase(items.begin() + i);
+    }
+    note_mutation(container);
+    return;
+  }
+  throw Unsupported(BreakCode::UnsupportedValue, "item assignment into " + describe(*container));
 }
 
 void step_build_or_call(Tracer& t, TraceFrame& f, const Instr& in);
@@ -281,39 +349,42 @@ void step_build_or_call(Tracer& t, TraceFrame& f, const Instr& in) {
       ValueRef key = t.pop();
       ValueRef container = t.pop();
       ValueRef value = t.pop();
-      if (container->is(VKind::Tensor)) {
-        PyRef k = key->is(VKind::Slice) ? t.as_python_constant(key) : PyRef();
-        t.call_torch(torch_refs().setitem.get(), "operator.setitem", {container, k ? make_const(k) : key, value}, {});
-        return;
-      }
-      if (container->source >= 0)
-        throw Unsupported(BreakCode::SideEffect, "item assignment into a container passed to the function");
-      if (container->is(VKind::Dict)) {
-        PyRef k = t.as_python_constant(key);
-        for (size_t i = 0; i < container->keys.size(); ++i)
-          if (PyObject_RichCompareBool(container->keys[i]->obj.get(), k.get(), Py_EQ) == 1) {
-            container->items[i] = value;
-            return;
-          }
-        container->keys.push_back(key);
-        container->items.push_back(value);
-        return;
-      }
-      if (container->is(VKind::List)) {
-        PyRef k = t.as_python_constant(key);
-        Py_ssize_t i = k ? PyNumber_AsSsize_t(k.get(), nullptr) : -1;
-        if (i < 0) i += container->items.size();
-        if (i < 0 || i >= static_cast<Py_ssize_t>(container->items.size())) throw UserCodeError("index out of range");
-        container->items[i] = value;
-        return;
-      }
-      throw Unsupported(BreakCode::UnsupportedValue, "item assignment into " + describe(*container));
+      t.store_subscript(container, key, value);
+      return;
+    }
+    case Op::DELETE_SUBSCR: {
+      ValueRef key = t.pop();
+      ValueRef container = t.pop();
+      t.store_subscript(container, key, nullptr);
+      return;
+    }
+    case Op::STORE_SLICE: {
+      ValueRef stop = t.pop();
+      ValueRef start = t.pop();
+      ValueRef container = t.pop();
+      ValueRef value = t.pop();
+      t.store_subscript(container, make_seq(VKind::Slice, {start, stop, make_const_borrowed(Py_None)}), value);
+      return;
+    }
+    case Op::BUILD_SET: {
+      ValueRef set = make_seq(VKind::Set, {});
+      for (ValueRef& item : t.pop_n(in.arg)) t.set_add(set, item);
+      t.push(set);
+      return;
+    }
+    case Op::SET_ADD: {
+      ValueRef item = t.pop();
+      t.set_add(t.top(in.arg), item);
+      return;
+    }
+    case Op::SET_UPDATE: {
+      ValueRef items = t.pop();
+      ValueRef set = t.top(in.arg);
+      for (ValueRef& item : t.unpack(items, "update a set with")) t.set_add(set, item);
+      return;
     }
     case Op::CALL_INTRINSIC_1:
     case Op::UNSUPPORTED:
-    case Op::SET_ADD:
-    case Op::SET_UPDATE:
-    case Op::BUILD_SET:
       throw Unsupported(BreakCode::UnsupportedOpcode, fmt::format("instruction {} (opcode {})", op_name(in.op), in.raw_opcode));
     default: step_call(t, f, in);
   }

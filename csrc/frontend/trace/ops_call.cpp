@@ -91,13 +91,26 @@ ValueRef fold_argument_helper(PyObject* fn, const std::vector<ValueRef>& args, c
 
 }  // namespace
 
+bool is_compiling_flag(const std::string& name) {
+  // Library code branches on these (skipping checks that need values, or eager-only paths); under torch.compile
+  // they answer True while Dynamo traces, and so do they while fastcomp traces. Matched by name: torch._dynamo
+  // is imported only by programs that use it (importing it costs seconds).
+  static const char* const kNames[] = {"torch.compiler.is_compiling", "torch.compiler.is_dynamo_compiling",
+                                       "torch._dynamo.external_utils.is_compiling", "torch._utils.is_compiling",
+                                       "torch._dynamo.utils.is_compiling"};
+  for (const char* n : kNames)
+    if (name == n) return true;
+  return false;
+}
+
 ValueRef Tracer::inline_function(PyObject* func_or_code, const Value* fn_value, std::vector<ValueRef> args,
                                  Kwargs kwargs) {
   PyObject* func = fn_value ? nullptr : func_or_code;
   PyCodeObject* code = reinterpret_cast<PyCodeObject*>(fn_value ? fn_value->obj.get() : PyFunction_GET_CODE(func));
   if (code->co_flags & (CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE))
     throw Unsupported(BreakCode::UnsupportedCall, "call to an async function");
-  TraceFrame f;
+  auto callee = std::make_shared<TraceFrame>();
+  TraceFrame& f = *callee;
   f.code = PyRef::borrow(reinterpret_cast<PyObject*>(code));
   f.instrs = decoded(code);
   f.globals = fn_value ? fn_value->globals.get() : PyFunction_GET_GLOBALS(func);
@@ -189,24 +202,24 @@ ValueRef Tracer::inline_function(PyObject* func_or_code, const Value* fn_value, 
       PyObject* closure = PyFunction_GET_CLOSURE(func);
       for (int i = 0; i < nfree; ++i) {
         PyObject* cell = PyTuple_GET_ITEM(closure, i);
+        // One Value per real cell, so that what one inlined call stores the next one reads.
+        auto known = object_by_identity_.find(cell);
+        if (known != object_by_identity_.end()) {
+          f.locals[nlocals - nfree + i] = known->second;
+          continue;
+        }
         PyObject* content = PyCell_GET(cell);
-        int src = guards_.sources.attr(guards_.sources.const_object(cell, fmt::format("{}.__closure__[{}]", fname, i)),
-                                       PyRef::steal(PyUnicode_FromString("cell_contents")).get());
+        int cell_src = guards_.sources.const_object(cell, fmt::format("{}.__closure__[{}]", fname, i));
+        int src = guards_.sources.attr(cell_src, PyRef::steal(PyUnicode_FromString("cell_contents")).get());
         ValueRef c = make_cell(content ? wrap(content, src) : nullptr);
-        c->source = src;
+        c->source = cell_src;  // storing into it is a side effect, written back into the cell
+        object_by_identity_.emplace(cell, c);
         f.locals[nlocals - nfree + i] = c;
       }
     }
   }
-  if (code->co_flags & CO_GENERATOR) {
-    // Generators are run to completion here; their values are produced in order, which is what the
-    // consumers that trace code uses (for loops, list(), tuple(), any(), all(), sum()) observe.
-    std::vector<ValueRef> yields;
-    f.yields = &yields;
-    run_frame(f);
-    auto it = make_seq(VKind::Iterator, std::move(yields));
-    return it;
-  }
+  // A generator's body runs when its items are asked for (iterators.cpp), as in Python.
+  if (code->co_flags & CO_GENERATOR) return start_generator(std::move(callee));
   return run_frame(f);
 }
 
@@ -244,62 +257,167 @@ ValueRef Tracer::call_module(const ValueRef& module, std::vector<ValueRef> args,
 }
 
 ValueRef Tracer::call(const ValueRef& fn, std::vector<ValueRef> args, Kwargs kwargs) {
-  const auto& T = torch_refs();
   switch (fn->kind) {
     case VKind::Function: return inline_function(nullptr, fn.get(), std::move(args), std::move(kwargs));
     case VKind::CtxExit: return set_grad_mode(fn->flag);
-    case VKind::Method: {
-      const ValueRef& self = fn->items[0];
-      if (self->is(VKind::Tensor)) {
-        args.insert(args.begin(), self);
-        return call_torch(fn->obj.get(), fn->name, args, kwargs);
+    case VKind::Method: return call_method(fn, std::move(args), std::move(kwargs));
+    case VKind::Object: return call_object(fn, std::move(args), std::move(kwargs));
+    case VKind::Partial: {
+      // partial(f, *a, **k)(*b, **l) is f(*a, *b, **{**k, **l}).
+      std::vector<ValueRef> all = fn->items[1]->items;
+      all.insert(all.end(), args.begin(), args.end());
+      Kwargs merged;
+      const Value& kw = *fn->items[2];
+      for (size_t i = 0; i < kw.keys.size(); ++i) {
+        std::string k = utf8(kw.keys[i]->obj.get());
+        bool overridden = false;
+        for (auto& [name, v] : kwargs) overridden |= name == k;
+        if (!overridden) merged.emplace_back(k, kw.items[i]);
       }
-      if (self->is(VKind::Tuple) || self->is(VKind::List) || self->is(VKind::Dict)) {
-        extern ValueRef call_container_method(Tracer & t, const ValueRef& self, const std::string& name,
-                                              std::vector<ValueRef>& args);
-        return call_container_method(*this, self, fn->name, args);
-      }
-      args.insert(args.begin(), self);
-      if (PyFunction_Check(fn->obj.get())) {
-        if (is_torch_callable(fn->obj.get()) && !T.is_module(self->obj.get()))
-          return call_torch(fn->obj.get(), qualified_name(fn->obj.get()), args, kwargs);
-        return inline_function(fn->obj.get(), nullptr, std::move(args), std::move(kwargs));
-      }
-      throw Unsupported(BreakCode::UnsupportedCall, "call of " + describe(*fn));
+      for (auto& kv : kwargs) merged.push_back(std::move(kv));
+      return call(fn->items[0], std::move(all), std::move(merged));
     }
-    case VKind::Object: break;
+    case VKind::UserObject: {
+      PyTypeObject* type = python_type(*fn);
+      PyObject* call_fn = _PyType_Lookup(type, PyRef::steal(PyUnicode_InternFromString("__call__")).get());
+      if (call_fn && PyFunction_Check(call_fn)) {
+        note_class_read(type);
+        args.insert(args.begin(), fn);
+        return inline_function(call_fn, nullptr, std::move(args), std::move(kwargs));
+      }
+      throw type_error(fmt::format("'{}' object is not callable", type->tp_name));
+    }
+    case VKind::Const: throw type_error(fmt::format("'{}' object is not callable", Py_TYPE(fn->obj.get())->tp_name));
     default: throw Unsupported(BreakCode::UnsupportedCall, "call of " + describe(*fn));
   }
+}
+
+ValueRef Tracer::call_method(const ValueRef& fn, std::vector<ValueRef> args, Kwargs kwargs) {
+  const ValueRef& self = fn->items[0];
+  if (self->is(VKind::Tensor)) {
+    args.insert(args.begin(), self);
+    ValueRef out = call_torch(fn->obj.get(), fn->name, args, kwargs);
+    // An in-place method returns its tensor itself (`x is x.add_(1)`): the Value now stands for the result.
+    const std::string& n = fn->name;
+    if (out->is(VKind::Tensor) && n.size() > 1 && n.back() == '_' && n[n.size() - 2] != '_') {
+      self->node = out->node;
+      self->meta = out->meta;
+      self->shape = out->shape;
+      return self;
+    }
+    return out;
+  }
+  if (!fn->obj) return container_method(self, fn->name, args, kwargs);
+  PyObject* f = fn->obj.get();
+  if (PyFunction_Check(f)) {
+    args.insert(args.begin(), self);
+    if (is_torch_callable(f) && !(self->is(VKind::Object) && torch_refs().is_module(self->obj.get())))
+      return call_torch(f, qualified_name(f), args, kwargs);
+    return inline_function(f, nullptr, std::move(args), std::move(kwargs));
+  }
+  if (Py_TYPE(f) == &PyMethodDescr_Type || Py_TYPE(f) == &PyWrapperDescr_Type || Py_TYPE(f) == &PyClassMethodDescr_Type)
+    return call_c_method(f, self, std::move(args), std::move(kwargs));
+  throw Unsupported(BreakCode::UnsupportedCall, "call of " + describe(*fn));
+}
+
+ValueRef Tracer::call_c_method(PyObject* descr, const ValueRef& self, std::vector<ValueRef> args, Kwargs kwargs) {
+  PyRef name_obj = PyRef::steal(PyObject_GetAttrString(descr, "__name__"));
+  if (!name_obj) PyErr_Clear();
+  const std::string name = name_obj ? utf8(name_obj.get()) : "?";
+  PyTypeObject* owner = Py_TYPE(descr) == &PyMethodDescr_Type || Py_TYPE(descr) == &PyWrapperDescr_Type ||
+                                Py_TYPE(descr) == &PyClassMethodDescr_Type
+                            ? PyDescr_TYPE(descr)
+                            : nullptr;
+  if (self->is(VKind::Tensor)) {
+    args.insert(args.begin(), self);
+    return call_torch(descr, "Tensor." + name, args, kwargs);
+  }
+  auto arg_name = [&](size_t i) {
+    PyRef n = i < args.size() ? as_python_constant(args[i]) : PyRef();
+    if (!n || !PyUnicode_Check(n.get())) throw type_error(fmt::format("{}(): attribute name must be a string", name));
+    return n;
+  };
+  if (owner == &PyBaseObject_Type) {
+    if (name == "__setattr__" && args.size() == 2) {
+      object_setattr(self, arg_name(0).get(), args[1]);
+      return make_const_borrowed(Py_None);
+    }
+    if (name == "__delattr__" && args.size() == 1) {
+      object_setattr(self, arg_name(0).get(), nullptr);
+      return make_const_borrowed(Py_None);
+    }
+    if (name == "__getattribute__" && args.size() == 1) return object_getattribute(self, arg_name(0).get());
+    if (name == "__init__" || name == "__init_subclass__") return make_const_borrowed(Py_None);
+    if ((name == "__eq__" || name == "__ne__") && args.size() == 1) {
+      bool same = self.get() == args[0].get() ||
+                  ((self->is(VKind::Object) || self->is(VKind::Const)) &&
+                   (args[0]->is(VKind::Object) || args[0]->is(VKind::Const)) && self->obj.get() == args[0]->obj.get());
+      if (name == "__eq__") return same ? make_const_borrowed(Py_True) : make_const_borrowed(Py_NotImplemented);
+      return same ? make_const_borrowed(Py_False) : make_const_borrowed(Py_NotImplemented);
+    }
+  }
+  if (owner == &PyType_Type && name == "__call__" && self->is(VKind::Object) && PyType_Check(self->obj.get()))
+    return construct(self, std::move(args), std::move(kwargs), /*metaclass_call_done=*/true);
+  bool container_self = self->is(VKind::List) || self->is(VKind::Tuple) || self->is(VKind::Dict) ||
+                        self->is(VKind::Set) || self->is(VKind::UserObject);
+  if (owner && container_self && PyType_IsSubtype(python_type(*self), owner)) {
+    if (name == "__init__" && self->is(VKind::UserObject)) {  // dict.__init__(self, *args, **kwargs) of a subclass
+      if (args.size() > 1) throw type_error(fmt::format("dict expected at most 1 argument, got {}", args.size()));
+      return container_method(self, "update", args, kwargs);
+    }
+    return container_method(self, name, args, kwargs);
+  }
+  // A method of an immutable constant ("a,b".split(","), (1, 2).index(2)): run it for real on constant arguments.
+  if (self->is(VKind::Const)) {
+    PyRef argv = PyRef::steal(PyTuple_New(args.size() + 1));
+    PyTuple_SET_ITEM(argv.get(), 0, self->obj.new_ref());
+    bool constant = kwargs.empty();
+    for (size_t i = 0; i < args.size() && constant; ++i) {
+      PyRef c = as_python_constant(args[i]);
+      constant = c && !args[i]->is(VKind::Object);
+      if (constant) PyTuple_SET_ITEM(argv.get(), i + 1, c.release());
+    }
+    if (constant) {
+      PyRef out = PyRef::steal(PyObject_Call(descr, argv.get(), nullptr));
+      if (!out) {
+        PyObject* type = PyErr_Occurred();
+        PyObject* known = nullptr;
+        for (PyObject* t : {PyExc_ValueError, PyExc_TypeError, PyExc_IndexError, PyExc_KeyError, PyExc_AttributeError})
+          if (type && PyErr_GivenExceptionMatches(type, t)) known = t;
+        throw UserCodeError(take_error_message(), known);
+      }
+      return wrap_untracked(out.get());
+    }
+  }
+  throw Unsupported(BreakCode::UnsupportedCall,
+                    fmt::format("method {}.{}() of {}", owner ? owner->tp_name : "?", name, describe(*self)));
+}
+
+ValueRef Tracer::call_object(const ValueRef& fn, std::vector<ValueRef> args, Kwargs kwargs) {
+  const auto& T = torch_refs();
   PyObject* f = fn->obj.get();
   if (f == special_object("is_compiling")) return make_const_borrowed(Py_True);
   PyObject* disabled_type = special_object("disabled_type");
   if (disabled_type && PyObject_TypeCheck(f, reinterpret_cast<PyTypeObject*>(disabled_type)))
     throw Unsupported(BreakCode::DisabledFunction, "call to a function wrapped with fastcomp.disable");
-  if (T.is_module(f)) return call_module(fn, std::move(args), std::move(kwargs));
-  if (PyType_Check(f)) {
-    if (PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(f), reinterpret_cast<PyTypeObject*>(PyExc_BaseException)))
-      throw UserCodeError("the function raises " + std::string(reinterpret_cast<PyTypeObject*>(f)->tp_name));
-    if (f == T.no_grad.get() || f == T.enable_grad.get()) {
-      auto ctx = std::make_shared<Value>();
-      ctx->kind = VKind::GradCtx;
-      ctx->flag = f == T.enable_grad.get();
-      return ctx;
-    }
-    if (f == T.grad_mode_setter.get()) {
-      if (args.size() != 1 || !args[0]->is(VKind::Const))
-        throw Unsupported(BreakCode::UnsupportedCall, "torch.set_grad_enabled with a non-constant argument");
-      auto ctx = std::make_shared<Value>();
-      ctx->kind = VKind::GradCtx;
-      ctx->flag = args[0]->obj.get() == Py_True;
-      ctx->items = {make_const_borrowed(grad_enabled_ ? Py_True : Py_False)};  // restored by __exit__
-      set_grad_mode(ctx->flag);  // takes effect at construction, as in torch
-      return ctx;
+  if (T.is_module(f)) {
+    // nn.Module.__call__ runs hooks around forward (call_module models that); a subclass may override __call__.
+    PyObject* call_fn = _PyType_Lookup(Py_TYPE(f), PyRef::steal(PyUnicode_InternFromString("__call__")).get());
+    static PyObject* module_call = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(T.module_type.get()),
+                                                  PyRef::steal(PyUnicode_InternFromString("__call__")).get());
+    note_class_read(Py_TYPE(f));
+    if (call_fn == module_call) return call_module(fn, std::move(args), std::move(kwargs));
+    if (call_fn && PyFunction_Check(call_fn)) {
+      args.insert(args.begin(), fn);
+      return inline_function(call_fn, nullptr, std::move(args), std::move(kwargs));
     }
   }
+  if (PyType_Check(f)) return construct(fn, std::move(args), std::move(kwargs));
   if (module_is(f, "numpy")) throw Unsupported(BreakCode::NumpyCall, "call to " + qualified_name(f));
   if (PyFunction_Check(f)) {
     if (is_torch_callable(f)) {
       const std::string name = qualified_name(f);
+      if (is_compiling_flag(name)) return make_const_borrowed(Py_True);
       if (is_argument_helper(name))
         if (ValueRef folded = fold_argument_helper(f, args, kwargs)) return folded;
       return call_torch(f, name, args, kwargs);
@@ -310,104 +428,46 @@ ValueRef Tracer::call(const ValueRef& fn, std::vector<ValueRef> args, Kwargs kwa
     args.insert(args.begin(), wrap_untracked(PyMethod_GET_SELF(f)));
     return call(make_object(PyRef::borrow(PyMethod_GET_FUNCTION(f)), -1), std::move(args), std::move(kwargs));
   }
+  if (Py_TYPE(f) == &PyMethodDescr_Type || Py_TYPE(f) == &PyWrapperDescr_Type) {
+    // An unbound C method called with its object first: dict.__setitem__(d, k, v), object.__setattr__(o, n, v).
+    if (args.empty()) throw type_error("unbound method needs an argument");
+    if (!args[0]->is(VKind::Tensor)) {
+      ValueRef self = args[0];
+      args.erase(args.begin());
+      return call_c_method(f, self, std::move(args), std::move(kwargs));
+    }
+  }
+  if (PyCFunction_Check(f)) {
+    PyObject* self = PyCFunction_GET_SELF(f);
+    if (self && PyType_Check(self) && !is_torch_callable(f)) {
+      // A builtin class's own method (object.__new__, tuple.__new__, dict.fromkeys): modelled by construct.cpp.
+      if (ValueRef v = call_type_method(self, f, args, kwargs)) return v;
+    }
+  }
+  // functools.partial objects from the frame: their function and arguments, read through the object.
+  static PyObject* partial_type = [] {
+    PyRef functools = PyRef::steal(PyImport_ImportModule("functools"));
+    PyObject* t = functools ? PyObject_GetAttrString(functools.get(), "partial") : nullptr;
+    if (!t) PyErr_Clear();
+    return t;
+  }();
+  if (partial_type && Py_TYPE(f) == reinterpret_cast<PyTypeObject*>(partial_type)) {
+    ValueRef p = make_seq(VKind::Partial, {get_attr(fn, PyRef::steal(PyUnicode_FromString("func")).get()),
+                                           get_attr(fn, PyRef::steal(PyUnicode_FromString("args")).get()),
+                                           get_attr(fn, PyRef::steal(PyUnicode_FromString("keywords")).get())});
+    return call(p, std::move(args), std::move(kwargs));
+  }
   if (is_torch_callable(f)) return call_torch(f, qualified_name(f), args, kwargs);
+  if (!PyCFunction_Check(f) && !PyType_Check(f)) {
+    // A callable instance whose class defines __call__ in Python.
+    PyObject* call_fn = _PyType_Lookup(Py_TYPE(f), PyRef::steal(PyUnicode_InternFromString("__call__")).get());
+    if (call_fn && PyFunction_Check(call_fn)) {
+      note_class_read(Py_TYPE(f));
+      args.insert(args.begin(), fn);
+      return inline_function(call_fn, nullptr, std::move(args), std::move(kwargs));
+    }
+  }
   return call_builtin(f, args, kwargs);
-}
-
-ValueRef call_container_method(Tracer& t, const ValueRef& self, const std::string& name, std::vector<ValueRef>& args) {
-  auto mutate = [&] {
-    if (self->source >= 0)
-      throw Unsupported(BreakCode::SideEffect, fmt::format("{}.{}() on a container passed to the function",
-                                                           self->is(VKind::Dict) ? "dict" : "list", name));
-  };
-  if (self->is(VKind::List)) {
-    if (name == "append" && args.size() == 1) {
-      mutate();
-      self->items.push_back(args[0]);
-      return make_const_borrowed(Py_None);
-    }
-    if (name == "extend" && args.size() == 1) {
-      mutate();
-      auto items = t.unpack(args[0], "extend with");
-      self->items.insert(self->items.end(), items.begin(), items.end());
-      return make_const_borrowed(Py_None);
-    }
-    if (name == "insert" && args.size() == 2) {
-      mutate();
-      PyRef i = t.as_python_constant(args[0]);
-      Py_ssize_t n = self->items.size(), at = PyLong_AsSsize_t(i.get());
-      if (at < 0) at = std::max<Py_ssize_t>(0, at + n);
-      self->items.insert(self->items.begin() + std::min(at, n), args[1]);
-      return make_const_borrowed(Py_None);
-    }
-    if (name == "pop") {
-      mutate();
-      if (self->items.empty()) throw UserCodeError("pop from empty list");
-      Py_ssize_t at = args.empty() ? -1 : PyLong_AsSsize_t(t.as_python_constant(args[0]).get());
-      if (at < 0) at += self->items.size();
-      ValueRef v = self->items.at(at);
-      self->items.erase(self->items.begin() + at);
-      return v;
-    }
-    if (name == "copy") return make_seq(VKind::List, self->items);
-  }
-  if (self->is(VKind::Dict)) {
-    auto find = [&](const ValueRef& key) -> int {
-      PyRef k = t.as_python_constant(key);
-      for (size_t i = 0; i < self->keys.size(); ++i)
-        if (PyObject_RichCompareBool(self->keys[i]->obj.get(), k.get(), Py_EQ) == 1) return static_cast<int>(i);
-      return -1;
-    };
-    if (name == "keys") return make_seq(VKind::List, self->keys);
-    if (name == "values") return make_seq(VKind::List, self->items);
-    if (name == "items") {
-      std::vector<ValueRef> pairs;
-      for (size_t i = 0; i < self->keys.size(); ++i) pairs.push_back(make_seq(VKind::Tuple, {self->keys[i], self->items[i]}));
-      return make_seq(VKind::List, std::move(pairs));
-    }
-    if (name == "get" && !args.empty()) {
-      int i = find(args[0]);
-      return i >= 0 ? self->items[i] : (args.size() > 1 ? args[1] : make_const_borrowed(Py_None));
-    }
-    if (name == "copy") {
-      ValueRef d = make_seq(VKind::Dict, self->items);
-      d->keys = self->keys;
-      return d;
-    }
-    if ((name == "pop" || name == "setdefault") && !args.empty()) {
-      mutate();
-      int i = find(args[0]);
-      if (i >= 0) {
-        ValueRef v = self->items[i];
-        if (name == "pop") {
-          self->keys.erase(self->keys.begin() + i);
-          self->items.erase(self->items.begin() + i);
-        }
-        return v;
-      }
-      if (args.size() < 2 && name == "pop") throw UserCodeError("KeyError");
-      ValueRef dflt = args.size() > 1 ? args[1] : make_const_borrowed(Py_None);
-      if (name == "setdefault") {
-        self->keys.push_back(args[0]);
-        self->items.push_back(dflt);
-      }
-      return dflt;
-    }
-  }
-  if (self->is(VKind::Tuple) || self->is(VKind::List)) {
-    if (name == "index" || name == "count") {
-      PyRef seq = t.as_python_constant(self);
-      if (!seq) throw Unsupported(BreakCode::UnsupportedValue, "index()/count() on a sequence of tensors");
-      PyRef a = t.as_python_constant(args.at(0));
-      PyRef out = PyRef::steal(PyObject_CallMethod(seq.get(), name.c_str(), "O", a.get()));
-      if (!out) {
-        PyErr_Clear();
-        throw UserCodeError(name + "() raised");
-      }
-      return make_const(out);
-    }
-  }
-  throw Unsupported(BreakCode::UnsupportedCall, fmt::format("method {}() of {}", name, describe(*self)));
 }
 
 void step_call(Tracer& t, TraceFrame& f, const Instr& in) {
@@ -453,12 +513,6 @@ void step_call(Tracer& t, TraceFrame& f, const Instr& in) {
       if (in.arg & 0x02) fn->kwdefaults = t.pop();
       if (in.arg & 0x01) fn->defaults = t.pop();
       t.push(fn);
-      return;
-    }
-    case Op::YIELD_VALUE: {
-      if (!f.yields) throw Unsupported(BreakCode::UnsupportedOpcode, "yield outside a generator being traced");
-      f.yields->push_back(t.pop());
-      t.push(make_const_borrowed(Py_None));  // the value sent into the generator
       return;
     }
     default:

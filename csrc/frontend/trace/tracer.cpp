@@ -106,7 +106,8 @@ void Tracer::realize_local(TraceFrame& f, int slot) {
   ValueRef v = wrap(value, source);
   if (root_.slot_kind(slot) == cpython::SlotKind::Free) {
     v = make_cell(v);
-    v->source = source;  // a cell owned outside the trace: storing into it is a side effect
+    // A cell owned outside the trace: storing into it is a side effect, written back into the cell itself.
+    v->source = guards_.sources.closure_cell(slot, utf8(cpython::slot_name(root_.code(), slot)));
   }
   f.locals[slot] = v;
 }
@@ -159,9 +160,19 @@ TraceResult Tracer::run() {
       throw;
     }
   }
-  graph_.output = to_output_arg(result);
+  std::vector<ValueRef> roots{result};
+  for (const ValueRef& m : mutated_) roots.push_back(m);
+  begin_outputs(roots);
+  graph::Arg output = to_output_arg(result);
+  graph::Arg with_effects;
+  with_effects.kind = graph::Arg::Kind::Tuple;
+  with_effects.items.push_back(std::move(output));
+  std::vector<SideEffect> effects = plan_side_effects(&with_effects);
+  graph_.output = effects.empty() ? std::move(with_effects.items[0]) : std::move(with_effects);
   add_global_state_guards(grad_mode_read_ || grad_enabled_ != grad_enabled_at_start_);
-  return finish(TraceResult{std::move(graph_), std::move(guards_)});
+  TraceResult r = finish(TraceResult{std::move(graph_), std::move(guards_)});
+  r.side_effects = std::move(effects);
+  return r;
 }
 
 TraceResult Tracer::finish(TraceResult r) {
@@ -190,6 +201,10 @@ TraceResult Tracer::capture_break(TraceFrame& f) {
   graph::Arg out;
   out.kind = graph::Arg::Kind::Tuple;
   std::unordered_map<const Value*, int> made;  // a value the trace made is rebuilt once, so aliases stay aliases
+  std::vector<ValueRef> roots(f.stack.begin(), f.stack.end());
+  for (const ValueRef& l : f.locals) roots.push_back(l);
+  for (const ValueRef& m : mutated_) roots.push_back(m);
+  begin_outputs(roots);
   std::function<LiveValue(const ValueRef&)> live_value;
   auto live = live_value = [&](const ValueRef& v) -> LiveValue {
     if (!v || v->is(VKind::Null)) return {LiveValue::Kind::Null};
@@ -236,77 +251,15 @@ TraceResult Tracer::capture_break(TraceFrame& f) {
     else if (!f.lazy_sources.empty() && f.lazy_sources[i] >= 0)
       state.locals.emplace_back(i, LiveValue{LiveValue::Kind::Source, f.lazy_sources[i]});
   }
+  std::vector<SideEffect> effects = plan_side_effects(&out);
   // The graph ends here, so it leaves grad mode as it found it; the code after the break re-enters the blocks.
   if (grad_enabled_ != grad_enabled_at_start_) set_grad_mode(grad_enabled_at_start_);
   graph_.output = std::move(out);
   add_global_state_guards(true);
   TraceResult r = finish(TraceResult{std::move(graph_), std::move(guards_)});
   r.break_state = std::move(state);
+  r.side_effects = std::move(effects);
   return r;
-}
-
-graph::Arg Tracer::to_output_arg(const ValueRef& v) {
-  switch (v->kind) {
-    case VKind::Tensor: return graph::Arg::of_node(v->node);
-    case VKind::SymInt: return graph::Arg::of_sym(shapes_.resolve(v->sym), PyLong_AsLongLong(v->obj.get()));
-    case VKind::Tuple:
-    case VKind::List: {
-      graph::Arg a;
-      a.kind = v->kind == VKind::Tuple ? graph::Arg::Kind::Tuple : graph::Arg::Kind::List;
-      for (auto& item : v->items) a.items.push_back(to_output_arg(item));
-      return a;
-    }
-    case VKind::Dict: {
-      graph::Arg a;
-      a.kind = graph::Arg::Kind::Dict;
-      for (size_t i = 0; i < v->items.size(); ++i) {
-        a.keys.push_back(v->keys[i]->obj);
-        a.items.push_back(to_output_arg(v->items[i]));
-      }
-      return a;
-    }
-    case VKind::Record: {
-      // Rebuilt at run time by calling the class with the fields as keyword arguments (namedtuples and
-      // dataclasses accept that; torch.return_types take one sequence).
-      graph::Node node;
-      node.kind = graph::NodeKind::Call;
-      node.target = v->obj;
-      node.target_name = utf8(PyRef::steal(PyObject_GetAttrString(v->obj.get(), "__qualname__")).get());
-      bool structseq = PyType_Check(v->obj.get()) &&
-                       PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(v->obj.get()), &PyTuple_Type) &&
-                       !PyObject_HasAttrString(v->obj.get(), "_fields");
-      if (structseq) {
-        graph::Arg seq;
-        seq.kind = graph::Arg::Kind::Tuple;
-        for (auto& item : v->items) seq.items.push_back(to_output_arg(item));
-        node.args.push_back(std::move(seq));
-      } else {
-        PyRef names = PyRef::steal(PyTuple_New(v->keys.size()));
-        for (size_t i = 0; i < v->keys.size(); ++i) {
-          PyTuple_SET_ITEM(names.get(), i, v->keys[i]->obj.new_ref());
-          node.kwargs.push_back(to_output_arg(v->items[i]));
-        }
-        node.kwnames = names;
-      }
-      return graph::Arg::of_node(graph_.add(std::move(node)));
-    }
-    case VKind::Method: {
-      // A bound method (a graph break between loading a method and calling it): getattr(self, name) at run time.
-      graph::Node node;
-      node.kind = graph::NodeKind::Call;
-      node.target = PyRef::borrow(PyDict_GetItemString(PyEval_GetBuiltins(), "getattr"));
-      node.target_name = "getattr";
-      node.args.push_back(to_output_arg(v->items[0]));
-      std::string name = v->name.substr(v->name.rfind('.') + 1);  // Method names may be qualified (Tensor.item)
-      node.args.push_back(graph::Arg::of_const(PyRef::steal(PyUnicode_FromString(name.c_str()))));
-      return graph::Arg::of_node(graph_.add(std::move(node)));
-    }
-    default: {
-      PyRef c = as_python_constant(v);
-      if (!c) throw Unsupported(BreakCode::UnsupportedValue, "cannot return " + describe(*v) + " from a compiled function");
-      return graph::Arg::of_const(c);
-    }
-  }
 }
 
 ValueRef Tracer::run_frame(TraceFrame& f) {
@@ -429,9 +382,8 @@ void Tracer::step(TraceFrame& f, const Instr& in, bool* returned, ValueRef* resu
         f.locals[in.arg] = make_cell(v);
         return;
       }
-      if (cell->source >= 0)
-        throw Unsupported(BreakCode::SideEffect, "assignment to a nonlocal variable of an enclosing function");
       cell->items[0] = v;
+      note_mutation(cell);  // a cell of the frame's closure: written back after the graph
       return;
     }
     case Op::LOAD_GLOBAL:
@@ -445,12 +397,23 @@ void Tracer::step(TraceFrame& f, const Instr& in, bool* returned, ValueRef* resu
       push(v);
       return;
     }
+    case Op::LOAD_SUPER_ATTR: {
+      ValueRef self = pop();
+      ValueRef cls = pop();
+      ValueRef global_super = pop();
+      ValueRef sup = call(global_super, {cls, self}, {});
+      ValueRef v = get_attr(sup, name_at(in.arg));
+      if (in.flags & Instr::kMethod) push(make_null());
+      push(v);
+      return;
+    }
     case Op::STORE_ATTR: {
       ValueRef obj = pop();
       ValueRef value = pop();
       store_attr(obj, name_at(in.arg), value);
       return;
     }
+    case Op::DELETE_ATTR: store_attr(pop(), name_at(in.arg), nullptr); return;
     case Op::BINARY_OP: {
       ValueRef b = pop();
       ValueRef a = pop();
@@ -511,23 +474,10 @@ void Tracer::step(TraceFrame& f, const Instr& in, bool* returned, ValueRef* resu
       else pop();
       return;
     }
-    case Op::GET_ITER: {
-      ValueRef v = pop();
-      if (v->is(VKind::Iterator)) {
-        push(v);
-        return;
-      }
-      ValueRef it = std::make_shared<Value>();
-      it->kind = VKind::Iterator;
-      it->items = unpack(v, "iterate over");
-      push(it);
-      return;
-    }
+    case Op::GET_ITER: push(make_iter(pop(), "iterate over")); return;
     case Op::FOR_ITER: {
-      ValueRef it = top();
-      if (!it->is(VKind::Iterator)) throw Unsupported(BreakCode::Other, "FOR_ITER on a non-iterator");
-      if (it->pos < it->items.size()) {
-        push(it->items[it->pos++]);
+      if (ValueRef v = iter_next(top())) {
+        push(std::move(v));
       } else {
         pop();
         f.pc = in.target;
@@ -556,6 +506,13 @@ void Tracer::step(TraceFrame& f, const Instr& in, bool* returned, ValueRef* resu
       throw UserCodeError("the function raises an exception (raise statement reached while tracing)");
     case Op::LOAD_ASSERTION_ERROR: push(make_object(PyRef::borrow(PyExc_AssertionError), -1)); return;
     case Op::RETURN_GENERATOR: push(make_const_borrowed(Py_None)); return;
+    case Op::YIELD_VALUE:
+      // The generator pauses here; iter_next resumes it with the value `yield` evaluates to on the stack.
+      if (!f.generator) throw Unsupported(BreakCode::UnsupportedOpcode, "yield outside a generator being traced");
+      *result = pop();
+      f.suspended = true;
+      *returned = true;
+      return;
     case Op::IMPORT_NAME: {
       ValueRef fromlist = pop();
       ValueRef level = pop();

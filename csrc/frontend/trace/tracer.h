@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "cpython/frame.h"
@@ -16,6 +17,7 @@
 #include "frontend/guards/guards.h"
 #include "frontend/resume/break_state.h"
 #include "frontend/trace/shape_env.h"
+#include "frontend/trace/side_effects.h"
 #include "frontend/trace/unsupported.h"
 #include "frontend/trace/value.h"
 #include "graph/ir.h"
@@ -29,6 +31,10 @@ struct TraceResult {
   std::string user_error;              // set when the user's code raised while tracing
   // Set when the trace stopped at `stop`: the graph outputs a tuple of the values `break_state` names.
   std::optional<BreakState> break_state;
+  // Changes to objects from outside the trace, applied after the graph runs. When there are any and the trace ran
+  // to the end, the graph outputs (result, new values...) and the result is item 0; at a break the new values
+  // follow the live values in the output tuple.
+  std::vector<SideEffect> side_effects;
   bool ok() const { return !failure && user_error.empty(); }
 };
 
@@ -54,7 +60,9 @@ struct TraceFrame {
   int pc = 0;
   int depth = 0;
   int line = -1;
-  std::vector<ValueRef>* yields = nullptr;  // generator frames: where YIELD_VALUE collects values
+  bool generator = false;  // a generator's frame: YIELD_VALUE suspends it (run_frame returns the value)
+  bool suspended = false;  // set while a generator's frame waits at a yield
+  std::vector<ValueRef> handling;  // exceptions being handled (the innermost last), for bare `raise`
 };
 
 // A torch call whose inputs have dynamic sizes, as sym_infer.cpp probes it: the same meta function at other sizes.
@@ -105,18 +113,65 @@ class Tracer {
 
   // ops_load_store.cpp
   ValueRef load_global(PyObject* name);
+  ValueRef module_attr(const ValueRef& module, PyObject* name);  // an attribute of a Python module
+  ValueRef module_member(const ValueRef& module, PyObject* name);  // nn.Module parameters, buffers, submodules
+  static bool module_getattr_is_default(PyTypeObject* type, PyObject* getattr_fn);
+
+  // objects.cpp: Python's attribute protocol
   ValueRef get_attr(const ValueRef& obj, PyObject* name);
-  void store_attr(const ValueRef& obj, PyObject* name, const ValueRef& value);
+  void store_attr(const ValueRef& obj, PyObject* name, const ValueRef& value);  // null value: delete
+  ValueRef getattribute(const ValueRef& obj, PyObject* name);         // type(obj).__getattribute__(obj, name)
+  ValueRef object_getattribute(const ValueRef& obj, PyObject* name);  // object.__getattribute__
+  void object_setattr(const ValueRef& obj, PyObject* name, const ValueRef& value);  // object.__setattr__
+  ValueRef type_getattribute(const ValueRef& cls, PyObject* name);    // type.__getattribute__
+  ValueRef super_attr(const ValueRef& super, PyObject* name);
+  ValueRef instance_dict(const ValueRef& obj);  // obj.__dict__, live
+  ValueRef bind_descriptor(PyObject* descr, const ValueRef& instance, PyTypeObject* owner, PyTypeObject* found_in,
+                           PyObject* name);
+  void note_class_read(PyTypeObject* type);  // the trace depends on the class's namespace: guard its version
+
+  // side_effects.cpp: changes to objects from outside the trace, replayed after the graph
+  void note_mutation(const ValueRef& v);
 
   // ops_call.cpp
   ValueRef call(const ValueRef& fn, std::vector<ValueRef> args, std::vector<std::pair<std::string, ValueRef>> kwargs);
   ValueRef inline_function(PyObject* func_or_code, const Value* fn_value, std::vector<ValueRef> args,
                            std::vector<std::pair<std::string, ValueRef>> kwargs);
   ValueRef call_builtin(PyObject* fn, std::vector<ValueRef>& args, std::vector<std::pair<std::string, ValueRef>>& kwargs);
+  ValueRef call_operator(PyObject* fn, std::vector<ValueRef>& args);  // operator.add(a, b)...; null if not one
+  ValueRef make_super(const std::vector<ValueRef>& args);  // super() / super(cls, obj) in the current frame
+  ValueRef call_method(const ValueRef& method, std::vector<ValueRef> args, std::vector<std::pair<std::string, ValueRef>> kwargs);
+  ValueRef call_object(const ValueRef& fn, std::vector<ValueRef> args, std::vector<std::pair<std::string, ValueRef>> kwargs);
+  // A method implemented in C (method or slot descriptor `descr`) called on `self`: modelled where its meaning is
+  // known (object's, containers', constants'), else Unsupported.
+  ValueRef call_c_method(PyObject* descr, const ValueRef& self, std::vector<ValueRef> args,
+                         std::vector<std::pair<std::string, ValueRef>> kwargs);
+
+  // containers.cpp
+  ValueRef container_method(const ValueRef& self, const std::string& name, std::vector<ValueRef>& args,
+                            std::vector<std::pair<std::string, ValueRef>>& kwargs);
+
+  // construct.cpp: calling a class
+  ValueRef construct(const ValueRef& cls, std::vector<ValueRef> args, std::vector<std::pair<std::string, ValueRef>> kwargs,
+                     bool metaclass_call_done = false);
+  ValueRef new_instance(PyTypeObject* cls);  // object.__new__(cls)
+  ValueRef make_namedtuple(PyTypeObject* cls, const std::vector<ValueRef>& args,
+                           const std::vector<std::pair<std::string, ValueRef>>& kwargs);
+  // A builtin class's method called on the class (object.__new__(cls), tuple.__new__(cls, it)); null if not modelled.
+  ValueRef call_type_method(PyObject* type, PyObject* fn, std::vector<ValueRef>& args,
+                            std::vector<std::pair<std::string, ValueRef>>& kwargs);
 
   // ops_build.cpp
   ValueRef subscript(const ValueRef& obj, const ValueRef& key);
+  void store_subscript(const ValueRef& obj, const ValueRef& key, const ValueRef& value);  // null value: delete
+  bool module_container_items(const ValueRef& module, std::vector<ValueRef>* out);  // ModuleList/Sequential/Dict
+  void set_add(const ValueRef& set, const ValueRef& item);  // set.add (mutation-tracked)
+
+  // iterators.cpp: the iterator protocol, lazily and in program order
+  ValueRef make_iter(const ValueRef& v, const char* what);  // iter(v)
+  ValueRef iter_next(const ValueRef& it);                   // next(it); null when exhausted
   std::vector<ValueRef> unpack(const ValueRef& seq, const char* what);  // iterate a value to its elements
+  ValueRef start_generator(std::shared_ptr<TraceFrame> frame);  // a generator function's call: not run yet
 
   // sym_ops.cpp / sym_infer.cpp: dynamic shapes
   ShapeEnv& shapes() { return shapes_; }
@@ -136,6 +191,7 @@ class Tracer {
   // ops_arith.cpp
   ValueRef binary_op(int nb_kind, const ValueRef& a, const ValueRef& b);
   ValueRef compare(int cmp, const ValueRef& a, const ValueRef& b);
+  bool contains(const ValueRef& container, const ValueRef& needle);  // `needle in container`
   ValueRef unary(Op op, const ValueRef& a);
   bool truthiness(const ValueRef& v);  // a condition's value; throws Unsupported for tensors
 
@@ -147,16 +203,29 @@ class Tracer {
 
  private:
   void step(TraceFrame& f, const Instr& in, bool* returned, ValueRef* result);
+ public:
   void realize_local(TraceFrame& f, int slot);
+ private:
   void add_global_state_guards(bool grad_mode_matters);
   TraceResult capture_break(TraceFrame& root);  // at the stop: live values become graph outputs / sources
 
  public:
+  // outputs.cpp: Values as graph outputs. begin_outputs() first, with every Value about to be converted.
+  void begin_outputs(const std::vector<ValueRef>& roots);
   graph::Arg to_output_arg(const ValueRef& v);
+  graph::NodeId object_input(int source);  // an object from the frame, passed through the graph unchanged
 
  private:
+  graph::Arg convert_output(const ValueRef& v);
+  graph::Arg dict_output(const Value& d);
+  graph::Arg rebuild_node(PyObject* target, const char* name, std::vector<graph::Arg> args);
+  std::vector<SideEffect> plan_side_effects(graph::Arg* outputs);  // appends the new values to `outputs`
 
   TraceResult finish(TraceResult r);  // resolves symbols into the graph and guards
+  ValueRef class_value(PyObject* value, PyTypeObject* owner, PyObject* name);
+  ValueRef real_attr(const ValueRef& obj, PyObject* name);
+  ValueRef instance_attr(const ValueRef& obj, PyObject* name);
+  ValueRef function_attr(const ValueRef& fn, PyObject* name);
 
   cpython::FrameView root_;
   graph::Graph graph_;
@@ -167,6 +236,13 @@ class Tracer {
   bool grad_enabled_ = true;
   std::unordered_map<int, ValueRef> by_source_;       // each source is wrapped once
   std::unordered_map<PyObject*, ValueRef> tensor_by_object_;  // aliasing between sources
+  std::unordered_map<PyObject*, ValueRef> object_by_identity_;  // mutable objects from the frame, one Value each
+  std::unordered_set<PyTypeObject*> classes_read_;   // classes whose version is guarded
+  std::vector<ValueRef> mutated_;                    // objects from the frame the trace changed, in that order
+  std::unordered_map<int, graph::NodeId> object_inputs_;       // source -> Input node of an object passed through
+  std::unordered_map<const Value*, int> output_refs_;          // how often each mutable Value is output
+  std::unordered_map<const Value*, graph::Arg> output_memo_;   // Values already converted
+  std::unordered_set<const Value*> building_;                  // Values being converted (cycle check)
   bool module_hook_guards_added_ = false;
   bool grad_mode_read_ = false;  // grad mode influenced the trace (see add_global_state_guards)
   TraceStop stop_;                 // instr -1: trace to the end
@@ -176,6 +252,12 @@ class Tracer {
 
 // Decoded instructions of a code object, cached for the process (code objects are kept alive).
 std::shared_ptr<const InstrStream> decoded(PyCodeObject* code);
+
+// torch's "is this being compiled?" functions (torch.compiler.is_compiling and its aliases): True while tracing.
+bool is_compiling_flag(const std::string& qualified_name);
+
+// The Python type of what `v` stands for (borrowed), null for NULL and iterators.
+PyTypeObject* python_type(const Value& v);
 
 // Objects whose identity, not their contents, is what a trace depends on (modules, classes, functions): wrap()
 // guards these by identity and everything else it cannot model by type only.

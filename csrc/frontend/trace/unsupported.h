@@ -2,6 +2,9 @@
 // code); UserCodeError = the user's code raised (or would raise) while tracing, so eager will raise the
 // same error itself.
 #pragma once
+#include <Python.h>
+
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -37,9 +40,25 @@ struct Unsupported : std::runtime_error {
   int root_visit = 0;     // how many times that instruction had started executing, this one included
 };
 
+struct Value;
+
 // The user's code raised during tracing; a Python exception may be set. Eager execution reproduces it.
+// `type` is the exception class eager raises (borrowed: a builtin exception class or one the traced code holds),
+// null when the tracer does not know it exactly: then no `except` clause of traced code may catch it, and the
+// frame runs in CPython instead. `value` is the exception instance when traced code made it (`raise E(...)`).
 struct UserCodeError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  explicit UserCodeError(const std::string& what, PyObject* exc_type = nullptr)
+      : std::runtime_error(what), type(exc_type) {}
+  PyObject* type;
+  std::shared_ptr<Value> value;
 };
+
+// Shorthands for the errors whose type the tracer knows.
+inline UserCodeError attribute_error(const std::string& what) { return UserCodeError(what, PyExc_AttributeError); }
+inline UserCodeError type_error(const std::string& what) { return UserCodeError(what, PyExc_TypeError); }
+inline UserCodeError key_error(const std::string& what) { return UserCodeError(what, PyExc_KeyError); }
+inline UserCodeError index_error(const std::string& what) { return UserCodeError(what, PyExc_IndexError); }
+inline UserCodeError value_error(const std::string& what) { return UserCodeError(what, PyExc_ValueError); }
+inline UserCodeError stop_iteration() { return UserCodeError("StopIteration", PyExc_StopIteration); }
 
 }  // namespace fastcomp::frontend

@@ -31,10 +31,30 @@ enum class VKind : uint8_t {
   GradCtx,   // torch.no_grad() / enable_grad() / set_grad_enabled(b): `flag` = grad mode inside
   CtxExit,   // the __exit__ of a GradCtx: restores grad mode `flag`
   SymInt,    // a Python int computed from dynamic sizes: `sym`, with its value while tracing in `obj`
+  Set,       // a set (flag false) or frozenset (flag true) made in the trace: `items`, each hashable
+  UserObject,  // an instance of a Python class made in the trace: obj = its class, `inst_dict` its __dict__, and
+               // keys/items its contents when the class derives from dict
+  Super,     // super(cls, self): obj = cls, items[0] = self (an instance, or a class in a classmethod)
+  Partial,   // functools.partial made in the trace: items = {func, Tuple of args, Dict of keyword arguments}
+  DictView,  // d.keys() / d.values() / d.items(), live: items[0] = the dict-like Value, name = which
+  Exception, // an exception instance made in the trace: obj = its class, items = its args
 };
 
 struct Value;
 using ValueRef = std::shared_ptr<Value>;
+struct TraceFrame;
+
+// What an Iterator Value iterates, consumed in program order by Tracer::iter_next.
+enum class IterKind : uint8_t {
+  Snapshot,   // `items` from `pos` on (tuples, constants, ranges: nothing can change them)
+  Live,       // items[0], a list/tuple/dict/set/view Value, read at `pos` when asked (sees appends, as in Python)
+  Generator,  // a generator function's frame, `frame`, suspended at its last yield
+  Map,        // map(items[0], *items[1:]): the function applied when the next item is asked for
+  Filter,     // filter(items[0], items[1])
+  Zip,        // zip(*items)
+  Enumerate,  // enumerate(items[0]); `pos` is the next count
+  Chain,      // itertools.chain(*items), `pos` the iterator in use
+};
 
 struct Value {
   VKind kind = VKind::Const;
@@ -58,7 +78,16 @@ struct Value {
   ValueRef kwdefaults;          // Function: Dict Value or null
   ValueRef closure;             // Function: Tuple Value of Cells or null
   size_t pos = 0;               // Iterator position
-  bool flag = false;            // GradCtx / CtxExit grad mode
+  IterKind iter = IterKind::Snapshot;   // Iterator
+  std::shared_ptr<TraceFrame> frame;    // Iterator of a generator: its suspended frame (null once finished)
+  bool flag = false;            // GradCtx / CtxExit grad mode; Set: frozen
+  // Instance attributes. UserObject: its whole __dict__ (a Dict Value, so `obj.__dict__` stays live). Object
+  // read from the frame: null until the trace assigns an attribute; then a Dict Value of the assigned (and,
+  // once `obj.__dict__` was read, all) attributes, consulted before the real object; `inst_dict_complete`
+  // says which. A Null Value in it marks a deleted attribute.
+  ValueRef inst_dict;
+  bool inst_dict_complete = false;
+  bool mutated = false;  // an object from outside the trace that the trace changed (see Tracer::note_mutation)
 
   bool is(VKind k) const { return kind == k; }
 };
@@ -70,6 +99,18 @@ ValueRef make_object(PyRef obj, int source);
 ValueRef make_seq(VKind kind, std::vector<ValueRef> items);  // Tuple or List
 ValueRef make_cell(ValueRef content);
 ValueRef make_symint(graph::Sym e, int64_t hint);  // a Const when `e` is a constant
+ValueRef make_dict();                              // an empty Dict
+ValueRef make_method(ValueRef self, PyRef fn, std::string name);  // a bound method (fn may be null: by name)
+
+// Whether two Values are the same dict key or set member: equal constants, the same object, the same tensor.
+// Throws Unsupported when the trace cannot tell (a symbolic size, a container).
+bool same_key(const Value& a, const Value& b);
+// Index of `key` among a dict-like Value's keys (Dict, dict-derived UserObject), -1 when absent.
+int dict_find(const Value& dict, const Value& key);
+int dict_find(const Value& dict, PyObject* key);
+// The value of attribute `name` in an instance-dict Value, null when absent (a Null Value when deleted).
+ValueRef inst_dict_get(const Value& dict, PyObject* name);
+void inst_dict_set(Value& dict, PyObject* name, ValueRef v);
 
 // Python-level description for messages: "Tensor(f32[8])", "int 3", "Linear".
 std::string describe(const Value& v);

@@ -128,6 +128,12 @@ ValueRef Tracer::tensor_input(PyObject* tensor, int source) {
   return v;
 }
 
+// Objects whose identity the trace must keep: two sources reaching one of them reach one Value, so a change made
+// through one is seen through the other.
+static bool has_identity(PyObject* o) {
+  return !PyTuple_CheckExact(o) && !torch_refs().is_tensor(o);
+}
+
 ValueRef Tracer::wrap(PyObject* obj, int source) {
   auto known = by_source_.find(source);
   if (known != by_source_.end()) return known->second;
@@ -139,6 +145,9 @@ ValueRef Tracer::wrap(PyObject* obj, int source) {
     guard(GuardKind::ConstEquals, source, obj);
     v = make_const_borrowed(obj);
     v->source = source;
+  } else if (auto same = object_by_identity_.find(obj); same != object_by_identity_.end() && has_identity(obj)) {
+    v = same->second;
+    if (!guard_by_identity(obj)) guard_same_object(source, v->source, true);
   } else if (PyTuple_CheckExact(obj) || PyList_CheckExact(obj)) {
     guard(GuardKind::TypeMatch, source, reinterpret_cast<PyObject*>(Py_TYPE(obj)));
     Py_ssize_t n = PySequence_Fast_GET_SIZE(obj);
@@ -153,15 +162,16 @@ ValueRef Tracer::wrap(PyObject* obj, int source) {
     guard(GuardKind::TypeMatch, source, reinterpret_cast<PyObject*>(Py_TYPE(obj)));
     guard(GuardKind::DictKeys, source, keys.get());
     v = make_seq(VKind::Dict, {});
+    v->source = source;
+    object_by_identity_[obj] = v;  // before the items: a dict may contain itself
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(keys.get()); ++i) {
       PyObject* k = PyTuple_GET_ITEM(keys.get(), i);
-      if (!is_constant(k))
+      if (!is_constant(k) && !guard_by_identity(k))
         throw Unsupported(BreakCode::UnsupportedValue,
                           fmt::format("{} has a key that is not a constant", guards_.sources.name(source)));
-      v->keys.push_back(make_const_borrowed(k));
+      v->keys.push_back(is_constant(k) ? make_const_borrowed(k) : make_object(PyRef::borrow(k), -1));
       v->items.push_back(wrap(PyDict_GetItem(obj, k), guards_.sources.dict_item(source, k)));
     }
-    v->source = source;
   } else if (is_namedtuple(obj)) {
     guard(GuardKind::TypeMatch, source, reinterpret_cast<PyObject*>(Py_TYPE(obj)));
     PyRef fields = PyRef::steal(PyObject_GetAttrString(obj, "_fields"));
@@ -179,6 +189,7 @@ ValueRef Tracer::wrap(PyObject* obj, int source) {
     v = make_object(PyRef::borrow(obj), source);
   }
   if (source >= 0) by_source_[source] = v;
+  if (has_identity(obj) && !is_constant(obj) && v->source >= 0) object_by_identity_.emplace(obj, v);
   return v;
 }
 
@@ -190,13 +201,38 @@ ValueRef Tracer::wrap_untracked(PyObject* obj) {
     return tensor_input(obj, guards_.sources.const_object(obj, fmt::format("<tensor at {}>", static_cast<void*>(obj))));
   }
   if (is_constant(obj)) return make_const_borrowed(obj);
-  if (PyTuple_CheckExact(obj) || PyList_CheckExact(obj)) {
+  if (auto same = object_by_identity_.find(obj); same != object_by_identity_.end()) return same->second;
+  if (PyTuple_CheckExact(obj)) {
     std::vector<ValueRef> items;
-    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(obj); ++i)
-      items.push_back(wrap_untracked(PySequence_Fast_GET_ITEM(obj, i)));
-    return make_seq(PyTuple_CheckExact(obj) ? VKind::Tuple : VKind::List, std::move(items));
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(obj); ++i) items.push_back(wrap_untracked(PyTuple_GET_ITEM(obj, i)));
+    return make_seq(VKind::Tuple, std::move(items));
   }
-  return make_object(PyRef::borrow(obj), -1);
+  if (PyList_CheckExact(obj) || PyDict_CheckExact(obj)) {
+    // Read without guards (a library's module-level table); held by the guard program so that a change the trace
+    // makes to it can be replayed on the object itself.
+    int source = guards_.sources.const_object(obj, fmt::format("<{} at {}>", Py_TYPE(obj)->tp_name, static_cast<void*>(obj)));
+    ValueRef v;
+    if (PyList_CheckExact(obj)) {
+      std::vector<ValueRef> items;
+      for (Py_ssize_t i = 0; i < PyList_GET_SIZE(obj); ++i) items.push_back(wrap_untracked(PyList_GET_ITEM(obj, i)));
+      v = make_seq(VKind::List, std::move(items));
+    } else {
+      v = make_dict();
+      PyObject *k, *item;
+      Py_ssize_t pos = 0;
+      while (PyDict_Next(obj, &pos, &k, &item)) {
+        if (!is_constant(k) && !guard_by_identity(k))
+          throw Unsupported(BreakCode::UnsupportedValue, "a dict with a key that is not a constant");
+        v->keys.push_back(is_constant(k) ? make_const_borrowed(k) : make_object(PyRef::borrow(k), -1));
+        v->items.push_back(wrap_untracked(item));
+      }
+    }
+    v->source = source;
+    object_by_identity_.emplace(obj, v);
+    return v;
+  }
+  ValueRef v = make_object(PyRef::borrow(obj), -1);
+  return v;
 }
 
 }  // namespace fastcomp::frontend

@@ -503,7 +503,9 @@ def test_generated_code_is_well_formed_bytecode():
     for code in (break_code, resume_code):
         assert T.roundtrip(code) == (code.co_code, code.co_exceptiontable, code.co_linetable)
         list(dis.get_instructions(code))  # every offset, jump and table entry decodes
-    # the with block's __exit__ is not an argument: the resume function enters the block again
-    assert resume_code.co_varnames[0] == "___stack1" and "___stack0" not in resume_code.co_varnames
+    # the with block's __exit__ is not an argument: the resume function enters the block again; the live locals
+    # come first, so the original's first argument keeps slot 0 (where zero-argument super() looks)
+    assert resume_code.co_varnames[0] == "x" and "___stack1" in resume_code.co_varnames
+    assert "___stack0" not in resume_code.co_varnames
     del frame
     GRABBED.clear()

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "cpython/type_dict.h"
 #include "runtime/torch_shim.h"
 #include "runtime/torch_state.h"
 #include "support/pystr.h"
@@ -53,12 +54,16 @@ PyObject* load_source(const Source& s, PyObject* base, const cpython::FrameView&
     case SourceKind::ModuleParam: return module_dict_item(base, kParameters, s.key.get());
     case SourceKind::ModuleBuffer: return module_dict_item(base, kBuffers, s.key.get());
     case SourceKind::ModuleChild: return module_dict_item(base, kModules, s.key.get());
+    case SourceKind::ClassDictItem: {
+      PyObject* dict = PyType_Check(base) ? cpython::type_dict(reinterpret_cast<PyTypeObject*>(base)) : nullptr;
+      return dict ? PyDict_GetItemWithError(dict, s.key.get()) : nullptr;
+    }
     case SourceKind::ObjDict: {
       PyObject** dictptr = _PyObject_GetDictPtr(base);
       return dictptr ? *dictptr : nullptr;
     }
     case SourceKind::SeqItem:
-      if (PyTuple_CheckExact(base) && s.index < PyTuple_GET_SIZE(base)) return PyTuple_GET_ITEM(base, s.index);
+      if (PyTuple_Check(base) && s.index < PyTuple_GET_SIZE(base)) return PyTuple_GET_ITEM(base, s.index);
       if (PyList_CheckExact(base) && s.index < PyList_GET_SIZE(base)) return PyList_GET_ITEM(base, s.index);
       return nullptr;
   }
@@ -379,6 +384,8 @@ bool check_guards(const GuardSet& set, const cpython::FrameView& frame, GuardScr
   }
   for (const Guard& g : set.guards) {
     PyObject* v = g.source >= 0 ? scratch.values[g.source] : nullptr;
+    if (g.source >= 0 && !v && g.kind == GuardKind::DictLacks && set.sources.at(g.source).kind == SourceKind::ObjDict)
+      continue;  // an object whose __dict__ does not exist yet lacks every key
     if (g.source >= 0 && !v) {
       if (failure_reason) *failure_reason = fmt::format("{} is missing", set.sources.name(g.source));
       return false;

@@ -70,6 +70,11 @@ int SourceTable::closure_cell(int slot, const std::string& var_name) {
   return intern({SourceKind::ClosureCell, -1, slot, {}, fmt::format("<cell of L['{}']>", var_name)});
 }
 
+int SourceTable::class_dict_item(int base, PyObject* name) {
+  return intern({SourceKind::ClassDictItem, base, 0, PyRef::borrow(name),
+                 fmt::format("{}.__dict__[{}]", sources_[base].name, py_repr(name))});
+}
+
 int SourceTable::obj_dict(int base) {
   return intern({SourceKind::ObjDict, base, 0, {}, fmt::format("{}.__dict__", sources_[base].name)});
 }

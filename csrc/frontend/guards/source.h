@@ -25,6 +25,7 @@ enum class SourceKind : uint8_t {
   SeqItem,       // base[index] for a tuple or list
   ObjDict,       // base.__dict__ (the instance dict itself)
   ClosureCell,   // the cell object of free-variable slot `index` (where a nonlocal assignment is written back)
+  ClassDictItem, // base is a class: its own namespace's entry `key` (a class attribute, read without descriptors)
 };
 
 struct Source {
@@ -48,6 +49,7 @@ class SourceTable {
   int seq_item(int base, int index);
   int obj_dict(int base);
   int closure_cell(int slot, const std::string& var_name);
+  int class_dict_item(int base, PyObject* name);
 
   const Source& at(int id) const { return sources_[id]; }
   const std::string& name(int id) const { return sources_[id].name; }

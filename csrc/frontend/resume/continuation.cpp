@@ -69,12 +69,14 @@ class Builder {
   void lay_out_locals() {
     const int n = code_->co_nlocalsplus;
     nfree_ = code_->co_nfreevars;
+    // The live locals come first, in the original's slot order, so that the original's first argument keeps slot 0
+    // (zero-argument super() reads slot 0), then the stack values.
+    for (const auto& name : s_.locals) varnames_.push_back(name);
     for (size_t i = 0; i < s_.stack.size(); ++i)
       if (s_.stack[i] == Slot::Value) {
         stack_arg_[i] = static_cast<int>(varnames_.size());
         varnames_.push_back(fmt::format("___stack{}", i));
       }
-    for (const auto& name : s_.locals) varnames_.push_back(name);
     if (s_.region)
       for (size_t x = 0; x < s_.region->exits.size(); ++x) {
         exit_fn_.push_back(static_cast<int>(varnames_.size()));
@@ -228,15 +230,15 @@ class Builder {
       emit(make(Op::PUSH_NULL), pos);
       emit(make(Op::LOAD_FAST, exit_fn_.at(x)), pos);
       int nargs = 0;
+      for (int slot : local_args_) {
+        emit(make(Op::LOAD_FAST, slot), pos);
+        ++nargs;
+      }
       for (int i = 0; i < depth; ++i)
         if (e.stack[i] == Slot::Value) {
           emit(make(Op::LOAD_FAST, tmp_.at(i)), pos);
           ++nargs;
         }
-      for (int slot : local_args_) {
-        emit(make(Op::LOAD_FAST, slot), pos);
-        ++nargs;
-      }
       emit(make(Op::CALL, nargs), pos);
       emit(make(Op::RETURN_VALUE), pos);
     }

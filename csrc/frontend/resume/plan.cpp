@@ -50,8 +50,7 @@ std::optional<ResumePlan> plan(const cpython::FrameView& frame, const Unsupporte
     spec.grad_inside.push_back(v.grad_inside);
   }
   ResumePlan result;
-  for (const LiveValue& v : state.stack)
-    if (v.kind == LiveValue::Kind::Output || v.kind == LiveValue::Kind::Source) result.args.push_back(v);
+  // Arguments: the live locals (in slot order), then the stack values (see continuation.cpp's layout).
   // Locals of the original code only: a resume function's own arguments (___stack0...) are dead past its prologue.
   PyObject* original_names = original->co_localsplusnames;
   for (const auto& [slot, v] : state.locals) {
@@ -63,6 +62,8 @@ std::optional<ResumePlan> plan(const cpython::FrameView& frame, const Unsupporte
     spec.locals.push_back(utf8(name));
     result.args.push_back(v);
   }
+  for (const LiveValue& v : state.stack)
+    if (v.kind == LiveValue::Kind::Output || v.kind == LiveValue::Kind::Source) result.args.push_back(v);
   BreakRegion region;
   std::string reason = find_region(*decoded(original), state.instr - offset, spec.stack, 0, &region);
   if (!reason.empty()) {

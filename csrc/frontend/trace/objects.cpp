@@ -44,11 +44,6 @@ std::pair<PyTypeObject*, PyObject*> mro_find(PyTypeObject* type, PyObject* name,
   return {nullptr, nullptr};
 }
 
-bool is_constant_value(PyObject* o) {
-  return o == Py_None || PyBool_Check(o) || PyLong_CheckExact(o) || PyFloat_CheckExact(o) || PyUnicode_CheckExact(o) ||
-         PyBytes_CheckExact(o) || PyComplex_CheckExact(o);
-}
-
 }  // namespace
 
 PyTypeObject* python_type(const Value& v) {
@@ -92,11 +87,11 @@ void Tracer::note_class_read(PyTypeObject* type) {
 // A class attribute `value` found in `owner`'s namespace, read through a class whose version is guarded: immutable
 // values and identity objects are covered by that guard; containers are guarded through the class namespace.
 ValueRef Tracer::class_value(PyObject* value, PyTypeObject* owner, PyObject* name) {
-  if (is_constant_value(value) || guard_by_identity(value) || !(owner->tp_flags & Py_TPFLAGS_HEAPTYPE))
+  if (is_constant(value) || guard_by_identity(value) || !(owner->tp_flags & Py_TPFLAGS_HEAPTYPE))
     return wrap_untracked(value);
   PyObject* cls = reinterpret_cast<PyObject*>(owner);
   int base = guards_.sources.const_object(cls, owner->tp_name);
-  return wrap(value, guards_.sources.inst_dict(base, name));
+  return wrap(value, guards_.sources.class_dict_item(base, name));
 }
 
 // descr.__get__(instance, owner), for a descriptor found on a class. `instance` null: looked up on the class.
@@ -184,16 +179,11 @@ ValueRef Tracer::instance_attr(const ValueRef& obj, PyObject* name) {
   }
   if (!obj->is(VKind::Object)) return nullptr;
   PyObject** dictptr = _PyObject_GetDictPtr(obj->obj.get());
-  if (!dictptr || !*dictptr) {
-    // No dict yet: one appears when the object gets its first attribute, which would change this lookup.
-    if (dictptr && obj->source >= 0)
-      throw Unsupported(BreakCode::UnsupportedValue, fmt::format("{} has no __dict__ yet", describe(*obj)));
-    return nullptr;
-  }
-  PyObject* v = PyDict_GetItemWithError(*dictptr, name);
+  if (!dictptr) return nullptr;  // instances of this class have no __dict__
+  PyObject* v = *dictptr ? PyDict_GetItemWithError(*dictptr, name) : nullptr;
   if (v) return obj->source >= 0 ? wrap(v, guards_.sources.inst_dict(obj->source, name)) : wrap_untracked(v);
   PyErr_Clear();
-  if (obj->source >= 0) {
+  if (obj->source >= 0) {  // (a __dict__ not made yet lacks it too)
     Guard g;
     g.kind = GuardKind::DictLacks;
     g.source = guards_.sources.obj_dict(obj->source);

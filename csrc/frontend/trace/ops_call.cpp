@@ -103,6 +103,45 @@ bool is_compiling_flag(const std::string& name) {
   return false;
 }
 
+// torch.manual_seed and friends change the random number generators that later random ops read: recorded as a node
+// of the graph, so that each call seeds at the same point of the program as eager, and not run while tracing.
+ValueRef Tracer::seed_rng(PyObject* fn, const std::string& name, const std::vector<ValueRef>& args, const Kwargs& kwargs) {
+  static const char* const kSeeding[] = {"torch.random.manual_seed", "torch.cuda.random.manual_seed",
+                                         "torch.cuda.random.manual_seed_all", "torch.random.set_rng_state",
+                                         "torch.cuda.random.set_rng_state", "torch.cuda.random.set_rng_state_all"};
+  bool seeding = false;
+  for (const char* n : kSeeding) seeding |= name == n;
+  if (!seeding) {
+    if (name == "torch.random.seed" || name == "torch.cuda.random.seed" || name == "torch.random.get_rng_state" ||
+        name == "torch.cuda.random.get_rng_state")
+      throw Unsupported(BreakCode::SideEffect, name + "() reads or draws a random seed at run time");
+    return nullptr;
+  }
+  graph::Node node;
+  node.kind = graph::NodeKind::Call;
+  node.target = PyRef::borrow(fn);
+  node.target_name = name;
+  node.user_loc = user_loc();
+  for (const ValueRef& a : args) {
+    if (a->is(VKind::Object)) throw Unsupported(BreakCode::UnsupportedValue, name + "() with " + describe(*a));
+    node.args.push_back(to_output_arg(a));
+  }
+  if (!kwargs.empty()) {
+    node.kwnames = PyRef::steal(PyTuple_New(kwargs.size()));
+    for (size_t i = 0; i < kwargs.size(); ++i) {
+      PyTuple_SET_ITEM(node.kwnames.get(), i, PyUnicode_FromString(kwargs[i].first.c_str()));
+      node.kwargs.push_back(to_output_arg(kwargs[i].second));
+    }
+  }
+  graph_.add(std::move(node));
+  if (name == "torch.random.manual_seed") {  // returns torch.default_generator
+    PyRef gen = PyRef::steal(PyObject_GetAttrString(torch_refs().torch.get(), "default_generator"));
+    if (gen) return wrap_untracked(gen.get());
+    PyErr_Clear();
+  }
+  return make_const_borrowed(Py_None);
+}
+
 ValueRef Tracer::inline_function(PyObject* func_or_code, const Value* fn_value, std::vector<ValueRef> args,
                                  Kwargs kwargs) {
   PyObject* func = fn_value ? nullptr : func_or_code;
@@ -295,6 +334,15 @@ ValueRef Tracer::call(const ValueRef& fn, std::vector<ValueRef> args, Kwargs kwa
 ValueRef Tracer::call_method(const ValueRef& fn, std::vector<ValueRef> args, Kwargs kwargs) {
   const ValueRef& self = fn->items[0];
   if (self->is(VKind::Tensor)) {
+    if (fn->name == "Tensor.type" && args.empty() && kwargs.empty()) {
+      // The legacy type name ("torch.cuda.HalfTensor") of the real device, not of the meta tensor that stands for it.
+      PyRef meta_name = PyRef::steal(PyObject_CallMethod(self->meta.get(), "type", nullptr));
+      PyRef device_type = PyRef::steal(PyObject_GetAttrString(self->device.get(), "type"));
+      if (!meta_name || !device_type) throw Unsupported(BreakCode::Other, "fastcomp internal error: Tensor.type()");
+      std::string n = utf8(meta_name.get()), dev = utf8(device_type.get());
+      n.replace(0, std::string("torch.meta.").size(), dev == "cpu" ? "torch." : "torch." + dev + ".");
+      return make_const(PyRef::steal(PyUnicode_FromString(n.c_str())));
+    }
     args.insert(args.begin(), self);
     ValueRef out = call_torch(fn->obj.get(), fn->name, args, kwargs);
     // An in-place method returns its tensor itself (`x is x.add_(1)`): the Value now stands for the result.
@@ -418,6 +466,7 @@ ValueRef Tracer::call_object(const ValueRef& fn, std::vector<ValueRef> args, Kwa
     if (is_torch_callable(f)) {
       const std::string name = qualified_name(f);
       if (is_compiling_flag(name)) return make_const_borrowed(Py_True);
+      if (ValueRef v = seed_rng(f, name, args, kwargs)) return v;
       if (is_argument_helper(name))
         if (ValueRef folded = fold_argument_helper(f, args, kwargs)) return folded;
       return call_torch(f, name, args, kwargs);

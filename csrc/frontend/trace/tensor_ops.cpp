@@ -263,12 +263,15 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
     PyErr_NormalizeException(&type, &value, &tb);
     std::string msg = value ? PyUnicode_AsUTF8(PyRef::steal(PyObject_Str(value)).get()) : "unknown error";
     bool not_implemented = type && PyErr_GivenExceptionMatches(type, PyExc_NotImplementedError);
+    // With static shapes the meta function raises exactly when the op would (shape and dtype checks), so an `except`
+    // in the traced code may catch it; with symbolic sizes it raised at one size only, so its class is not given.
+    PyObject* exc_type = shapes_.active() ? nullptr : type;  // classes of torch's errors live as long as torch
     Py_XDECREF(type);
     Py_XDECREF(value);
     Py_XDECREF(tb);
     if (not_implemented || msg.find("meta") != std::string::npos)
       throw Unsupported(BreakCode::MetaPropagation, fmt::format("{}: {}", name, msg.substr(0, 300)));
-    throw UserCodeError(fmt::format("{} raised: {}", name, msg.substr(0, 300)));
+    throw UserCodeError(fmt::format("{} raised: {}", name, msg.substr(0, 300)), exc_type);
   }
   PyObject* out_device = explicit_device ? explicit_device.get() : (device ? device : T.cpu_device.get());
   std::vector<graph::SymShape> shapes;

@@ -285,7 +285,11 @@ ValueRef Tracer::run_frame(TraceFrame& f) {
     const Instr& in = instrs[f.pc++];
     if (in.line >= 0) f.line = in.line;
     try {
-      step(f, in, &returned, &result);
+      try {
+        step(f, in, &returned, &result);
+      } catch (UserCodeError& e) {
+        if (!handle_exception(f, e)) throw;
+      }
     } catch (Unsupported& u) {
       if (u.user_loc.empty()) {  // the innermost user frame, while it is still on the stack
         u.user_loc = user_loc();
@@ -491,9 +495,20 @@ void Tracer::step(TraceFrame& f, const Instr& in, bool* returned, ValueRef* resu
     }
     case Op::BEFORE_WITH: {
       ValueRef ctx = pop();
-      if (!ctx->is(VKind::GradCtx))
-        throw Unsupported(BreakCode::UnsupportedValue,
-                          "`with` on " + describe(*ctx) + " (only torch.no_grad/enable_grad/set_grad_enabled are traced)");
+      if (!ctx->is(VKind::GradCtx)) {
+        // Any other context manager: its class's __exit__, bound, stays on the stack; __enter__ runs now.
+        PyTypeObject* type = python_type(*ctx);
+        if (!type) throw Unsupported(BreakCode::UnsupportedValue, "`with` on " + describe(*ctx));
+        note_class_read(type);
+        PyRef enter_name = PyRef::steal(PyUnicode_InternFromString("__enter__"));
+        PyRef exit_name = PyRef::steal(PyUnicode_InternFromString("__exit__"));
+        PyObject* enter = _PyType_Lookup(type, enter_name.get());
+        PyObject* exit = _PyType_Lookup(type, exit_name.get());
+        if (!enter || !exit) throw type_error(fmt::format("'{}' object does not support the context manager protocol", type->tp_name));
+        push(bind_descriptor(exit, ctx, type, type, exit_name.get()));
+        push(call(bind_descriptor(enter, ctx, type, type, enter_name.get()), {}, {}));
+        return;
+      }
       ValueRef exit = std::make_shared<Value>();
       exit->kind = VKind::CtxExit;
       exit->flag = grad_enabled_;
@@ -503,7 +518,11 @@ void Tracer::step(TraceFrame& f, const Instr& in, bool* returned, ValueRef* resu
       return;
     }
     case Op::RAISE_VARARGS:
-      throw UserCodeError("the function raises an exception (raise statement reached while tracing)");
+    case Op::RERAISE:
+    case Op::PUSH_EXC_INFO:
+    case Op::POP_EXCEPT:
+    case Op::CHECK_EXC_MATCH:
+    case Op::WITH_EXCEPT_START: step_exception(f, in); return;
     case Op::LOAD_ASSERTION_ERROR: push(make_object(PyRef::borrow(PyExc_AssertionError), -1)); return;
     case Op::RETURN_GENERATOR: push(make_const_borrowed(Py_None)); return;
     case Op::YIELD_VALUE:

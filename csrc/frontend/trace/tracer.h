@@ -139,7 +139,9 @@ class Tracer {
                            std::vector<std::pair<std::string, ValueRef>> kwargs);
   ValueRef call_builtin(PyObject* fn, std::vector<ValueRef>& args, std::vector<std::pair<std::string, ValueRef>>& kwargs);
   ValueRef call_operator(PyObject* fn, std::vector<ValueRef>& args);  // operator.add(a, b)...; null if not one
-  ValueRef make_super(const std::vector<ValueRef>& args);  // super() / super(cls, obj) in the current frame
+  ValueRef make_super(const std::vector<ValueRef>& args);
+  ValueRef seed_rng(PyObject* fn, const std::string& name, const std::vector<ValueRef>& args,
+                    const std::vector<std::pair<std::string, ValueRef>>& kwargs);  // null: not an RNG seeding call  // super() / super(cls, obj) in the current frame
   ValueRef call_method(const ValueRef& method, std::vector<ValueRef> args, std::vector<std::pair<std::string, ValueRef>> kwargs);
   ValueRef call_object(const ValueRef& fn, std::vector<ValueRef> args, std::vector<std::pair<std::string, ValueRef>> kwargs);
   // A method implemented in C (method or slot descriptor `descr`) called on `self`: modelled where its meaning is
@@ -187,6 +189,11 @@ class Tracer {
   PyRef specialize_symint(const ValueRef& v);  // its value, with the sizes it depends on specialised
   std::vector<SymShape> infer_shapes(const ProbeCall& call, PyObject* meta_out);  // per tensor output
   PyRef probe_meta(const ValueRef& v, PyObject* at_hint, const std::vector<int64_t>& point);
+
+  // exceptions.cpp
+  bool handle_exception(TraceFrame& f, const UserCodeError& e);  // jumps to f's handler for it; false if none
+  [[noreturn]] void raise_value(const ValueRef& exc);            // `raise exc`
+  void step_exception(TraceFrame& f, const Instr& in);
 
   // ops_arith.cpp
   ValueRef binary_op(int nb_kind, const ValueRef& a, const ValueRef& b);
@@ -255,6 +262,10 @@ std::shared_ptr<const InstrStream> decoded(PyCodeObject* code);
 
 // torch's "is this being compiled?" functions (torch.compiler.is_compiling and its aliases): True while tracing.
 bool is_compiling_flag(const std::string& qualified_name);
+
+// Immutable values that the trace may bake in as constants (guarded by value): numbers, strings, None, dtypes,
+// devices, torch.Size, slices and tuples/frozensets of such.
+bool is_constant(PyObject* o);
 
 // The Python type of what `v` stands for (borrowed), null for NULL and iterators.
 PyTypeObject* python_type(const Value& v);

@@ -8,7 +8,10 @@
 namespace fastcomp::frontend {
 namespace {
 
-// Immutable values that the trace may bake in as constants (guarded by value).
+bool is_namedtuple(PyObject* o) { return PyTuple_Check(o) && !PyTuple_CheckExact(o) && PyObject_HasAttrString(o, "_fields"); }
+
+}  // namespace
+
 bool is_constant(PyObject* o) {
   const auto& T = torch_refs();
   if (o == Py_None || o == Py_Ellipsis || o == Py_NotImplemented) return true;
@@ -35,10 +38,6 @@ bool is_constant(PyObject* o) {
   const char* tn = Py_TYPE(o)->tp_name;
   return std::string_view(tn) == "torch.memory_format" || std::string_view(tn) == "torch.layout";
 }
-
-bool is_namedtuple(PyObject* o) { return PyTuple_Check(o) && !PyTuple_CheckExact(o) && PyObject_HasAttrString(o, "_fields"); }
-
-}  // namespace
 
 bool guard_by_identity(PyObject* o) {
   return PyModule_Check(o) || PyType_Check(o) || PyFunction_Check(o) || PyCFunction_Check(o) ||

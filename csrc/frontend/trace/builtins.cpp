@@ -19,7 +19,7 @@ using Kwargs = std::vector<std::pair<std::string, ValueRef>>;
 enum class B {
   print, setattr, delattr, getattr, hasattr, len, isinstance, issubclass, type, iter, next, enumerate, zip, map,
   filter, reversed, list, tuple, dict, set, frozenset, any, all, sum, min, max, abs, int_, float_, bool_, complex_,
-  callable, super, vars, object, str, repr, sorted, foldable
+  callable, super, vars, object, str, repr, sorted, id, foldable
 };
 
 // builtins' functions and classes, by identity; built once (the builtins module lives for the process).
@@ -40,7 +40,8 @@ const std::unordered_map<PyObject*, B>& builtin_table() {
         {"int", B::int_},          {"float", B::float_},        {"bool", B::bool_},
         {"complex", B::complex_},  {"callable", B::callable},   {"super", B::super},
         {"vars", B::vars},         {"object", B::object},       {"str", B::str},
-        {"repr", B::repr},         {"sorted", B::sorted},       {"range", B::foldable},
+        {"repr", B::repr},         {"sorted", B::sorted},       {"id", B::id},
+        {"range", B::foldable},
         {"round", B::foldable},    {"divmod", B::foldable},     {"pow", B::foldable},
         {"slice", B::foldable},    {"hash", B::foldable},       {"ord", B::foldable},
         {"chr", B::foldable},      {"format", B::foldable},     {"bytes", B::foldable},
@@ -235,6 +236,10 @@ ValueRef Tracer::call_builtin(PyObject* fn, std::vector<ValueRef>& args, Kwargs&
         all_const(&t);
         return fold_real(t);
       }
+      if (is_frozen(*v)) return frozen_op("len", v, [](PyObject* x) {
+        Py_ssize_t n = PyObject_Length(x);
+        return n < 0 ? nullptr : PyLong_FromSsize_t(n);
+      });
       if (v->is(VKind::UserObject) || v->is(VKind::Object)) {
         std::vector<ValueRef> children;
         if (module_container_items(v, &children)) return make_const(PyRef::steal(PyLong_FromSize_t(children.size())));
@@ -245,6 +250,8 @@ ValueRef Tracer::call_builtin(PyObject* fn, std::vector<ValueRef>& args, Kwargs&
           return inline_function(len_fn, nullptr, {v}, {});
         }
       }
+      if (v->is(VKind::Object) && PyDict_Check(v->obj.get()))
+        return make_const(PyRef::steal(PyLong_FromSize_t(dict_contents(v)->keys.size())));
       if (dict_like(*v)) return make_const(PyRef::steal(PyLong_FromSize_t(v->keys.size())));
       if (v->is(VKind::DictView)) return make_const(PyRef::steal(PyLong_FromSize_t(v->items[0]->keys.size())));
       if (v->is(VKind::List) || v->is(VKind::Tuple) || v->is(VKind::Set) || v->is(VKind::Record))
@@ -427,6 +434,10 @@ ValueRef Tracer::call_builtin(PyObject* fn, std::vector<ValueRef>& args, Kwargs&
       }
       return wrap_untracked(out.get());
     }
+    case B::id: {
+      if (args.size() != 1) throw type_error("id() takes exactly one argument");
+      return identity_of(args[0]);
+    }
     case B::foldable: break;
   }
   PyRef t;
@@ -437,6 +448,31 @@ ValueRef Tracer::call_builtin(PyObject* fn, std::vector<ValueRef>& args, Kwargs&
                       fmt::format("{}() on non-constant arguments", name ? utf8(name.get()) : "builtin"));
   }
   return fold_real(t);
+}
+
+ValueRef Tracer::identity_of(const ValueRef& v) {
+  if (v->is(VKind::Const) || (v->is(VKind::Object) && v->source < 0))
+    return make_const(PyRef::steal(PyLong_FromVoidPtr(v->obj.get())));  // held by the code or a library: stable
+  if (v->source >= 0 && !v->is(VKind::Tensor) && !v->is(VKind::Cell)) {
+    // An object of the frame: its id is stable while the guard holds that it is the same object.
+    PyObject* real = v->obj ? v->obj.get() : nullptr;
+    if (!real) {
+      for (auto& [o, known] : object_by_identity_)
+        if (known.get() == v.get()) real = o;
+    }
+    if (real) {
+      if (!guard_by_identity(real)) guard(GuardKind::IdMatch, v->source, real);
+      return make_const(PyRef::steal(PyLong_FromVoidPtr(real)));
+    }
+  }
+  // An object the trace made: a new one on every call, whose address is unknown while tracing. A made-up identity
+  // serves comparisons and dict keys inside the trace (copy.deepcopy's memo); it must not leave it.
+  auto it = made_up_ids_.find(v.get());
+  if (it == made_up_ids_.end()) it = made_up_ids_.emplace(v.get(), -static_cast<long>(made_up_ids_.size()) - 1).first;
+  ValueRef id = make_const(PyRef::steal(PyLong_FromLong(it->second)));
+  id->flag = true;
+  made_up_id_values_.push_back(v);  // keeps `v` alive, so its address stays its own
+  return id;
 }
 
 ValueRef Tracer::make_super(const std::vector<ValueRef>& args) {

@@ -30,6 +30,16 @@ bool makes_plain_instance(PyTypeObject* owner) {
 
 }  // namespace
 
+PyObject* partial_type() {
+  static PyObject* t = [] {
+    PyRef functools = PyRef::steal(PyImport_ImportModule("functools"));
+    PyObject* p = functools ? PyObject_GetAttrString(functools.get(), "partial") : nullptr;
+    if (!p) PyErr_Clear();
+    return p;
+  }();
+  return t;
+}
+
 ValueRef Tracer::new_instance(PyTypeObject* cls) {
   auto obj = std::make_shared<Value>();
   obj->kind = VKind::UserObject;
@@ -80,6 +90,25 @@ ValueRef Tracer::construct(const ValueRef& cls_value, std::vector<ValueRef> args
   PyRef fields = PyRef::steal(PyObject_GetAttrString(f, "_fields"));
   if (!fields) PyErr_Clear();
   if (fields && PyType_IsSubtype(cls, &PyTuple_Type)) return make_namedtuple(cls, args, kwargs);
+  if (f == partial_type()) {
+    if (args.empty()) throw type_error("type 'partial' takes at least one argument");
+    ValueRef kw = make_dict();
+    for (auto& [k, v] : kwargs) inst_dict_set(*kw, PyRef::steal(PyUnicode_FromString(k.c_str())).get(), v);
+    ValueRef fn = args[0];
+    std::vector<ValueRef> bound(args.begin() + 1, args.end());
+    if (fn->is(VKind::Partial)) {  // partial(partial(f, a), b) flattens, as functools does
+      std::vector<ValueRef> inner = fn->items[1]->items;
+      inner.insert(inner.end(), bound.begin(), bound.end());
+      bound = std::move(inner);
+      ValueRef merged = make_dict();
+      merged->keys = fn->items[2]->keys;
+      merged->items = fn->items[2]->items;
+      for (size_t i = 0; i < kw->keys.size(); ++i) inst_dict_set(*merged, kw->keys[i]->obj.get(), kw->items[i]);
+      kw = merged;
+      fn = fn->items[0];
+    }
+    return make_seq(VKind::Partial, {fn, make_seq(VKind::Tuple, std::move(bound)), kw});
+  }
   if (!(cls->tp_flags & Py_TPFLAGS_HEAPTYPE)) return call_builtin(f, args, kwargs);
   if (T.is_module(f) || PyType_IsSubtype(cls, reinterpret_cast<PyTypeObject*>(T.module_type.get())))
     throw Unsupported(BreakCode::UnsupportedCall, fmt::format("constructing an nn.Module ({}) inside the function", cls->tp_name));
@@ -179,6 +208,44 @@ ValueRef Tracer::call_type_method(PyObject* type, PyObject* fn, std::vector<Valu
   }
   (void)kwargs;
   return nullptr;
+}
+
+ValueRef Tracer::object_reduce(const ValueRef& self, const std::string& name, const std::vector<ValueRef>& args) {
+  PyTypeObject* type = python_type(*self);
+  if (!type || !(self->is(VKind::UserObject) || self->is(VKind::Object)) || PyType_IsSubtype(type, &PyDict_Type) ||
+      PyType_IsSubtype(type, &PyList_Type) || !(type->tp_flags & Py_TPFLAGS_HEAPTYPE))
+    throw Unsupported(BreakCode::UnsupportedCall, fmt::format("object.{}() of {}", name, describe(*self)));
+  note_class_read(type);
+  // __getstate__: an override written in Python, else the instance dict (None when empty).
+  auto state = [&]() -> ValueRef {
+    PyObject* getstate = lookup(type, "__getstate__");
+    if (getstate && PyFunction_Check(getstate)) return inline_function(getstate, nullptr, {self}, {});
+    if (PyObject* slots = lookup(type, "__slots__"); slots && slots != Py_None)
+      throw Unsupported(BreakCode::UnsupportedCall, fmt::format("copying an instance of {} (it has __slots__)", type->tp_name));
+    ValueRef d = instance_dict(self);
+    return d->keys.empty() ? make_const_borrowed(Py_None) : d;
+  };
+  if (name == "__getstate__") return state();
+  if (name == "__reduce_ex__") {
+    PyObject* reduce = lookup(type, "__reduce__");
+    if (reduce && PyFunction_Check(reduce)) return inline_function(reduce, nullptr, {self}, {});
+    PyRef protocol = args.empty() ? PyRef() : as_python_constant(args[0]);
+    if (!protocol || PyLong_AsLong(protocol.get()) < 2)
+      throw Unsupported(BreakCode::UnsupportedCall, "object.__reduce_ex__ with a protocol below 2");
+  }
+  if (lookup(type, "__getnewargs_ex__") || lookup(type, "__getnewargs__"))
+    throw Unsupported(BreakCode::UnsupportedCall, fmt::format("copying an instance of {} (it has __getnewargs__)", type->tp_name));
+  // copyreg.__newobj__(cls), the state, and no list or dict items.
+  static PyObject* newobj = [] {
+    PyRef copyreg = PyRef::steal(PyImport_ImportModule("copyreg"));
+    PyObject* fn = copyreg ? PyObject_GetAttrString(copyreg.get(), "__newobj__") : nullptr;
+    if (!fn) PyErr_Clear();
+    return fn;
+  }();
+  if (!newobj) throw Unsupported(BreakCode::Other, "fastcomp internal error: copyreg.__newobj__ is missing");
+  ValueRef cls = make_object(PyRef::borrow(reinterpret_cast<PyObject*>(type)), -1);
+  ValueRef none = make_const_borrowed(Py_None);
+  return make_seq(VKind::Tuple, {wrap_untracked(newobj), make_seq(VKind::Tuple, {cls}), state(), none, none});
 }
 
 }  // namespace fastcomp::frontend

@@ -59,13 +59,15 @@ ValueRef Tracer::container_method(const ValueRef& self, const std::string& name,
     expect_args(name, args, 0, 0);
     return make_iter(self, "iterate over");
   }
+  // The C-level item methods work on the storage itself: a subclass's Python __getitem__/__setitem__ (which may be
+  // what called them, through super()) must not run again.
   if (name == "__getitem__") {
     expect_args(name, args, 1, 1);
-    return subscript(self, args[0]);
+    return raw_getitem(self, args[0]);
   }
   if (name == "__setitem__" || name == "__delitem__") {
     expect_args(name, args, name == "__setitem__" ? 2 : 1, name == "__setitem__" ? 2 : 1);
-    store_subscript(self, args[0], name == "__setitem__" ? args[1] : nullptr);
+    raw_setitem(self, args[0], name == "__setitem__" ? args[1] : nullptr);
     return none();
   }
 

@@ -49,6 +49,7 @@ ValueRef Tracer::make_iter(const ValueRef& v, const char* what) {
         return make_iter(inline_function(iter_fn, nullptr, {v}, {}), what);
       }
       if (is_dict_like(*v)) return make_iterator(IterKind::Live, {v});
+      if (v->is(VKind::Object) && PyDict_Check(v->obj.get())) return make_iterator(IterKind::Live, {dict_contents(v)});
       break;
     }
     default: break;
@@ -164,6 +165,13 @@ std::vector<ValueRef> Tracer::unpack(const ValueRef& v, const char* what) {
       return out;
     }
     case VKind::Object: {
+      if (is_frozen(*v)) {
+        ValueRef items = frozen_op("iterate", v, [](PyObject* x) { return PySequence_Tuple(x); });
+        std::vector<ValueRef> out;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(items->obj.get()); ++i)
+          out.push_back(wrap_frozen(PyTuple_GET_ITEM(items->obj.get(), i)));
+        return out;
+      }
       if (std::vector<ValueRef> children; module_container_items(v, &children)) return children;
       PyTypeObject* type = python_type(*v);
       PyObject* iter_fn = _PyType_Lookup(type, PyRef::steal(PyUnicode_InternFromString("__iter__")).get());

@@ -18,8 +18,14 @@ PyObject* slot_of(PyTypeObject* type, const char* name) {  // borrowed
   return _PyType_Lookup(type, n.get());
 }
 
-// object's own __getattribute__ / __setattr__ / __delattr__ slot wrappers (borrowed, immortal).
-PyObject* object_slot(const char* name) { return slot_of(&PyBaseObject_Type, name); }
+// Whether `fn`, found as a class's __getattribute__ / __setattr__ / __delattr__, is the generic one of object (dict and
+// other builtins expose the same C function through slot wrappers of their own).
+bool is_generic_slot(PyObject* fn, bool getattr) {
+  if (!fn || Py_TYPE(fn) != &PyWrapperDescr_Type) return false;
+  void* wrapped = reinterpret_cast<PyWrapperDescrObject*>(fn)->d_wrapped;
+  return getattr ? wrapped == reinterpret_cast<void*>(PyObject_GenericGetAttr)
+                 : wrapped == reinterpret_cast<void*>(PyObject_GenericSetAttr);
+}
 
 bool is_data_descriptor(PyObject* d) { return Py_TYPE(d)->tp_descr_set != nullptr; }
 
@@ -249,7 +255,7 @@ ValueRef Tracer::object_getattribute(const ValueRef& obj, PyObject* name) {
 ValueRef Tracer::getattribute(const ValueRef& obj, PyObject* name) {
   PyTypeObject* type = python_type(*obj);
   PyObject* ga = type ? slot_of(type, "__getattribute__") : nullptr;
-  if (!ga || ga == object_slot("__getattribute__")) return object_getattribute(obj, name);
+  if (!ga || is_generic_slot(ga, true)) return object_getattribute(obj, name);
   note_class_read(type);
   if (!PyFunction_Check(ga)) {
     if (obj->is(VKind::Object)) return real_attr(obj, name);
@@ -367,6 +373,7 @@ ValueRef Tracer::get_attr(const ValueRef& obj, PyObject* name) {
     case VKind::UserObject: return getattribute(obj, name);
     case VKind::Object: {
       PyObject* o = obj->obj.get();
+      if (is_frozen(*obj)) return frozen_op("getattr", obj, [&](PyObject* x) { return PyObject_GetAttr(x, name); });
       if (PyModule_Check(o)) return module_attr(obj, name);
       if (PyType_Check(o)) return type_getattribute(obj, name);
       return getattribute(obj, name);
@@ -407,7 +414,7 @@ void Tracer::store_attr(const ValueRef& obj, PyObject* name, const ValueRef& val
                           fmt::format("assignment to attribute '{}' of {}", utf8(name), describe(*obj)));
       PyTypeObject* type = python_type(*obj);
       PyObject* sa = slot_of(type, value ? "__setattr__" : "__delattr__");
-      if (!sa || sa == object_slot(value ? "__setattr__" : "__delattr__")) return object_setattr(obj, name, value);
+      if (!sa || is_generic_slot(sa, false)) return object_setattr(obj, name, value);
       note_class_read(type);
       if (!PyFunction_Check(sa))
         throw Unsupported(BreakCode::SideEffect, fmt::format("assignment to attribute '{}' of {}: its class has a C {}",

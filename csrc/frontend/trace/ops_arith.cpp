@@ -167,6 +167,16 @@ bool Tracer::contains(const ValueRef& container, const ValueRef& needle) {
       return truthiness(inline_function(fn, nullptr, {b, needle}, {}));
     }
   }
+  if (is_frozen(*b)) {
+    PyRef n = as_python_constant(needle);
+    if (!n || !(needle->is(VKind::Const) || is_frozen(*needle)))
+      throw Unsupported(BreakCode::UnsupportedValue, "`in` test of " + describe(*needle) + " in a frozen value");
+    return frozen_op("in", b, [&](PyObject* x) {
+             int r = PySequence_Contains(x, n.get());
+             return r < 0 ? nullptr : PyBool_FromLong(r);
+           })->obj.get() == Py_True;
+  }
+  if (b->is(VKind::Object) && PyDict_Check(b->obj.get())) return dict_find(*dict_contents(b), *needle) >= 0;
   if (dict_like(*b)) return dict_find(*b, *needle) >= 0;
   if (b->is(VKind::Set)) {
     for (const ValueRef& item : b->items)

@@ -94,11 +94,13 @@ ValueRef Tracer::subscript(const ValueRef& obj, const ValueRef& key) {
       note_class_read(type);
       if (PyObject* fn = python_method(type, "__getitem__")) return inline_function(fn, nullptr, {obj, key}, {});
     }
-    int i = dict_find(*obj, *key);
-    if (i >= 0) return obj->items[i];
-    if (obj->is(VKind::UserObject))
-      if (PyObject* fn = python_method(python_type(*obj), "__missing__")) return inline_function(fn, nullptr, {obj, key}, {});
-    throw key_error(describe(*key));
+    return raw_getitem(obj, key);
+  }
+  if (is_frozen(*obj)) {
+    PyRef k = as_python_constant(key);
+    if (!k || !(key->is(VKind::Const) || is_frozen(*key)))
+      throw Unsupported(BreakCode::UnsupportedValue, "indexing a frozen value with " + describe(*key));
+    return frozen_op("getitem", obj, [&](PyObject* x) { return PyObject_GetItem(x, k.get()); });
   }
   if (obj->is(VKind::UserObject) || (obj->is(VKind::Object) && !PyType_Check(obj->obj.get()))) {
     std::vector<ValueRef> children;
@@ -112,26 +114,7 @@ ValueRef Tracer::subscript(const ValueRef& obj, const ValueRef& key) {
     PyTypeObject* type = python_type(*obj);
     note_class_read(type);
     if (PyObject* fn = python_method(type, "__getitem__")) return inline_function(fn, nullptr, {obj, key}, {});
-    if (obj->is(VKind::Object) && PyDict_Check(obj->obj.get()) &&
-        _PyType_Lookup(type, PyRef::steal(PyUnicode_InternFromString("__getitem__")).get()) ==
-            _PyType_Lookup(&PyDict_Type, PyRef::steal(PyUnicode_InternFromString("__getitem__")).get())) {
-      // A dict subclass from the frame whose lookup is dict's own.
-      PyRef k = as_python_constant(key);
-      if (!k || key->is(VKind::Object)) throw Unsupported(BreakCode::UnsupportedValue, "indexing with " + describe(*key));
-      PyObject* v = PyDict_GetItemWithError(obj->obj.get(), k.get());
-      if (v) return obj->source >= 0 ? wrap(v, guards_.sources.dict_item(obj->source, k.get())) : wrap_untracked(v);
-      PyErr_Clear();
-      if (python_method(type, "__missing__"))
-        return inline_function(python_method(type, "__missing__"), nullptr, {obj, key}, {});
-      if (obj->source >= 0) {
-        Guard g;
-        g.kind = GuardKind::DictLacks;
-        g.source = obj->source;
-        g.expected = k;
-        guards_.guards.push_back(std::move(g));
-      }
-      throw key_error(describe(*key));
-    }
+    if (obj->is(VKind::Object) && PyDict_Check(obj->obj.get())) return raw_getitem(obj, key);
     throw Unsupported(BreakCode::UnsupportedValue, "indexing " + describe(*obj));
   }
   PyRef k = as_python_constant(key);
@@ -171,23 +154,22 @@ ValueRef Tracer::subscript(const ValueRef& obj, const ValueRef& key) {
   throw Unsupported(BreakCode::UnsupportedValue, "indexing " + describe(*obj));
 }
 
-void Tracer::store_subscript(const ValueRef& container, const ValueRef& key, const ValueRef& value) {
-  if (container->is(VKind::Tensor)) {
-    if (!value) throw Unsupported(BreakCode::UnsupportedValue, "deleting items of a tensor");
-    PyRef k = key->is(VKind::Slice) ? as_python_constant(key) : PyRef();
-    call_torch(torch_refs().setitem.get(), "operator.setitem", {container, k ? make_const(k) : key, value}, {});
-    return;
+ValueRef Tracer::raw_getitem(const ValueRef& obj, const ValueRef& key) {
+  if (dict_storage(*obj)) {
+    int i = dict_find(*obj, *key);
+    if (i >= 0) return obj->items[i];
+    if (obj->is(VKind::UserObject))  // dict.__getitem__ asks a subclass's __missing__
+      if (PyObject* fn = python_method(python_type(*obj), "__missing__")) return inline_function(fn, nullptr, {obj, key}, {});
+    throw key_error(describe(*key));
   }
-  if (container->is(VKind::UserObject) || container->is(VKind::Object)) {
-    PyTypeObject* type = python_type(*container);
-    note_class_read(type);
-    if (PyObject* fn = python_method(type, value ? "__setitem__" : "__delitem__")) {
-      std::vector<ValueRef> args{container, key};
-      if (value) args.push_back(value);
-      inline_function(fn, nullptr, std::move(args), {});
-      return;
-    }
-  }
+  if (obj->is(VKind::Object) && PyDict_Check(obj->obj.get())) return raw_getitem(dict_contents(obj), key);
+  return subscript(obj, key);
+}
+
+void Tracer::raw_setitem(const ValueRef& container, const ValueRef& key, const ValueRef& value) {
+  if (container->is(VKind::Object) && PyDict_Check(container->obj.get())) return raw_setitem(dict_contents(container), key, value);
+  if (!dict_storage(*container) && !container->is(VKind::List))
+    throw Unsupported(BreakCode::UnsupportedValue, "item assignment into " + describe(*container));
   if (dict_storage(*container)) {
     int i = dict_find(*container, *key);
     if (value) {
@@ -205,6 +187,52 @@ void Tracer::store_subscript(const ValueRef& container, const ValueRef& key, con
     note_mutation(container);
     return;
   }
+  store_subscript(container, key, value);
+}
+
+// A dict subclass instance from the frame (an OrderedDict, a registry class) seen through dict's own methods: its
+// items as a Dict Value, read once with its keys guarded; changes to it are written back into the object.
+ValueRef Tracer::dict_contents(const ValueRef& obj) {
+  auto known = dict_contents_.find(obj.get());
+  if (known != dict_contents_.end()) return known->second;
+  PyObject* o = obj->obj.get();
+  int source = obj->source >= 0 ? obj->source
+                                : guards_.sources.const_object(o, fmt::format("<{} at {}>", Py_TYPE(o)->tp_name, static_cast<void*>(o)));
+  PyRef keys = PyRef::steal(PySequence_Tuple(PyRef::steal(PyDict_Keys(o)).get()));
+  if (obj->source >= 0) guard(GuardKind::DictKeys, source, keys.get());
+  ValueRef d = make_dict();
+  d->source = source;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(keys.get()); ++i) {
+    PyObject* k = PyTuple_GET_ITEM(keys.get(), i);
+    if (!is_constant(k) && !guard_by_identity(k))
+      throw Unsupported(BreakCode::UnsupportedValue, describe(*obj) + " has a key that is not a constant");
+    d->keys.push_back(is_constant(k) ? make_const_borrowed(k) : make_object(PyRef::borrow(k), -1));
+    PyObject* item = PyDict_GetItem(o, k);
+    d->items.push_back(obj->source >= 0 ? wrap(item, guards_.sources.dict_item(source, k)) : wrap_untracked(item));
+  }
+  dict_contents_.emplace(obj.get(), d);
+  return d;
+}
+
+void Tracer::store_subscript(const ValueRef& container, const ValueRef& key, const ValueRef& value) {
+  if (container->is(VKind::Tensor)) {
+    if (!value) throw Unsupported(BreakCode::UnsupportedValue, "deleting items of a tensor");
+    PyRef k = key->is(VKind::Slice) ? as_python_constant(key) : PyRef();
+    call_torch(torch_refs().setitem.get(), "operator.setitem", {container, k ? make_const(k) : key, value}, {});
+    return;
+  }
+  if (container->is(VKind::UserObject) || container->is(VKind::Object)) {
+    PyTypeObject* type = python_type(*container);
+    note_class_read(type);
+    if (PyObject* fn = python_method(type, value ? "__setitem__" : "__delitem__")) {
+      std::vector<ValueRef> args{container, key};
+      if (value) args.push_back(value);
+      inline_function(fn, nullptr, std::move(args), {});
+      return;
+    }
+  }
+  if (dict_storage(*container) || (container->is(VKind::Object) && PyDict_Check(container->obj.get())))
+    return raw_setitem(container, key, value);
   if (container->is(VKind::List)) {
     PyRef k = as_python_constant(key);
     if (!k) throw Unsupported(BreakCode::UnsupportedValue, "list index " + describe(*key));

@@ -396,6 +396,7 @@ ValueRef Tracer::call_c_method(PyObject* descr, const ValueRef& self, std::vecto
     }
     if (name == "__getattribute__" && args.size() == 1) return object_getattribute(self, arg_name(0).get());
     if (name == "__init__" || name == "__init_subclass__") return make_const_borrowed(Py_None);
+    if (name == "__reduce_ex__" || name == "__reduce__" || name == "__getstate__") return object_reduce(self, name, args);
     if ((name == "__eq__" || name == "__ne__") && args.size() == 1) {
       bool same = self.get() == args[0].get() ||
                   ((self->is(VKind::Object) || self->is(VKind::Const)) &&
@@ -406,6 +407,9 @@ ValueRef Tracer::call_c_method(PyObject* descr, const ValueRef& self, std::vecto
   }
   if (owner == &PyType_Type && name == "__call__" && self->is(VKind::Object) && PyType_Check(self->obj.get()))
     return construct(self, std::move(args), std::move(kwargs), /*metaclass_call_done=*/true);
+  if (owner && self->is(VKind::Object) && PyDict_Check(self->obj.get()) && PyType_IsSubtype(owner, &PyDict_Type) &&
+      name != "__init__")
+    return container_method(dict_contents(self), name, args, kwargs);
   bool container_self = self->is(VKind::List) || self->is(VKind::Tuple) || self->is(VKind::Dict) ||
                         self->is(VKind::Set) || self->is(VKind::UserObject);
   if (owner && container_self && PyType_IsSubtype(python_type(*self), owner)) {
@@ -463,6 +467,11 @@ ValueRef Tracer::call_object(const ValueRef& fn, std::vector<ValueRef> args, Kwa
   if (PyType_Check(f)) return construct(fn, std::move(args), std::move(kwargs));
   if (module_is(f, "numpy")) throw Unsupported(BreakCode::NumpyCall, "call to " + qualified_name(f));
   if (PyFunction_Check(f)) {
+    PyObject* module = PyFunction_GET_MODULE(f);
+    if (module && PyUnicode_Check(module) && PyUnicode_CompareWithASCIIString(module, "inspect") == 0) {
+      const std::string name = qualified_name(f);
+      if (is_pure_library_call(name)) return call_pure(f, name, args, kwargs);
+    }
     if (is_torch_callable(f)) {
       const std::string name = qualified_name(f);
       if (is_compiling_flag(name)) return make_const_borrowed(Py_True);
@@ -474,7 +483,8 @@ ValueRef Tracer::call_object(const ValueRef& fn, std::vector<ValueRef> args, Kwa
     return inline_function(f, nullptr, std::move(args), std::move(kwargs));
   }
   if (PyMethod_Check(f)) {
-    args.insert(args.begin(), wrap_untracked(PyMethod_GET_SELF(f)));
+    PyObject* self = PyMethod_GET_SELF(f);
+    args.insert(args.begin(), is_frozen(*fn) ? wrap_frozen(self) : wrap_untracked(self));
     return call(make_object(PyRef::borrow(PyMethod_GET_FUNCTION(f)), -1), std::move(args), std::move(kwargs));
   }
   if (Py_TYPE(f) == &PyMethodDescr_Type || Py_TYPE(f) == &PyWrapperDescr_Type) {
@@ -486,21 +496,33 @@ ValueRef Tracer::call_object(const ValueRef& fn, std::vector<ValueRef> args, Kwa
       return call_c_method(f, self, std::move(args), std::move(kwargs));
     }
   }
+  if (PyCFunction_Check(f) && is_frozen(*fn)) {
+    // A C method of a frozen value (OrderedDict.keys of a signature's parameters...): run for real on constants.
+    PyRef argv = PyRef::steal(PyTuple_New(args.size()));
+    for (size_t i = 0; i < args.size(); ++i) {
+      PyRef c = as_python_constant(args[i]);
+      if (!c || !(args[i]->is(VKind::Const) || is_frozen(*args[i]))) {
+        throw Unsupported(BreakCode::UnsupportedCall, "a method of a frozen value with " + describe(*args[i]));
+      }
+      PyTuple_SET_ITEM(argv.get(), i, c.release());
+    }
+    if (!kwargs.empty()) throw Unsupported(BreakCode::UnsupportedCall, "a method of a frozen value with keywords");
+    return frozen_op("call", fn, [&](PyObject* m) { return PyObject_Call(m, argv.get(), nullptr); });
+  }
   if (PyCFunction_Check(f)) {
     PyObject* self = PyCFunction_GET_SELF(f);
+    if (self && !PyModule_Check(self) && !PyType_Check(self) && is_constant(self)) {
+      // A method of an immutable constant, bound ("a.b".split, seen through getattr): as its unbound descriptor.
+      PyObject* descr = _PyType_Lookup(Py_TYPE(self), PyRef::steal(PyObject_GetAttrString(f, "__name__")).get());
+      if (descr) return call_c_method(descr, make_const_borrowed(self), std::move(args), std::move(kwargs));
+    }
     if (self && PyType_Check(self) && !is_torch_callable(f)) {
       // A builtin class's own method (object.__new__, tuple.__new__, dict.fromkeys): modelled by construct.cpp.
       if (ValueRef v = call_type_method(self, f, args, kwargs)) return v;
     }
   }
   // functools.partial objects from the frame: their function and arguments, read through the object.
-  static PyObject* partial_type = [] {
-    PyRef functools = PyRef::steal(PyImport_ImportModule("functools"));
-    PyObject* t = functools ? PyObject_GetAttrString(functools.get(), "partial") : nullptr;
-    if (!t) PyErr_Clear();
-    return t;
-  }();
-  if (partial_type && Py_TYPE(f) == reinterpret_cast<PyTypeObject*>(partial_type)) {
+  if (partial_type() && Py_TYPE(f) == reinterpret_cast<PyTypeObject*>(partial_type())) {
     ValueRef p = make_seq(VKind::Partial, {get_attr(fn, PyRef::steal(PyUnicode_FromString("func")).get()),
                                            get_attr(fn, PyRef::steal(PyUnicode_FromString("args")).get()),
                                            get_attr(fn, PyRef::steal(PyUnicode_FromString("keywords")).get())});

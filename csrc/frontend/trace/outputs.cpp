@@ -99,6 +99,8 @@ graph::Arg Tracer::dict_output(const Value& d) {
   graph::Arg a;
   a.kind = graph::Arg::Kind::Dict;
   for (size_t i = 0; i < d.items.size(); ++i) {
+    if (d.keys[i]->is(VKind::Const) && d.keys[i]->flag)
+      throw Unsupported(BreakCode::UnsupportedValue, "the id() of an object the compiled code makes leaves it");
     PyRef key = as_python_constant(d.keys[i]);
     if (!key) throw Unsupported(BreakCode::UnsupportedValue, "returning a dict whose key is " + describe(*d.keys[i]));
     a.keys.push_back(key);
@@ -173,11 +175,12 @@ graph::Arg Tracer::convert_output(const ValueRef& v) {
     }
     case VKind::Method: {
       const ValueRef& self = v->items[0];
-      if (v->obj && PyFunction_Check(v->obj.get())) {
+      if (v->obj) {
+        // The function the trace bound (through super() or a descriptor, maybe not what getattr finds), bound again.
         static PyObject* method_type = reinterpret_cast<PyObject*>(&PyMethod_Type);
         return rebuild_node(method_type, "types.MethodType", {graph::Arg::of_const(v->obj), to_output_arg(self)});
       }
-      // A method of a builtin or a container: getattr(self, name) at run time.
+      // A container's method, looked up by name: getattr(self, name) at run time.
       std::string name = v->name.substr(v->name.rfind('.') + 1);  // Method names may be qualified (Tensor.item)
       return rebuild_node(torch_refs().builtin_getattr.get(), "getattr",
                           {to_output_arg(self), graph::Arg::of_const(PyRef::steal(PyUnicode_FromString(name.c_str())))});
@@ -214,6 +217,8 @@ graph::Arg Tracer::convert_output(const ValueRef& v) {
       return rebuild_node(v->obj.get(), "exception", std::move(args));
     }
     default: {
+      if (v->is(VKind::Const) && v->flag)
+        throw Unsupported(BreakCode::UnsupportedValue, "the id() of an object the compiled code makes leaves it");
       PyRef c = as_python_constant(v);
       if (!c) throw Unsupported(BreakCode::UnsupportedValue, "cannot return " + describe(*v) + " from a compiled function");
       return graph::Arg::of_const(c);

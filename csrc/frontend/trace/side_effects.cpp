@@ -18,6 +18,34 @@ std::string describe(const SideEffect& e, const std::string& target) {
   return "?";
 }
 
+namespace {
+
+// Empties `target` and fills it from `items` with the C-level methods of its first builtin base, so that an OrderedDict
+// keeps its order bookkeeping and a subclass's overrides (which the trace already ran) do not run again.
+bool replace_dict(PyObject* target, PyObject* items) {
+  if (PyDict_CheckExact(target)) {
+    PyDict_Clear(target);
+    return PyDict_Update(target, items) == 0;
+  }
+  PyTypeObject* base = Py_TYPE(target);
+  while (base->tp_flags & Py_TPFLAGS_HEAPTYPE) base = base->tp_base;
+  PyRef clear = PyRef::steal(PyObject_GetAttrString(reinterpret_cast<PyObject*>(base), "clear"));
+  PyRef setitem = PyRef::steal(PyObject_GetAttrString(reinterpret_cast<PyObject*>(base), "__setitem__"));
+  if (!clear || !setitem) return false;
+  PyRef r = PyRef::steal(PyObject_CallOneArg(clear.get(), target));
+  if (!r) return false;
+  PyObject *k, *v;
+  Py_ssize_t pos = 0;
+  while (PyDict_Next(items, &pos, &k, &v)) {
+    PyObject* args[] = {target, k, v};
+    r = PyRef::steal(PyObject_Vectorcall(setitem.get(), args, 3, nullptr));
+    if (!r) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 bool apply_side_effects(const std::vector<SideEffect>& effects, PyObject* outs, const std::vector<PyObject*>& sources) {
   for (const SideEffect& e : effects) {
     PyObject* target = sources.at(e.target);
@@ -31,8 +59,7 @@ bool apply_side_effects(const std::vector<SideEffect>& effects, PyObject* outs, 
         if (PyList_SetSlice(target, 0, PyList_GET_SIZE(target), value) < 0) return false;
         break;
       case SideEffect::Kind::ReplaceDict:
-        PyDict_Clear(target);
-        if (PyDict_Update(target, value) < 0) return false;
+        if (!replace_dict(target, value)) return false;
         break;
       case SideEffect::Kind::SetAttr:
         if (PyObject_GenericSetAttr(target, e.name.get(), value) < 0) return false;

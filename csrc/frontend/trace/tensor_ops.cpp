@@ -78,7 +78,7 @@ static Converted convert_arg(Tracer& t, const ValueRef& v, PyObject** device) {
     default: {
       // An object read from the frame and guarded by type only (a numpy array, say) would be baked into the
       // graph as the object seen while tracing.
-      if (v->is(VKind::Object) && v->source >= 0 && !guard_by_identity(v->obj.get()))
+      if ((v->is(VKind::Object) && v->source >= 0 && !guard_by_identity(v->obj.get())) || (v->is(VKind::Const) && v->flag))
         throw Unsupported(BreakCode::UnsupportedValue,
                           fmt::format("cannot pass {} from the frame to a torch function", describe(*v)));
       PyRef c = t.as_python_constant(v);
@@ -312,7 +312,7 @@ ValueRef Tracer::tensor_attr(const ValueRef& tensor, PyObject* name) {
   PyRef out = PyRef::steal(PyObject_GetAttr(tensor->meta.get(), name));
   if (!out) {
     PyErr_Clear();
-    throw UserCodeError(fmt::format("'Tensor' object has no attribute '{}'", n));
+    throw attribute_error(fmt::format("'Tensor' object has no attribute '{}'", n));
   }
   if (!T.is_tensor(out.get())) return make_const(out);
   return call_torch(T.builtin_getattr.get(), "getattr", {tensor, make_const_borrowed(name)}, {});

@@ -209,14 +209,6 @@ TraceResult Tracer::capture_break(TraceFrame& f) {
   auto live = live_value = [&](const ValueRef& v) -> LiveValue {
     if (!v || v->is(VKind::Null)) return {LiveValue::Kind::Null};
     if (v->is(VKind::CtxExit)) return {LiveValue::Kind::GradCtx};
-    if (v->is(VKind::Method) && v->items[0] && !v->items[0]->is(VKind::Null)) {
-      // A method loaded before the break and called by it: its object keeps its identity (list.append).
-      LiveValue self = live_value(v->items[0]);
-      if (self.kind != LiveValue::Kind::Output && self.kind != LiveValue::Kind::Source)
-        throw NotResumable("the code after the break needs " + describe(*v));
-      self.attr = PyRef::steal(PyUnicode_FromString(v->name.substr(v->name.rfind('.') + 1).c_str()));
-      return self;
-    }
     if (v->source >= 0 && !v->is(VKind::Cell)) return {LiveValue::Kind::Source, v->source};
     auto it = made.find(v.get());
     if (it != made.end()) return {LiveValue::Kind::Output, it->second};

@@ -140,6 +140,13 @@ class Tracer {
   ValueRef call_builtin(PyObject* fn, std::vector<ValueRef>& args, std::vector<std::pair<std::string, ValueRef>>& kwargs);
   ValueRef call_operator(PyObject* fn, std::vector<ValueRef>& args);  // operator.add(a, b)...; null if not one
   ValueRef make_super(const std::vector<ValueRef>& args);
+  ValueRef identity_of(const ValueRef& v);  // id(v)
+
+  // frozen.cpp
+  ValueRef wrap_frozen(PyObject* o);  // a value computed for real from constants (Object with flag set)
+  ValueRef call_pure(PyObject* fn, const std::string& name, const std::vector<ValueRef>& args,
+                     const std::vector<std::pair<std::string, ValueRef>>& kwargs);
+  ValueRef frozen_op(const char* what, const ValueRef& v, const std::function<PyObject*(PyObject*)>& op);
   ValueRef seed_rng(PyObject* fn, const std::string& name, const std::vector<ValueRef>& args,
                     const std::vector<std::pair<std::string, ValueRef>>& kwargs);  // null: not an RNG seeding call  // super() / super(cls, obj) in the current frame
   ValueRef call_method(const ValueRef& method, std::vector<ValueRef> args, std::vector<std::pair<std::string, ValueRef>> kwargs);
@@ -157,6 +164,8 @@ class Tracer {
   ValueRef construct(const ValueRef& cls, std::vector<ValueRef> args, std::vector<std::pair<std::string, ValueRef>> kwargs,
                      bool metaclass_call_done = false);
   ValueRef new_instance(PyTypeObject* cls);  // object.__new__(cls)
+  // object.__reduce_ex__ / __reduce__ / __getstate__ of a plain instance (how copy.deepcopy and pickle take it apart).
+  ValueRef object_reduce(const ValueRef& self, const std::string& name, const std::vector<ValueRef>& args);
   ValueRef make_namedtuple(PyTypeObject* cls, const std::vector<ValueRef>& args,
                            const std::vector<std::pair<std::string, ValueRef>>& kwargs);
   // A builtin class's method called on the class (object.__new__(cls), tuple.__new__(cls, it)); null if not modelled.
@@ -167,6 +176,9 @@ class Tracer {
   ValueRef subscript(const ValueRef& obj, const ValueRef& key);
   void store_subscript(const ValueRef& obj, const ValueRef& key, const ValueRef& value);  // null value: delete
   bool module_container_items(const ValueRef& module, std::vector<ValueRef>* out);  // ModuleList/Sequential/Dict
+  ValueRef raw_getitem(const ValueRef& obj, const ValueRef& key);  // dict.__getitem__/list's, no Python override
+  void raw_setitem(const ValueRef& obj, const ValueRef& key, const ValueRef& value);  // null value: delete
+  ValueRef dict_contents(const ValueRef& obj);  // a dict subclass instance from the frame, as a Dict Value
   void set_add(const ValueRef& set, const ValueRef& item);  // set.add (mutation-tracked)
 
   // iterators.cpp: the iterator protocol, lazily and in program order
@@ -250,6 +262,9 @@ class Tracer {
   std::unordered_map<const Value*, int> output_refs_;          // how often each mutable Value is output
   std::unordered_map<const Value*, graph::Arg> output_memo_;   // Values already converted
   std::unordered_set<const Value*> building_;                  // Values being converted (cycle check)
+  std::unordered_map<const Value*, ValueRef> dict_contents_;   // see dict_contents()
+  std::unordered_map<const Value*, long> made_up_ids_;         // see identity_of()
+  std::vector<ValueRef> made_up_id_values_;
   bool module_hook_guards_added_ = false;
   bool grad_mode_read_ = false;  // grad mode influenced the trace (see add_global_state_guards)
   TraceStop stop_;                 // instr -1: trace to the end
@@ -259,6 +274,12 @@ class Tracer {
 
 // Decoded instructions of a code object, cached for the process (code objects are kept alive).
 std::shared_ptr<const InstrStream> decoded(PyCodeObject* code);
+
+PyObject* partial_type();  // functools.partial (borrowed)
+
+// Library functions computed for real at trace time on constant arguments (see frozen.cpp).
+bool is_pure_library_call(const std::string& qualified_name);
+inline bool is_frozen(const Value& v) { return v.is(VKind::Object) && v.flag; }
 
 // torch's "is this being compiled?" functions (torch.compiler.is_compiling and its aliases): True while tracing.
 bool is_compiling_flag(const std::string& qualified_name);

@@ -80,7 +80,8 @@ struct Value {
   size_t pos = 0;               // Iterator position
   IterKind iter = IterKind::Snapshot;   // Iterator
   std::shared_ptr<TraceFrame> frame;    // Iterator of a generator: its suspended frame (null once finished)
-  bool flag = false;            // GradCtx / CtxExit grad mode; Set: frozen
+  // GradCtx / CtxExit grad mode; Set: frozen; Const: an id() made up (see identity_of); Object: frozen (frozen.cpp)
+  bool flag = false;
   // Instance attributes. UserObject: its whole __dict__ (a Dict Value, so `obj.__dict__` stays live). Object
   // read from the frame: null until the trace assigns an attribute; then a Dict Value of the assigned (and,
   // once `obj.__dict__` was read, all) attributes, consulted before the real object; `inst_dict_complete`

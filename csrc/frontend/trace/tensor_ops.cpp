@@ -244,7 +244,7 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
       PyObject* dev = PyTuple_GET_ITEM(parsed.get(), 0);
       if (PyTuple_GET_SIZE(rest.get()) > 0 && T.is_tensor(PyTuple_GET_ITEM(rest.get(), 0)))
         explicit_device = args[1]->device;  // .to(other): other's device
-      else if (dev != Py_None)
+      else if (dev != Py_None && !explicit_device)  // a device=... keyword was read above (the meta call got "meta")
         explicit_device = PyRef::borrow(dev);
       PyObject* dtype = PyTuple_GET_ITEM(parsed.get(), 1);
       PyObject* self = PyTuple_GET_ITEM(meta_args.get(), 0);

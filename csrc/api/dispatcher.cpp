@@ -161,6 +161,7 @@ PyTypeObject g_disabled_type = [] {
 
 bool ready_types() { return PyType_Ready(&g_dispatcher_type) == 0 && PyType_Ready(&g_disabled_type) == 0; }
 
+PyTypeObject* dispatcher_type() { return &g_dispatcher_type; }
 PyTypeObject* disabled_type() { return &g_disabled_type; }
 
 PyObject* make_dispatcher(PyObject* fn, PyCodeObject* target, CompileOptions options, bool explain) {

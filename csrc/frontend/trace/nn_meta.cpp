@@ -12,7 +12,7 @@ namespace {
 
 using namespace meta_args;  // NOLINT: the fast paths share its vocabulary
 
-enum class Op : uint8_t { Linear, Matmul, LayerNorm, Sum, Mean, Cat };
+enum class Op : uint8_t { Linear, Matmul, LayerNorm, Sum, Mean, Cat, Softmax, SoftmaxF };
 
 const std::unordered_map<PyObject*, Op>& table() {
   static const auto* tb = [] {
@@ -40,6 +40,13 @@ const std::unordered_map<PyObject*, Op>& table() {
       add(owner, "mean", Op::Mean);
     }
     for (const char* n : {"cat", "concat", "concatenate"}) add(torch, n, Op::Cat);
+    // torch's meta function of softmax imports sympy (through elementwise_dtypes): most of a second in the
+    // first compile of every process that traces one.
+    for (const char* n : {"softmax", "log_softmax"}) {
+      add(torch, n, Op::Softmax);
+      add(tensor, n, Op::Softmax);
+      add(functional.get(), n, Op::SoftmaxF);
+    }
     return t;
   }();
   return *tb;
@@ -206,6 +213,23 @@ std::optional<ComputedMeta> cat(PyObject* args, PyObject* kwargs, bool grad) {
   return fresh_result(dt, std::move(sizes), grad && is_float(dt) && requires_grad);
 }
 
+// softmax / log_softmax(input, dim, dtype=None) of a floating tensor, and F.softmax / F.log_softmax(input,
+// dim=None, _stacklevel=3, dtype=None) with a dim: a contiguous result of `dtype` (else input's), input's shape.
+std::optional<ComputedMeta> softmax(Op op, PyObject* args, PyObject* kwargs, bool grad) {
+  std::vector<PyObject*> a;
+  const bool functional = op == Op::SoftmaxF;
+  const bool bound = functional ? bind_args(args, kwargs, {"input", "dim", "_stacklevel", "dtype"}, 1, &a)
+                                : bind_args(args, kwargs, {"input", "dim", "dtype"}, 2, &a);
+  Arg x;
+  if (!bound || !read_tensor(a[0], &x) || !is_float(x.dt) || none(a[1])) return std::nullopt;  // F's dim=None: legacy
+  if (functional && a[2] && !PyLong_CheckExact(a[2])) return std::nullopt;
+  PyObject* dtype = functional ? a[3] : a[2];
+  if (wrap_dim(a[1], x.sizes.size()) < 0) return std::nullopt;
+  int8_t dt = x.dt;
+  if (!none(dtype) && !is_float(dt = dtypes().index(dtype))) return std::nullopt;
+  return fresh_result(dt, x.sizes, grad && x.requires_grad);
+}
+
 }  // namespace
 
 std::optional<ComputedMeta> nn_meta(PyObject* target, PyObject* args, PyObject* kwargs, bool grad_enabled) {
@@ -219,6 +243,8 @@ std::optional<ComputedMeta> nn_meta(PyObject* target, PyObject* args, PyObject* 
     case Op::Sum:
     case Op::Mean: return reduction(it->second, args, kwargs, grad_enabled);
     case Op::Cat: return cat(args, kwargs, grad_enabled);
+    case Op::Softmax:
+    case Op::SoftmaxF: return softmax(it->second, args, kwargs, grad_enabled);
   }
   return std::nullopt;
 }

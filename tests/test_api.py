@@ -238,6 +238,17 @@ def test_explain_of_a_compiled_module_or_function_reports_the_original():
     assert (out.graph_count, out.graph_break_count, out.ops_per_graph) == (1, 0, [["operator.mul"]])
 
 
+def test_explain_of_a_compiled_function_uses_its_dynamic_and_mode():
+    def f(x):
+        return x * 2
+
+    x = torch.randn(4)
+    assert "f32[s0]" in fastcomp.explain(fastcomp.compile(f, dynamic=True))(x).graphs[0]
+    assert "f32[4]" in fastcomp.explain(fastcomp.compile(f))(x).graphs[0]
+    out = fastcomp.explain(fastcomp.compile(f, mode="reduce-overhead"))(x)
+    assert out.backends == ["torch runner: 1 ops (no CUDA tensors) (no CUDA graph: not on the CUDA backend)"]
+
+
 def test_explain_output_has_op_count():
     out = fastcomp.explain(lambda x: (x + 1).relu().sum())(torch.randn(3))
     assert out.op_count == 3 and "Op Count: 3" in str(out)

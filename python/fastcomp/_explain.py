@@ -67,7 +67,8 @@ def explain(fn, mode=None):
     sizes and fallbacks happen on later calls and are logged under ``FASTCOMP_LOGS=cudagraphs``.
 
     `fn` may be what ``fastcomp.compile`` returned: it reports on the function or module that was compiled, as
-    ``fastcomp.explain`` of the original would (as ``torch._dynamo.explain`` does for torch.compile's).
+    ``fastcomp.explain`` of the original would, with the ``dynamic`` and ``mode`` it was compiled with (``mode``
+    given here wins). For a compile with default options that is exactly the original's report.
 
     Every frame that runs is compiled afresh: the compiled function, the resume functions after its graph
     breaks, and the functions its CPython parts call. ``graph_count`` counts graphs with at least one op;
@@ -75,13 +76,14 @@ def explain(fn, mode=None):
     also ends the caller's graph, but it is one break), so it is not ``graph_count - 1``.
     """
 
-    runs_as = _runs_as(mode, None)
-    fn = _unwrap_compiled(fn)
+    fn, compiled_with = _unwrap_compiled(fn)
+    runs_as = compiled_with["mode"] if compiled_with and mode is None else _runs_as(mode, None)
+    dynamic = compiled_with["dynamic"] if compiled_with else None
 
     def run(*args, **kwargs):
         records = []
         target = _target_code(fn)
-        dispatcher = _C.make_dispatcher(fn, target, False, None, runs_as, "default", explain=True)
+        dispatcher = _C.make_dispatcher(fn, target, False, dynamic, runs_as, "default", explain=True)
         with _events.subscribe(records.append):
             dispatcher(*args, **kwargs)
         graphs, ops, guards, times, breaks, order, backends = [], [], [], [], [], [], []

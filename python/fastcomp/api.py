@@ -71,14 +71,15 @@ def _warn_once(message):
 
 
 def _unwrap_compiled(fn):
-    """The function or module that fastcomp.compile(...) wrapped (`fn` itself when it is not a compiled one)."""
+    """(the function or module that fastcomp.compile(...) wrapped, the dispatcher's compile options), or (fn, None)
+    when `fn` is not a compiled one."""
     if isinstance(fn, OptimizedModule):
-        return fn._orig_mod
+        return fn._orig_mod, fn._fastcomp_call._compile_options
     if isinstance(fn, _C.CompiledFunction):
-        return fn._fn
+        return fn._fn, fn._compile_options
     if isinstance(fn, types.MethodType) and isinstance(fn.__func__, _C.CompiledFunction):
-        return types.MethodType(fn.__func__._fn, fn.__self__)
-    return fn
+        return types.MethodType(fn.__func__._fn, fn.__self__), fn.__func__._compile_options
+    return fn, None
 
 
 class OptimizedModule(torch.nn.Module):

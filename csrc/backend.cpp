@@ -44,8 +44,9 @@ std::string torch_runner_reason(const graph::Graph& graph, int* device) {
 }
 
 // Writes the compile's artifacts into their own folder under FASTCOMP_DUMP_DIR; returns the folder ("" when
-// dumping is off or failed).
-std::filesystem::path dump(const std::string& graph_text, const std::string& plan_text, const std::string& cuda) {
+// dumping is off or failed). Empty texts write no file.
+std::filesystem::path dump(const std::string& graph_text, const frontend::GuardSet& guards,
+                           const std::string& plan_text, const std::string& cuda) {
   if (config().dump_dir.empty()) return {};
   static std::atomic<int> counter{0};
   std::filesystem::path dir = std::filesystem::path(config().dump_dir) / fmt::format("graph_{:04}", counter++);
@@ -56,6 +57,7 @@ std::filesystem::path dump(const std::string& graph_text, const std::string& pla
     if (!text.empty()) write_file(dir / name, text);
   };
   write("graph.txt", graph_text);
+  write("guards.txt", guards.to_string());
   write("plan.txt", plan_text);
   write("kernels.cu", cuda);
   return dir;
@@ -158,10 +160,18 @@ BuiltExecutable build_cuda_executable(graph::Graph graph, frontend::GuardSet& gu
 BuiltExecutable build_executable(graph::Graph graph, frontend::GuardSet& guards, bool cuda_graphs) {
   int device = 0;
   std::string why = torch_runner_reason(graph, &device);
-  if (why == "no CUDA tensors" && config().rehearse_cuda_backend) return rehearse(std::move(graph), cuda_graphs);
+  const std::string graph_text = config().dump_dir.empty() ? "" : graph.to_string();
+  if (why == "no CUDA tensors" && config().rehearse_cuda_backend) {
+    BuiltExecutable rehearsed = rehearse(std::move(graph), cuda_graphs);
+    if (!graph_text.empty())
+      rehearsed.dump_folder = dump(graph_text, guards, rehearsed.plan_text, rehearsed.cuda_source).string();
+    return rehearsed;
+  }
   const std::string origin = cuda_graphs ? graph_origin(graph) : "";
   BuiltExecutable built = why.empty() ? build_cuda_executable(std::move(graph), guards, device, cuda_graphs)
                                       : torch_runner(std::move(graph), why);
+  if (!graph_text.empty() && built.dump_folder.empty())  // a graph the CUDA backend did not lower
+    built.dump_folder = dump(graph_text, guards, "", "").string();
   if (!cuda_graphs || built.cuda_graph) return built;
   const std::string no_graph = built.no_cuda_graph.empty() ? "not on the CUDA backend" : built.no_cuda_graph;
   const std::string summary = built.no_cuda_graph.empty() ? "torch runner" : built.summary;
@@ -183,18 +193,20 @@ BuiltExecutable build_cuda_executable(graph::Graph graph, frontend::GuardSet& gu
   try {
     source = runtime::emit_plan(program, runtime::device_limits(device));
   } catch (const std::exception& e) {
+    if (!config().suppress_errors) throw;  // raised as fastcomp.InternalError (dispatch.cpp)
     FC_LOG(compile, warning, "fastcomp: the CUDA backend could not emit code for this graph ({}); it runs through "
            "torch instead. Plan:\n{}", e.what(), text);
     return torch_runner(std::move(graph), "code generation failed");
   }
-  const std::filesystem::path dumped = dump(graph.to_string(), text, source.program);
-  FC_LOG(output_code, info, "Output code (plan):\n{}\n{}", text, source.program);
   for (const plan::MatmulStep& m : program.matmul_steps)
     if (m.dtype == codegen::DType::F32) {
       add_tf32_guard(guards);
       break;
     }
+  const std::filesystem::path dumped = dump(graph.to_string(), guards, text, source.program);
+  FC_LOG(output_code, info, "Output code (plan):\n{}\n{}", text, source.program);
   BuiltExecutable out;
+  out.dump_folder = dumped.string();
   out.summary = "cuda: " + program.counts_text();
   out.plan_text = std::move(text);
   out.cuda_source = source.program;
@@ -214,6 +226,9 @@ BuiltExecutable build_cuda_executable(graph::Graph graph, frontend::GuardSet& gu
       // (W7's warm start), and its first call should then run the kernels: the torch runner's first call pays
       // torch's first use of every op the eager model did not run (~20 ms for W7's decomposed attention).
       const double settle_ms = needs_nvrtc ? 0 : kPlanSettleMs;
+      FC_LOG(compile, info, "{}: {} on a background thread; calls run through torch until then "
+             "(fastcomp.wait_for_compiles() waits for it)", graph_origin(graph),
+             needs_nvrtc ? "its kernels compile (NVRTC)" : "cuBLASLt plans its products");
       out.executable =
           runtime::make_background_executable(std::move(graph), std::move(program), std::move(source),
                                               std::move(binary), switches, out.summary, dumped_source, settle_ms);
@@ -227,12 +242,14 @@ BuiltExecutable build_cuda_executable(graph::Graph graph, frontend::GuardSet& gu
     else if (cuda_graphs) use_cuda_graph(out, graph_for_replay, program_for_replay);
     return out;
   } catch (const runtime::cuda::NvrtcError& e) {
+    if (!config().suppress_errors) throw;  // raised as fastcomp.InternalError (dispatch.cpp)
     const std::string path =
         dumped.empty() ? runtime::cuda::save_rejected_source(source.program) : (dumped / "kernels.cu").string();
     FC_LOG(compile, warning, "fastcomp: NVRTC rejected the generated CUDA C ({}); this graph runs through torch "
            "instead. Please report it with the source: {}\nNVRTC log:\n{}", e.what(), path, e.log);
     return torch_runner(std::move(graph), "NVRTC failed");
   } catch (const std::exception& e) {
+    if (!config().suppress_errors) throw;  // raised as fastcomp.InternalError (dispatch.cpp)
     FC_LOG(compile, warning, "fastcomp: the CUDA backend failed to build this graph ({}); it runs through torch "
            "instead.", e.what());
     return torch_runner(std::move(graph), "CUDA backend failed");

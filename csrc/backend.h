@@ -17,11 +17,15 @@ struct BuiltExecutable {
   std::string cuda_source;  // its CUDA C
   bool cuda_graph = false;  // replays as a CUDA graph (mode="reduce-overhead")
   std::string no_cuda_graph;  // with mode="reduce-overhead": why a CUDA executable launches directly instead
+  std::string dump_folder;    // where FASTCOMP_DUMP_DIR's files of this graph went ("" when not dumped)
 };
 
 /** Builds `graph`'s executable; adds the guards the choice depends on (e.g. TF32 for fp32 matmuls) to
  *  `guards`. With `cuda_graphs` (mode="reduce-overhead"), a CUDA executable replays as a CUDA graph after a
- *  warm-up call. Never throws for a CUDA failure: it logs the reason and uses the torch runner. */
+ *  warm-up call. Never throws for a CUDA failure: it logs the reason and uses the torch runner (unless
+ *  fastcomp.config.suppress_errors is off: then it throws, and the call raises fastcomp.InternalError). With
+ *  FASTCOMP_DUMP_DIR set, every graph writes graph.txt and guards.txt into a folder of its own there, and a
+ *  graph the CUDA backend lowered also plan.txt and kernels.cu. */
 BuiltExecutable build_executable(graph::Graph graph, frontend::GuardSet& guards, bool cuda_graphs);
 
 }  // namespace fastcomp

@@ -49,4 +49,9 @@ struct CompiledFrame {
 /** Traces the frame and builds its executable. Never throws for user code or unsupported code. */
 CompiledFrame compile_frame(const cpython::FrameView& frame, const CompileOptions& options);
 
+// Tests: the next frame compiled reports `reason` as an unresumable GB999 break of its first line instead of
+// tracing, the way the tracer reports its own inconsistencies ("fastcomp internal error: ..."), so that the
+// handling of internal errors (fastcomp.config.suppress_errors) can be tested without a bug to trigger it.
+void fail_next_trace_for_tests(std::string reason);
+
 }  // namespace fastcomp

@@ -47,11 +47,30 @@ void warn(const std::string& message) {
   if (PyErr_WarnEx(PyExc_UserWarning, message.c_str(), 1) < 0) PyErr_Clear();
 }
 
+// "  File "a.py", line 12\n    <source line>" for each "a.py:12" of `stack`, as Python's tracebacks print them.
+std::string traceback_lines(const std::vector<std::string>& stack) {
+  std::string text;
+  for (const std::string& loc : stack) {
+    auto colon = loc.rfind(':');
+    text += fmt::format("\n  File \"{}\", line {}", loc.substr(0, colon), loc.substr(colon + 1));
+    std::string line = source_line(loc);
+    if (!line.empty()) text += "\n    " + line;
+  }
+  return text;
+}
+
+// The break's code, headline and reason, the user's stack from the compiled function down to it, and the hint.
 std::string failure_text(const frontend::Unsupported& u) {
-  std::string line = source_line(u.user_loc);
-  return fmt::format("{} {}: {}\n  at {}{}\n  hint: {}", frontend::break_code_id(u.code),
-                     frontend::break_code_headline(u.code), u.what(), u.user_loc,
-                     line.empty() ? "" : "\n    " + line, frontend::break_code_hint(u.code));
+  const std::vector<std::string> stack = u.user_stack.empty() ? std::vector<std::string>{u.user_loc} : u.user_stack;
+  return fmt::format("{} {}: {}\nUser code traceback (outermost first):{}\n  hint: {}", frontend::break_code_id(u.code),
+                     frontend::break_code_headline(u.code), u.what(), traceback_lines(stack),
+                     frontend::break_code_hint(u.code));
+}
+
+// The tracer reports its own inconsistencies (a bug in fastcomp, not in the user's code) as breaks whose reason
+// starts so; with fastcomp.config.suppress_errors off they raise fastcomp.InternalError.
+bool is_internal(const frontend::Unsupported& u) {
+  return std::string_view(u.what()).rfind("fastcomp internal error", 0) == 0;
 }
 
 // Whether code in `filename` is fastcomp's, torch's or the standard library's (never compiled on its own).
@@ -78,7 +97,10 @@ bool counts_break(const frontend::Unsupported& u) {
 // "file:line" of the user frames running between the compiled function and this frame (when this frame is
 // called from a compiled function's CPython part), outermost first; empty for the compiled function itself.
 std::vector<std::string> calling_user_frames(const DispatchContext& ctx, PyCodeObject* code) {
-  if (code == ctx.target) return {};
+  // A resume function continues its original code's frame: the frames calling it are that frame's callers.
+  const frontend::GeneratedCode* self = frontend::generated_code(code);
+  PyCodeObject* frame_code = self ? self->original : code;
+  if (frame_code == ctx.target) return {};
   std::vector<std::string> out;
   PyFrameObject* f = PyEval_GetFrame();  // borrowed: the caller of the frame being compiled
   for (int n = 0; f && n < 64; ++n) {
@@ -86,7 +108,9 @@ std::vector<std::string> calling_user_frames(const DispatchContext& ctx, PyCodeO
     auto* co = reinterpret_cast<PyCodeObject*>(c.get());
     const frontend::GeneratedCode* g = frontend::generated_code(co);
     PyCodeObject* user = g ? g->original : co;
-    if (g || !in_skipped_dir(utf8(co->co_filename)))
+    // The break code that calls a resume function is the same user frame at its previous break, not a caller.
+    const bool calls_this_resume = n == 0 && self && g && g->is_break_code && user == frame_code;
+    if (!calls_this_resume && (g || !in_skipped_dir(utf8(co->co_filename))))
       out.push_back(fmt::format("{}:{}", utf8(co->co_filename), PyFrame_GetLineNumber(f)));
     if (user == ctx.target) {
       std::reverse(out.begin(), out.end());
@@ -107,13 +131,7 @@ void log_break(PyCodeObject* code, const frontend::Unsupported& u, const std::st
                                  u.user_loc, frontend::break_code_id(u.code), frontend::break_code_headline(u.code),
                                  u.what(), frontend::break_code_explanation(u.code), frontend::break_code_hint(u.code));
   if (!not_resumed.empty()) text += fmt::format("\n  {} runs eagerly: {}", where(code), not_resumed);
-  text += "\nUser code traceback:";
-  for (const std::string& loc : u.user_stack) {
-    auto colon = loc.rfind(':');
-    text += fmt::format("\n  File \"{}\", line {}", loc.substr(0, colon), loc.substr(colon + 1));
-    std::string line = source_line(loc);
-    if (!line.empty()) text += "\n    " + line;
-  }
+  text += "\nUser code traceback:" + traceback_lines(u.user_stack);
   log::emit(log::Topic::graph_breaks, log::Level::info, text);
 }
 
@@ -293,12 +311,15 @@ cpython::FrameOutcome dispatch(const cpython::FrameView& frame, DispatchContext&
     reasons.push_back(fmt::format("{}/{}: {}", cache.frame_id, e->compile_id, reason));
   }
   if (!ctx.explain && same_options >= config().recompile_limit) {
+    const bool raises = config().error_on_recompile;
     std::string msg = fmt::format(
-        "fastcomp: {} hit the recompile limit ({}); it runs eagerly for inputs that match none of its {} compiled "
-        "versions.\n  last failing guard: {}\n  To see every recompile, set FASTCOMP_LOGS=recompiles; to allow more, "
-        "raise fastcomp.config.recompile_limit.",
-        where(code), config().recompile_limit, same_options, reasons.empty() ? "?" : reasons.front());
-    if (config().error_on_recompile) {
+        "fastcomp: {} hit the recompile limit ({}): these inputs match none of its {} compiled versions{}.\n"
+        "  last failing guard: {}\n  To see every recompile, set FASTCOMP_LOGS=recompiles; to allow more, raise "
+        "fastcomp.config.recompile_limit{}.",
+        where(code), config().recompile_limit, same_options,
+        raises ? ", and fastcomp.config.error_on_recompile is set" : "; it runs eagerly for such inputs",
+        reasons.empty() ? "?" : reasons.front(), raises ? "; to run such calls eagerly instead, unset error_on_recompile" : "");
+    if (raises) {
       raise("RecompileLimitExceeded", msg);
       return cpython::FrameOutcome::error();
     }
@@ -309,8 +330,10 @@ cpython::FrameOutcome dispatch(const cpython::FrameView& frame, DispatchContext&
     return cpython::FrameOutcome::run_default();
   }
   if (!reasons.empty() && !ctx.explain) {
+    // A resume function by its own name (f.__resume_at_42): its guards are not f's.
+    const std::string name = utf8(frontend::generated_code(code) ? code->co_qualname : code->co_name);
     std::string text = fmt::format("Recompiling function {} in {}:{}\n    triggered by the following guard failure(s):",
-                                   utf8(code->co_name), utf8(code->co_filename), code->co_firstlineno);
+                                   name, utf8(code->co_filename), code->co_firstlineno);
     for (auto& r : reasons) text += "\n    - " + r;
     log::emit(log::Topic::recompiles, log::Level::info, text);
   }
@@ -329,6 +352,11 @@ cpython::FrameOutcome dispatch(const cpython::FrameView& frame, DispatchContext&
 
   if (c.failure) {
     log_break(code, *c.failure, c.not_resumed);
+    if (is_internal(*c.failure) && !config().suppress_errors) {
+      raise("InternalError", fmt::format("fastcomp internal error while compiling {}:\n{}", where(code),
+                                         failure_text(*c.failure)));
+      return cpython::FrameOutcome::error();
+    }
     if (ctx.options->fullgraph) {
       std::string text = failure_text(*c.failure);
       raise("Unsupported", fmt::format("fastcomp.compile(fullgraph=True) cannot capture {} in one graph:\n{}", where(code), text));
@@ -366,8 +394,13 @@ cpython::FrameOutcome dispatch(const cpython::FrameView& frame, DispatchContext&
   if (!e.compiled.executable) return cpython::FrameOutcome::run_default();
   if (!frontend::check_guards(e.compiled.guards, frame, scratch, nullptr)) {
     // The guards of a fresh trace must accept the frame they came from.
-    warn(fmt::format("fastcomp: internal error: the guards of {} reject the inputs they were built from; running it eagerly",
-                     where(code)));
+    const std::string msg = fmt::format("fastcomp internal error: the guards of {} reject the inputs they were built from",
+                                        where(code));
+    if (!config().suppress_errors) {
+      raise("InternalError", msg);
+      return cpython::FrameOutcome::error();
+    }
+    warn(msg + "; running it eagerly");
     return cpython::FrameOutcome::run_default();
   }
   return run_entry(e, scratch, frame);

@@ -295,7 +295,9 @@ def test_graph_break_hands_a_symbolic_int_to_the_code_after_it():
     assert "return ('between graphs', 2*s0)" in cc.records[0]["graph"]
 
 
-def test_new_process_remembers_which_dimensions_are_dynamic(tmp_path):
+def run_dynamic_program(tmp_path, **env_vars):
+    """Runs a program that calls a compiled function with batch sizes 8, 16, 5 in a fresh process sharing
+    tmp_path's kernel cache; returns how many frames it compiled."""
     script = textwrap.dedent("""
         import torch, fastcomp
         from fastcomp.testing import CompileCounter
@@ -311,19 +313,42 @@ def test_new_process_remembers_which_dimensions_are_dynamic(tmp_path):
     """)
     path = tmp_path / "prog.py"
     path.write_text(script)
-    env = dict(os.environ, FASTCOMP_CACHE_DIR=str(tmp_path / "cache"),
+    env = {k: v for k, v in os.environ.items() if k != "FASTCOMP_AUTOMATIC_DYNAMIC_ON_DISK"}
+    env.update(FASTCOMP_CACHE_DIR=str(tmp_path / "cache"),
                # the fastcomp this test imported (a developer build's python/ or the installed package)
                PYTHONPATH=os.pathsep.join(filter(None, [os.path.dirname(os.path.dirname(fastcomp.__file__)),
-                                                        os.environ.get("PYTHONPATH")])))
+                                                        os.environ.get("PYTHONPATH")])), **env_vars)
+    out = subprocess.run([sys.executable, str(path)], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return int(out.stdout.split()[-1])
 
-    def run():
-        out = subprocess.run([sys.executable, str(path)], env=env, capture_output=True, text=True, timeout=120)
-        assert out.returncode == 0, out.stderr
-        return int(out.stdout.split()[-1])
 
-    assert run() == 2  # static, then dynamic
-    assert list((tmp_path / "cache" / "dynamic").glob("*.txt"))
-    assert run() == 1  # dynamic from the first call
+def test_new_process_remembers_which_dimensions_are_dynamic_when_asked(tmp_path):
+    assert run_dynamic_program(tmp_path, FASTCOMP_AUTOMATIC_DYNAMIC_ON_DISK="1") == 2  # static, then dynamic
+    assert len(list((tmp_path / "cache" / "dynamic").glob("*.txt"))) == 1
+    assert run_dynamic_program(tmp_path, FASTCOMP_AUTOMATIC_DYNAMIC_ON_DISK="1") == 1  # dynamic from the first call
+
+
+def test_dynamic_decisions_do_not_leak_between_programs_by_default(tmp_path):
+    assert run_dynamic_program(tmp_path) == 2
+    assert not (tmp_path / "cache" / "dynamic").exists()
+    assert run_dynamic_program(tmp_path) == 2  # static first again: nothing was kept from the first program
+    # Decisions an opted-in program left on disk are not read by a program that did not opt in.
+    assert run_dynamic_program(tmp_path, FASTCOMP_AUTOMATIC_DYNAMIC_ON_DISK="yes") == 2
+    assert run_dynamic_program(tmp_path) == 2
+
+
+def test_reset_forgets_dynamic_decisions_of_this_process():
+    compiled = fastcomp.compile(lambda x: x * 2)
+    with CompileCounter() as cc:
+        compiled(torch.randn(8))
+        compiled(torch.randn(16))  # dimension 0 becomes dynamic
+        compiled(torch.randn(4))   # served by the dynamic entry
+    assert cc.frame_count == 2
+    fastcomp.reset()
+    with CompileCounter() as cc:
+        compiled(torch.randn(4))
+    assert cc.frame_count == 1 and "f32[4]" in cc.records[0]["graph"]  # static again: the decision was cleared
 
 
 class Reshaper(nn.Module):

@@ -322,3 +322,22 @@ def test_dispatch_key_change_without_autocast_change_reuses_the_entry():
         with torch.inference_mode():
             torch.testing.assert_close(compiled(x, y), x + y)
     assert cc.frame_count == 1
+
+
+def test_each_global_module_hook_dict_is_guarded_on_its_own():
+    # torch's four global hook dicts are equal while empty; each is guarded by identity, not as the first of them.
+    lin = torch.nn.Linear(2, 2)
+    compiled = fastcomp.compile(lambda x: lin(x))
+    x = torch.randn(1, 2)
+    with CompileCounter() as cc:
+        compiled(x)
+    hook_guards = [g for r in cc.records for g in r["guards"] if "_global_" in g]
+    assert sorted(hook_guards) == sorted(f"LENGTH_CHECK: len(torch.nn.modules.module.{name}) == 0" for name in (
+        "_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks", "_global_backward_pre_hooks"))
+    calls = []
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(lambda module, args: calls.append(module))
+    try:
+        compiled(x)
+    finally:
+        handle.remove()
+    assert calls == [lin]  # the hook ran, as in eager: the cached graph (which skips it) was not reused

@@ -89,8 +89,17 @@ PyObject* dispatcher_repr(PyObject* self) {
 
 PyObject* dispatcher_get_fn(PyObject* self, void*) { return Py_NewRef(reinterpret_cast<Dispatcher*>(self)->fn); }
 
+// New reference: {"fullgraph", "dynamic", "mode", "backend"} as compiled (mode: the one it runs as).
+PyObject* dispatcher_get_options(PyObject* self, void*) {
+  const CompileOptions& o = *reinterpret_cast<Dispatcher*>(self)->options;
+  PyObject* dynamic = o.dynamic < 0 ? Py_None : o.dynamic ? Py_True : Py_False;
+  return Py_BuildValue("{s:O,s:O,s:s,s:s}", "fullgraph", o.fullgraph ? Py_True : Py_False, "dynamic", dynamic, "mode",
+                       o.mode.c_str(), "backend", o.backend.c_str());
+}
+
 PyGetSetDef dispatcher_getset[] = {
     {"_fn", dispatcher_get_fn, nullptr, "the function or module being compiled", nullptr},
+    {"_compile_options", dispatcher_get_options, nullptr, "fullgraph, dynamic, mode and backend as compiled", nullptr},
     {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, nullptr, nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr}};
 
@@ -161,6 +170,7 @@ PyTypeObject g_disabled_type = [] {
 
 bool ready_types() { return PyType_Ready(&g_dispatcher_type) == 0 && PyType_Ready(&g_disabled_type) == 0; }
 
+PyTypeObject* dispatcher_type() { return &g_dispatcher_type; }
 PyTypeObject* disabled_type() { return &g_disabled_type; }
 
 PyObject* make_dispatcher(PyObject* fn, PyCodeObject* target, CompileOptions options, bool explain) {

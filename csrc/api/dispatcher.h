@@ -11,6 +11,7 @@ namespace fastcomp::api {
 PyObject* make_dispatcher(PyObject* fn, PyCodeObject* target, CompileOptions options, bool explain);
 // New reference: a callable that runs `fn` with fastcomp's hook suspended (never traced into).
 PyObject* make_disabled(PyObject* fn);
+PyTypeObject* dispatcher_type();  // fastcomp._C.CompiledFunction
 PyTypeObject* disabled_type();
 bool ready_types();  // registers both types; false with a Python error set on failure
 

@@ -2,6 +2,7 @@
 #include "bindings/bind.h"
 #include <pybind11/stl.h>
 #include "cpython/eval_hook.h"
+#include "compile.h"
 #include "dispatch.h"
 #include "frontend/trace/dynamic_memory.h"
 #include "frontend/trace/tracer.h"
@@ -16,6 +17,7 @@ void bind_api(py::module_& m) {
   if (!api::ready_types()) throw py::error_already_set();
   cpython::set_frame_handler(&handle_frame);
   frontend::register_special_object("disabled_type", reinterpret_cast<PyObject*>(api::disabled_type()));
+  m.attr("CompiledFunction") = py::handle(reinterpret_cast<PyObject*>(api::dispatcher_type()));
 
   m.def(
       "make_dispatcher",
@@ -47,7 +49,7 @@ void bind_api(py::module_& m) {
         runtime::reset_all_caches();
         frontend::reset_dynamic_memory();
       },
-      "drop every compiled entry and the sizes seen (dynamic decisions on disk stay)");
+      "drop every compiled entry (with its CUDA graphs) and the sizes and dynamic decisions seen; files on disk stay");
   m.def("set_compile_observer", [](py::object o) { set_compile_observer(o.ptr()); });
   m.def("register_special", [](const std::string& role, py::object o) { frontend::register_special_object(role, o.ptr()); });
   m.def("is_dispatching", &is_dispatching);
@@ -60,10 +62,12 @@ void bind_api(py::module_& m) {
   m.def(
       "set_rehearse_cuda_backend", [](bool on) { config().rehearse_cuda_backend = on; },
       "tests: lower graphs on CPU tensors as if on a GPU, compile their CUDA C to PTX, run them through torch");
+  m.def("fail_next_trace_for_tests", &fail_next_trace_for_tests, py::arg("reason"),
+        "tests: the next frame compiled reports `reason` as an unresumable GB999 break instead of tracing");
   m.def(
       "set_config",
       [](int recompile_limit, bool error_on_recompile, bool suppress_errors, bool cuda_backend,
-         bool background_compile, const std::string& dump_dir, int nvrtc_threads,
+         bool background_compile, const std::string& dump_dir, bool automatic_dynamic_on_disk, int nvrtc_threads,
          const std::string& nvrtc_fast_compile, bool matmul_tuning, bool fused_attention, bool small_matmul,
          bool grouped_products) {
         if (!nvrtc_fast_compile.empty() && nvrtc_fast_compile != "min" && nvrtc_fast_compile != "mid" &&
@@ -76,6 +80,7 @@ void bind_api(py::module_& m) {
         config().cuda_backend = cuda_backend;
         config().background_compile = background_compile;
         config().dump_dir = dump_dir;
+        config().automatic_dynamic_on_disk = automatic_dynamic_on_disk;
         config().nvrtc_threads = nvrtc_threads;
         config().nvrtc_fast_compile = nvrtc_fast_compile;
         config().matmul_tuning = matmul_tuning;
@@ -84,7 +89,7 @@ void bind_api(py::module_& m) {
         config().grouped_products = grouped_products;
       },
       py::arg("recompile_limit"), py::arg("error_on_recompile"), py::arg("suppress_errors"), py::arg("cuda_backend"),
-      py::arg("background_compile"), py::arg("dump_dir"), py::arg("nvrtc_threads"), py::arg("nvrtc_fast_compile"),
+      py::arg("background_compile"), py::arg("dump_dir"), py::arg("automatic_dynamic_on_disk"), py::arg("nvrtc_threads"), py::arg("nvrtc_fast_compile"),
       py::arg("matmul_tuning"), py::arg("fused_attention"), py::arg("small_matmul"), py::arg("grouped_products"));
   m.def(
       "wait_for_compiles", [](double timeout_s) { return runtime::wait_for_compiles(timeout_s); },

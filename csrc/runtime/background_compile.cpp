@@ -140,7 +140,7 @@ class BackgroundExecutable final : public Executable {
       if (!outcome_->error.empty()) throw std::runtime_error(outcome_->error);
       cuda_ = make_cuda_executable(std::move(graph_), std::move(program_), source_, outcome_->binary, switches_,
                                    std::move(outcome_->plans));
-      FC_LOG(compile, debug, "background compile finished: {}", summary_);
+      FC_LOG(compile, info, "background compile finished, the graph's calls run its kernels now: {}", summary_);
     } catch (const std::exception& e) {
       failed_ = true;
       FC_LOG(compile, warning, "fastcomp: the CUDA backend failed to load this graph ({}); it keeps running "

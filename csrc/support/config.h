@@ -19,6 +19,9 @@ struct Config {
   bool small_matmul = true;         // F.linear of a few rows as a kernel of its own, not cuBLASLt (plan::LowerOptions)
   bool grouped_products = true;     // products of one A as one batched cuBLASLt call (plan/group_products.h)
   std::string dump_dir;             // non-empty: every compile writes its artifacts (graph, plan, .cu) here
+  // Automatic-dynamic decisions are read from and written to the kernel cache's dynamic/ folder. Off by default:
+  // decisions on disk are keyed by code object, so one program's calls would change another's compiles.
+  bool automatic_dynamic_on_disk = false;
   // Code under these directories (torch, the standard library, fastcomp) is never compiled as a frame of its
   // own when the CPython part of a compiled function calls it. Set by the Python package at import.
   std::vector<std::string> skip_dirs;

@@ -2,7 +2,7 @@
 import dataclasses
 
 from fastcomp import _C, _events
-from fastcomp.api import MODES, _check_choice, _target_code
+from fastcomp.api import _runs_as, _target_code, _unwrap_compiled
 
 
 @dataclasses.dataclass
@@ -36,12 +36,13 @@ class ExplainOutput:
     ops_per_graph: list
     out_guards: list
     compile_times: list  # seconds per compiled frame
+    op_count: int = 0  # ops in all graphs, as torch._dynamo's ExplainOutput.op_count
     backends: list = dataclasses.field(default_factory=list)  # per graph: what runs it (kernels, cuBLAS, externs)
     order: list = dataclasses.field(default_factory=list)  # ("graph", i) / ("break", i) in program order
 
     def __str__(self):
         lines = [f"Graph Count: {self.graph_count}", f"Graph Break Count: {self.graph_break_count}",
-                 f"Op Count: {sum(len(ops) for ops in self.ops_per_graph)}"]
+                 f"Op Count: {self.op_count}"]
         order = self.order or ([("graph", i) for i in range(len(self.graphs))] +
                                [("break", i) for i in range(len(self.break_reasons))])
         for kind, i in order:
@@ -65,19 +66,24 @@ def explain(fn, mode=None):
     replay as a CUDA graph (``"+ CUDA graph"``: captured after one warm-up call) or why not. Captures, their pool
     sizes and fallbacks happen on later calls and are logged under ``FASTCOMP_LOGS=cudagraphs``.
 
+    `fn` may be what ``fastcomp.compile`` returned: it reports on the function or module that was compiled, as
+    ``fastcomp.explain`` of the original would, with the ``dynamic`` and ``mode`` it was compiled with (``mode``
+    given here wins). For a compile with default options that is exactly the original's report.
+
     Every frame that runs is compiled afresh: the compiled function, the resume functions after its graph
     breaks, and the functions its CPython parts call. ``graph_count`` counts graphs with at least one op;
     ``graph_break_count`` counts breaks, each by the frame whose own code holds it (a break inside a helper
     also ends the caller's graph, but it is one break), so it is not ``graph_count - 1``.
     """
 
-    if mode is not None:
-        _check_choice("mode", mode, MODES)
+    fn, compiled_with = _unwrap_compiled(fn)
+    runs_as = compiled_with["mode"] if compiled_with and mode is None else _runs_as(mode, None)
+    dynamic = compiled_with["dynamic"] if compiled_with else None
 
     def run(*args, **kwargs):
         records = []
         target = _target_code(fn)
-        dispatcher = _C.make_dispatcher(fn, target, False, None, mode or "default", "default", explain=True)
+        dispatcher = _C.make_dispatcher(fn, target, False, dynamic, runs_as, "default", explain=True)
         with _events.subscribe(records.append):
             dispatcher(*args, **kwargs)
         graphs, ops, guards, times, breaks, order, backends = [], [], [], [], [], [], []
@@ -94,7 +100,7 @@ def explain(fn, mode=None):
                 breaks.append(BreakReason(r["break_code"], r["break_headline"], r["break_reason"], r["user_loc"],
                                           r["source_line"], r["break_hint"], r["break_explanation"],
                                           list(r["user_stack"]), r["resumed"]))
-        return ExplainOutput(graphs, len(graphs), len(breaks), breaks, ops, guards, times, backends=backends,
-                             order=order)
+        return ExplainOutput(graphs, len(graphs), len(breaks), breaks, ops, guards, times,
+                             op_count=sum(len(graph_ops) for graph_ops in ops), backends=backends, order=order)
 
     return run

@@ -2,18 +2,26 @@
 import functools
 import inspect
 import types
+import warnings
 
 import torch
 
-from fastcomp import _C
+from fastcomp import _C, config
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 BACKENDS = ("default",)
 OPTIONS = ("cuda_graphs",)
+# What each mode runs as. torch's max-autotune is Inductor's kernel autotuning plus CUDA graphs; fastcomp's
+# tuning of its matrix products (config.matmul_tuning) is on in every mode, so max-autotune is reduce-overhead's
+# CUDA graphs, and max-autotune-no-cudagraphs is the default mode.
+_RUNS_AS = {"default": "default", "reduce-overhead": "reduce-overhead", "max-autotune": "reduce-overhead",
+            "max-autotune-no-cudagraphs": "default"}
 
 
 def _target_code(fn):
     """The code object whose frames are compiled when `fn` is called."""
+    while isinstance(fn, functools.partial):  # the call runs fn.func's frame
+        fn = fn.func
     if isinstance(fn, torch.nn.Module):
         forward = type(fn).forward
         return inspect.unwrap(forward).__code__
@@ -36,14 +44,53 @@ def _check_choice(what, value, valid):
         raise ValueError(f"fastcomp.compile: unknown {what} {value!r}; valid {what}s: {', '.join(map(repr, valid))}")
 
 
+def _runs_as(mode, options):
+    """The mode the native core compiles for, from compile()'s `mode` and `options` (checked: one or the other)."""
+    if mode is not None and options is not None:
+        raise RuntimeError("Either mode or options can be specified, but both can't be specified at the same time.")
+    for key in options or {}:
+        _check_choice("option", key, OPTIONS)
+    if options is not None:
+        return "reduce-overhead" if options.get("cuda_graphs") else "default"
+    mode = "default" if mode is None else mode
+    _check_choice("mode", mode, MODES)
+    if mode.startswith("max-autotune") and not config.matmul_tuning:
+        _warn_once(f"fastcomp.compile(mode={mode!r}) tunes matrix products only while fastcomp.config.matmul_tuning "
+                   "is on, and it is off: this compiles as mode="
+                   f"{'reduce-overhead' if _RUNS_AS[mode] != 'default' else 'default'!r}")
+    return _RUNS_AS[mode]
+
+
+_warned = set()
+
+
+def _warn_once(message):
+    if message not in _warned:
+        _warned.add(message)
+        warnings.warn(message, stacklevel=4)
+
+
+def _unwrap_compiled(fn):
+    """(the function or module that fastcomp.compile(...) wrapped, the dispatcher's compile options), or (fn, None)
+    when `fn` is not a compiled one."""
+    if isinstance(fn, OptimizedModule):
+        return fn._orig_mod, fn._fastcomp_call._compile_options
+    if isinstance(fn, _C.CompiledFunction):
+        return fn._fn, fn._compile_options
+    if isinstance(fn, types.MethodType) and isinstance(fn.__func__, _C.CompiledFunction):
+        return types.MethodType(fn.__func__._fn, fn.__self__), fn.__func__._compile_options
+    return fn, None
+
+
 class OptimizedModule(torch.nn.Module):
     """What fastcomp.compile(module) returns: behaves like the module (attributes, state_dict, train/eval,
     hooks) and runs its forward compiled. Like torch.compile, the original is registered as ``_orig_mod``."""
 
-    def __init__(self, mod, dispatcher):
+    def __init__(self, mod, dispatcher, compile_kwargs):
         super().__init__()
         self._orig_mod = mod
         object.__setattr__(self, "_fastcomp_call", dispatcher)
+        object.__setattr__(self, "_fastcomp_compile_kwargs", compile_kwargs)
 
     def forward(self, *args, **kwargs):
         return self._fastcomp_call(*args, **kwargs)
@@ -54,6 +101,28 @@ class OptimizedModule(torch.nn.Module):
         except AttributeError:
             return getattr(self._modules["_orig_mod"], name)
 
+    def __reduce__(self):
+        # Compiled code is never copied or saved: as with torch.compile's OptimizedModule, copy.deepcopy, pickle
+        # and torch.save keep the module and the compile arguments, and the copy compiles on its first call.
+        return (_compile_module, (self._orig_mod, self._fastcomp_compile_kwargs))
+
+    # Containers (Sequential, ModuleList, ModuleDict) stay containers. Type slots are not found by __getattr__.
+    def __len__(self):
+        return len(self._orig_mod)
+
+    def __iter__(self):
+        return iter(self._orig_mod)
+
+    def __getitem__(self, index):
+        return self._orig_mod[index]
+
+    def __contains__(self, item):
+        return item in self._orig_mod
+
+    def __bool__(self):
+        # Without this, __len__ would decide truth, and raise for modules that are not containers.
+        return bool(self._orig_mod)
+
     def __repr__(self):
         return f"OptimizedModule({self._orig_mod!r})"
 
@@ -61,18 +130,17 @@ class OptimizedModule(torch.nn.Module):
 def compile(model=None, *, fullgraph=False, dynamic=None, mode=None, backend="default", options=None, disable=False):
     """Compile a function or nn.Module; returns a callable with the same behaviour.
 
-    Usable as ``compile(fn)``, ``@compile``, ``@compile(fullgraph=True)`` and ``compile(module)``.
-    ``fullgraph=True`` raises ``fastcomp.Unsupported`` where the code cannot be captured in one graph.
+    Usable as ``compile(fn)``, ``@compile``, ``@compile(fullgraph=True)``, ``compile(module)`` and
+    ``compile(functools.partial(fn, ...))``. ``fullgraph=True`` raises ``fastcomp.Unsupported`` where the code
+    cannot be captured in one graph. ``mode="reduce-overhead"`` (or ``options={"cuda_graphs": True}``) replays
+    graphs on the CUDA backend as CUDA graphs; ``mode="max-autotune"`` does the same (fastcomp's tuning of
+    matrix products, ``config.matmul_tuning``, is on in every mode), and ``"max-autotune-no-cudagraphs"`` is the
+    default mode. ``mode`` and ``options`` together raise ``RuntimeError``, as in torch.
     """
-    mode = "default" if mode is None else mode
-    _check_choice("mode", mode, MODES)
+    runs_as = _runs_as(mode, options)
     _check_choice("backend", backend, BACKENDS)
     if dynamic not in (None, True, False):
         raise TypeError(f"fastcomp.compile: dynamic must be None, True or False, got {dynamic!r}")
-    for key in options or {}:
-        _check_choice("option", key, OPTIONS)
-    if options and options.get("cuda_graphs"):
-        mode = "reduce-overhead"
     if model is None:
         return functools.partial(
             compile, fullgraph=fullgraph, dynamic=dynamic, mode=mode, backend=backend, options=options, disable=disable
@@ -84,11 +152,17 @@ def compile(model=None, *, fullgraph=False, dynamic=None, mode=None, backend="de
     if disable:
         return model
     target = _target_code(model)
-    dispatcher = _C.make_dispatcher(model, target, fullgraph, dynamic, mode, backend)
+    dispatcher = _C.make_dispatcher(model, target, fullgraph, dynamic, runs_as, backend)
     if isinstance(model, torch.nn.Module):
-        return OptimizedModule(model, dispatcher)
+        kwargs = dict(fullgraph=fullgraph, dynamic=dynamic, mode=mode, backend=backend, options=options)
+        return OptimizedModule(model, dispatcher, kwargs)
     functools.update_wrapper(dispatcher, model)
     return dispatcher
+
+
+def _compile_module(module, compile_kwargs):
+    """Unpickling and copying an OptimizedModule: compile the (copied) module again."""
+    return compile(module, **compile_kwargs)
 
 
 def disable(fn=None, recursive=True):
@@ -137,7 +211,17 @@ def mark_static(t, dim):
 
 
 def reset():
-    """Forget every compiled function (like torch._dynamo.reset())."""
+    """Forget what fastcomp compiled and decided in this process, like torch._dynamo.reset().
+
+    Cleared: every compiled entry of every function and resume function (guards, graphs, executables, CUDA
+    graphs and their memory pools, so ``torch.cuda.memory_allocated()`` returns to where it was); the compile
+    counters that number entries in logs (``0/1``) and the warn-once flags (recompile limit, eager fallback); the
+    input sizes seen and the automatic-dynamic decisions made, so the next call compiles static first again.
+
+    Kept: compiled kernels and cuBLASLt tuning decisions (in memory and in the kernel cache on disk; they only
+    save time), automatic-dynamic decisions on disk (``config.automatic_dynamic_on_disk``), ``fastcomp.config``,
+    log settings, and ``mark_dynamic``/``mark_static`` marks on tensors.
+    """
     _C.reset()
 
 

@@ -1,30 +1,46 @@
-"""fastcomp's settings. Set attributes directly (``fastcomp.config.recompile_limit = 16``); the native core
-sees every change immediately. Environment variables give the start-up values:
+"""fastcomp's settings, the one place that reads them. Set attributes directly (``fastcomp.config.recompile_limit
+= 16``) or for a block (``with fastcomp.config.patch(...)``); the native core sees every change immediately.
+Environment variables give the start-up values:
 
-- ``FASTCOMP_RECOMPILE_LIMIT`` (int, default 8): compiled versions per function before it runs eagerly.
-- ``FASTCOMP_ERROR_ON_RECOMPILE`` (0/1): raise ``RecompileLimitExceeded`` instead of warning at the limit.
-- ``FASTCOMP_SUPPRESS_ERRORS`` (0/1, default 1): internal compile failures warn and run eagerly instead of raising.
-- ``FASTCOMP_CUDA_BACKEND`` (0/1, default 1): graphs on CUDA tensors run fastcomp's generated kernels and cuBLASLt
-  calls; 0 runs them op by op through torch.
-- ``FASTCOMP_BACKGROUND_COMPILE`` (0/1, default 1): kernels compile on a background thread while the graph runs
-  through torch; 0 compiles them before the first call returns.
-- ``FASTCOMP_DUMP_DIR`` (path, default unset): each compiled graph writes ``graph.txt``, ``plan.txt`` and
-  ``kernels.cu`` into its own folder there.
-- ``FASTCOMP_NVRTC_THREADS`` (int, default 0): threads NVRTC may use to compile one graph's kernels
+- ``FASTCOMP_RECOMPILE_LIMIT`` (int >= 0, default 8): compiled versions per function before it runs eagerly.
+- ``FASTCOMP_ERROR_ON_RECOMPILE`` (on/off, default off): raise ``RecompileLimitExceeded`` instead of warning at
+  the limit.
+- ``FASTCOMP_SUPPRESS_ERRORS`` (on/off, default on): internal compile failures warn and run eagerly; off raises
+  ``fastcomp.InternalError``.
+- ``FASTCOMP_CUDA_BACKEND`` (on/off, default on): graphs on CUDA tensors run fastcomp's generated kernels and
+  cuBLASLt calls; off runs them op by op through torch.
+- ``FASTCOMP_BACKGROUND_COMPILE`` (on/off, default on): kernels compile on a background thread while the graph
+  runs through torch; off compiles them before the first call returns.
+- ``FASTCOMP_DUMP_DIR`` (path, default unset): each compiled graph writes its files into a folder of its own there
+  (``graph.txt`` and ``guards.txt`` always; ``plan.txt`` and ``kernels.cu`` when the CUDA backend lowered it).
+- ``FASTCOMP_AUTOMATIC_DYNAMIC_ON_DISK`` (on/off, default off): keep the automatic-dynamic decisions (which input
+  dimensions changed size) under ``FASTCOMP_CACHE_DIR/dynamic/``, so that a later run of the same program
+  traces those dimensions as symbols from its first call. Off, as torch.compile keeps its profile-guided
+  decisions off unless asked: each process decides from its own calls, and one program never changes how
+  another compiles.
+- ``FASTCOMP_NVRTC_THREADS`` (int >= 0, default 0): threads NVRTC may use to compile one graph's kernels
   (``--split-compile``); 0 takes the CPU cores this process may run on but one, at most 8; 1 compiles on one
   thread.
 - ``FASTCOMP_NVRTC_FAST_COMPILE`` ("", min, mid or max; default ""): NVRTC's ``-Ofast-compile`` level, which
   trades the generated code's speed for compile time (NVRTC 12.8 and later; ignored by older ones).
-- ``FASTCOMP_MATMUL_TUNING`` (0/1, default 1): the first run of each matrix product times cuBLASLt's top candidate
-  algorithms on the GPU and keeps the fastest (a few ms of GPU time per product shape, once per process); 0 keeps
-  cuBLASLt's heuristic pick, so the algorithm, and with it the last bits of results, never depend on timing.
-- ``FASTCOMP_FUSED_ATTENTION`` (0/1, default 1): self-attention heads whose keys and values fit in shared memory
-  run as one kernel; 0 runs them as a head-splitting kernel, two batched cuBLASLt products and a softmax kernel.
-- ``FASTCOMP_SMALL_MATMUL`` (0/1, default 1): ``F.linear`` (and ``nn.MultiheadAttention``'s projections) of at
+- ``FASTCOMP_MATMUL_TUNING`` (on/off, default on): the first run of each matrix product times cuBLASLt's top
+  candidate algorithms on the GPU and keeps the fastest (a few ms of GPU time per product shape, once per
+  process); off keeps cuBLASLt's heuristic pick, so the algorithm, and with it the last bits of results, never
+  depend on timing.
+- ``FASTCOMP_FUSED_ATTENTION`` (on/off, default on): self-attention heads whose keys and values fit in shared
+  memory run as one kernel; off runs them as a head-splitting kernel, two batched cuBLASLt products and a softmax
+  kernel.
+- ``FASTCOMP_SMALL_MATMUL`` (on/off, default on): ``F.linear`` (and ``nn.MultiheadAttention``'s projections) of at
   most 32 rows (under 2^25 multiply-adds, both operands contiguous along K) runs as a kernel of fastcomp's own,
   which saves the host a cuBLASLt call and needs no cuBLASLt at all (a warm start plans none); not under
-  ``mode="reduce-overhead"``, whose CUDA graphs replay cuBLAS's (there faster) kernels at no host cost. 0 keeps
+  ``mode="reduce-overhead"``, whose CUDA graphs replay cuBLAS's (there faster) kernels at no host cost. Off keeps
   cuBLASLt for every product.
+- ``FASTCOMP_GROUPED_PRODUCTS`` (on/off, default on): products of the same activation and shape (``x @ Wg`` and
+  ``x @ Wu``; q/k/v projections) run as one batched cuBLASLt call; off keeps a call each.
+
+On/off variables take ``1/0``, ``true/false``, ``yes/no`` or ``on/off`` in any case; an empty value means unset.
+Anything else, a non-integer or a negative integer, stops ``import fastcomp`` with a ``ValueError`` that names the
+variable, its value and what it accepts (a typo must not silently leave a switch at its default).
 """
 import contextlib
 import os
@@ -33,34 +49,79 @@ import types
 
 from fastcomp import _C
 
-_DEFAULTS = {
-    "recompile_limit": int(os.environ.get("FASTCOMP_RECOMPILE_LIMIT", "8")),
-    "error_on_recompile": os.environ.get("FASTCOMP_ERROR_ON_RECOMPILE", "0") == "1",
-    "suppress_errors": os.environ.get("FASTCOMP_SUPPRESS_ERRORS", "1") == "1",
-    "cuda_backend": os.environ.get("FASTCOMP_CUDA_BACKEND", "1") == "1",
-    "background_compile": os.environ.get("FASTCOMP_BACKGROUND_COMPILE", "1") == "1",
-    "dump_dir": os.environ.get("FASTCOMP_DUMP_DIR", ""),
-    "nvrtc_threads": int(os.environ.get("FASTCOMP_NVRTC_THREADS", "0")),
-    "nvrtc_fast_compile": os.environ.get("FASTCOMP_NVRTC_FAST_COMPILE", ""),
-    "matmul_tuning": os.environ.get("FASTCOMP_MATMUL_TUNING", "1") == "1",
+# setting: (environment variable, default). The default's type is the setting's type; ints are >= 0.
+_SETTINGS = {
+    "recompile_limit": ("FASTCOMP_RECOMPILE_LIMIT", 8),
+    "error_on_recompile": ("FASTCOMP_ERROR_ON_RECOMPILE", False),
+    "suppress_errors": ("FASTCOMP_SUPPRESS_ERRORS", True),
+    "cuda_backend": ("FASTCOMP_CUDA_BACKEND", True),
+    "background_compile": ("FASTCOMP_BACKGROUND_COMPILE", True),
+    "dump_dir": ("FASTCOMP_DUMP_DIR", ""),
+    "automatic_dynamic_on_disk": ("FASTCOMP_AUTOMATIC_DYNAMIC_ON_DISK", False),
+    "nvrtc_threads": ("FASTCOMP_NVRTC_THREADS", 0),
+    "nvrtc_fast_compile": ("FASTCOMP_NVRTC_FAST_COMPILE", ""),
+    "matmul_tuning": ("FASTCOMP_MATMUL_TUNING", True),
     # Self-attention heads as one kernel where K and V fit in shared memory (csrc/plan/lower_attention.cpp).
-    # On since its H100 A/B (benchmarks/results/2026-11-25_nvidia-h100_fused-attention.md); "0" turns it off.
-    "fused_attention": os.environ.get("FASTCOMP_FUSED_ATTENTION", "1") == "1",
-    # F.linear of at most 32 rows (a product under 2^25 multiply-adds) as a kernel of fastcomp's own instead of a
-    # cuBLASLt call, outside CUDA graphs (csrc/codegen/emit_small_matmul.cpp); "0" keeps cuBLASLt for every product.
-    "small_matmul": os.environ.get("FASTCOMP_SMALL_MATMUL", "1") == "1",
-    # Products of the same activation and shape (x @ Wg and x @ Wu; q/k/v projections) as one batched cuBLASLt
-    # call (csrc/plan/group_products.h); "0" keeps a call each.
-    "grouped_products": os.environ.get("FASTCOMP_GROUPED_PRODUCTS", "1") == "1",
+    # On since its H100 A/B (benchmarks/results/2026-11-25_nvidia-h100_fused-attention-ab.md).
+    "fused_attention": ("FASTCOMP_FUSED_ATTENTION", True),
+    # F.linear of at most 32 rows as a kernel of fastcomp's own instead of a cuBLASLt call, outside CUDA graphs
+    # (csrc/codegen/emit_small_matmul.cpp).
+    "small_matmul": ("FASTCOMP_SMALL_MATMUL", True),
+    # Products of the same activation and shape as one batched cuBLASLt call (csrc/plan/group_products.h).
+    "grouped_products": ("FASTCOMP_GROUPED_PRODUCTS", True),
 }
+_CHOICES = {"nvrtc_fast_compile": ("", "min", "mid", "max")}
+_ON = ("1", "true", "yes", "on")
+_OFF = ("0", "false", "no", "off")
+
+
+def _from_env(name):
+    """The start-up value of setting `name`: its environment variable parsed, or its default when unset."""
+    variable, default = _SETTINGS[name]
+    raw = os.environ.get(variable, "")
+    text = raw.strip()
+    if not text:
+        return default
+    if isinstance(default, bool):
+        if text.lower() in _ON:
+            return True
+        if text.lower() in _OFF:
+            return False
+        raise ValueError(f"{variable}={raw!r} is not an on/off value; use 1/0, true/false, yes/no or on/off (any "
+                         f"case), or unset it for the default ({'on' if default else 'off'})")
+    if isinstance(default, int):
+        try:
+            value = int(text, 10)
+        except ValueError:
+            value = -1
+        if value < 0:
+            raise ValueError(f"{variable}={raw!r} is not a whole number >= 0; unset it for the default ({default})")
+        return value
+    _check_choice(name, text, variable)
+    return text
+
+
+def _check_choice(name, value, where):
+    choices = _CHOICES.get(name)
+    if choices is not None and value not in choices:
+        raise ValueError(f"{where}={value!r} is not one of {', '.join(map(repr, choices))}")
+
+
+def _check(name, value):
+    """Raises TypeError / ValueError for a value setting `name` cannot take from code."""
+    expected = type(_SETTINGS[name][1])
+    # bool is an int, but no int setting means a switch, and 1 for a switch hides a typo of True.
+    if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+        raise TypeError(f"fastcomp.config.{name} must be {expected.__name__}, got {type(value).__name__}")
+    if expected is int and value < 0:
+        raise ValueError(f"fastcomp.config.{name} must be >= 0, got {value}")
+    _check_choice(name, value, f"fastcomp.config.{name}")
 
 
 class _ConfigModule(types.ModuleType):
     def __setattr__(self, name, value):
-        if name in _DEFAULTS:
-            expected = type(_DEFAULTS[name])
-            if not isinstance(value, expected):
-                raise TypeError(f"fastcomp.config.{name} must be {expected.__name__}, got {type(value).__name__}")
+        if name in _SETTINGS:
+            _check(name, value)
             old, self.__dict__[name] = self.__dict__[name], value
             try:
                 _push()
@@ -71,7 +132,7 @@ class _ConfigModule(types.ModuleType):
         if name.startswith("_") or callable(value):
             super().__setattr__(name, value)
             return
-        raise AttributeError(f"fastcomp.config has no setting {name!r}; valid settings: {sorted(_DEFAULTS)}")
+        raise AttributeError(f"fastcomp.config has no setting {name!r}; valid settings: {sorted(_SETTINGS)}")
 
     @contextlib.contextmanager
     def patch(self, **changes):
@@ -88,10 +149,10 @@ class _ConfigModule(types.ModuleType):
 
 def _push():
     mod = sys.modules[__name__]
-    _C.set_config(**{k: mod.__dict__[k] for k in _DEFAULTS})
+    _C.set_config(**{k: mod.__dict__[k] for k in _SETTINGS})
 
 
 sys.modules[__name__].__class__ = _ConfigModule
-for _k, _v in _DEFAULTS.items():
-    sys.modules[__name__].__dict__[_k] = _v
+for _name in _SETTINGS:
+    sys.modules[__name__].__dict__[_name] = _from_env(_name)
 _push()

@@ -450,7 +450,50 @@ def test_random_nn_ops_match_torch(seed):
     assert answered > 150
 
 
+def mask_and_softmax_case(rng):
+    """softmax / log_softmax (three spellings each), masked_fill, triu and tril: ops whose torch meta functions
+    import sympy or torch._dynamo, so a first call must not reach them."""
+    nd = rng.randint(1, 4)
+    shape = tuple(rng.choice([1, 2, 3, 5]) for _ in range(nd))
+    dtype = rng.choice([torch.float32, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.bool])
+    layout = rng.choice(["contiguous"] * 4 + ["sliced", "step", "transposed", "expanded", "odd_unit_stride"])
+    x = make_tensor(shape, dtype, rng, layout)
+    if dtype.is_floating_point and rng.random() < 0.3:
+        x = x.detach().requires_grad_()
+    kind = rng.choice(["softmax", "masked_fill", "triangle"])
+    if kind == "softmax":
+        name = rng.choice(["softmax", "log_softmax"])
+        fn = getattr(rng.choice([torch, T, F]), name)
+        dim = rng.randrange(-nd - 1, nd + 1)  # sometimes out of range: torch raises, the fast path declines
+        kwargs = {"dtype": rng.choice([torch.float32, torch.float64, torch.float16])} if rng.random() < 0.3 else {}
+        return fn, (x, dim), kwargs
+    if kind == "masked_fill":
+        mask_shape = shape[rng.randint(0, nd):] if rng.random() < 0.7 else (2,) + shape
+        mask = make_tensor(mask_shape, torch.bool if rng.random() < 0.9 else torch.uint8, rng,
+                           rng.choice(["contiguous", "expanded"]))
+        value = rng.choice([0.0, -1e9, float("-inf"), 3, True, 1e5])
+        return rng.choice([torch.masked_fill, T.masked_fill]), (x, mask, value), {}
+    fn = getattr(rng.choice([torch, T]), rng.choice(["triu", "tril"]))
+    return fn, (x,), {"diagonal": rng.randint(-2, 2)} if rng.random() < 0.5 else {}
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_softmax_and_mask_ops_match_torch(seed):
+    rng = random.Random(2000 + seed)
+    answered = 0
+    for _ in range(500):
+        fn, args, kwargs = mask_and_softmax_case(rng)
+        answered += check_nn(fn, args, kwargs, grad=rng.random() < 0.5)
+    assert answered > 100
+
+
 @pytest.mark.parametrize("fn, args, kwargs", [
+    (F.softmax, (torch.ones(3, 4),), {}),  # dim=None: torch's legacy implicit dimension, with a warning
+    (F.softmax, (torch.ones(3, 4), 1, 3, torch.int64), {}),
+    (torch.softmax, (torch.ones(3, 4, dtype=torch.int64), 1), {}),
+    (torch.masked_fill, (torch.ones(3, 4, dtype=torch.float16), torch.ones(4, dtype=torch.bool), 1e9), {}),
+    (torch.masked_fill, (torch.ones(3, 4), torch.ones(4, dtype=torch.bool), torch.tensor(1.0)), {}),
+    (torch.triu, (torch.ones(3),), {}),
     (F.linear, (torch.ones(3, 4, dtype=torch.int64), torch.ones(2, 4, dtype=torch.int64)), {}),
     (F.linear, (torch.ones(3, 4), torch.ones(2, 5)), {}),
     (torch.sum, (torch.ones(3, 4), 1), {"dtype": torch.float64}),

@@ -20,8 +20,9 @@ bool same_key(PyObject* a, PyObject* b) {
 int SourceTable::intern(Source s) {
   for (size_t i = 0; i < sources_.size(); ++i) {
     const Source& o = sources_[i];
-    if (o.kind == s.kind && o.base == s.base && o.index == s.index && same_key(o.key.get(), s.key.get()))
-      return static_cast<int>(i);
+    // A constant object is that object: two equal ones (torch's four empty global hook dicts) are two sources.
+    const bool same = s.kind == SourceKind::ConstObject ? o.key.get() == s.key.get() : same_key(o.key.get(), s.key.get());
+    if (o.kind == s.kind && o.base == s.base && o.index == s.index && same) return static_cast<int>(i);
   }
   sources_.push_back(std::move(s));
   return static_cast<int>(sources_.size()) - 1;

@@ -4,10 +4,12 @@
 
 #include <stdexcept>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "frontend/bytecode/decode.h"
 #include "frontend/trace/torch_refs.h"
 #include "frontend/trace/tracer.h"
+#include "support/log.h"
 #include "support/pystr.h"
 
 namespace fastcomp::frontend {
@@ -299,6 +301,22 @@ class Builder {
   std::vector<ExceptionEntry> table_;
 };
 
+// The bytecode log, in TORCH_LOGS=bytecode's shape: the user's code once, then each code object made from it.
+void log_bytecode(const ContinuationSpec& spec, PyCodeObject* made, const InstrStream& made_stream) {
+  static auto* logged = new std::unordered_set<PyCodeObject*>();  // originals, kept alive by the registry
+  auto header = [](const char* kind, PyCodeObject* code, const std::string& name) {
+    return fmt::format("{} BYTECODE {} {} line {}\n", kind, name, utf8(code->co_filename), code->co_firstlineno);
+  };
+  PyCodeObject* original = spec.original;
+  if (logged->insert(original).second)
+    log::emit(log::Topic::bytecode, log::Level::info,
+              header("ORIGINAL", original, utf8(original->co_qualname)) + decoded(original)->to_string());
+  const int line = made_stream.instrs.empty() ? -1 : made_stream.instrs.front().line;  // the break's line
+  const std::string name = spec.region ? fmt::format("{} (break code at line {})", utf8(made->co_qualname), line)
+                                       : utf8(made->co_qualname);
+  log::emit(log::Topic::bytecode, log::Level::info, header("MODIFIED", made, name) + made_stream.to_string());
+}
+
 }  // namespace
 
 Continuation make_continuation(const ContinuationSpec& spec) {
@@ -322,6 +340,7 @@ Continuation make_continuation(const ContinuationSpec& spec) {
     }
   registry()[reinterpret_cast<PyCodeObject*>(code.get())] = info;
   made().emplace(key, result);
+  if (log::enabled(log::Topic::bytecode)) log_bytecode(spec, reinterpret_cast<PyCodeObject*>(code.get()), *stream);
   return result;
 }
 

@@ -11,6 +11,7 @@
 
 #include "cpython/pyref.h"
 #include "runtime/kernel_cache.h"
+#include "support/config.h"
 #include "support/file_io.h"
 #include "support/log.h"
 #include "support/pystr.h"
@@ -41,7 +42,9 @@ std::set<std::string>& read_from_disk() {
   return *s;
 }
 
+// Empty (no reading, no writing) unless fastcomp.config.automatic_dynamic_on_disk asks for the decisions on disk.
 fs::path decisions_file(const std::string& code_key) {
+  if (!config().automatic_dynamic_on_disk) return {};
   fs::path dir = runtime::kernel_cache().directory();
   if (dir.empty()) return {};
   return dir / "dynamic" / fmt::format("{:016x}.txt", std::hash<std::string>{}(code_key));

@@ -1,6 +1,7 @@
 #include "frontend/trace/nn_meta.h"
 
 #include <algorithm>
+#include <cmath>
 #include <unordered_map>
 #include <vector>
 
@@ -12,7 +13,7 @@ namespace {
 
 using namespace meta_args;  // NOLINT: the fast paths share its vocabulary
 
-enum class Op : uint8_t { Linear, Matmul, LayerNorm, Sum, Mean, Cat };
+enum class Op : uint8_t { Linear, Matmul, LayerNorm, Sum, Mean, Cat, Softmax, SoftmaxF, MaskedFill, Triangle };
 
 const std::unordered_map<PyObject*, Op>& table() {
   static const auto* tb = [] {
@@ -40,6 +41,19 @@ const std::unordered_map<PyObject*, Op>& table() {
       add(owner, "mean", Op::Mean);
     }
     for (const char* n : {"cat", "concat", "concatenate"}) add(torch, n, Op::Cat);
+    // torch's meta function of softmax imports sympy (through elementwise_dtypes): most of a second in the
+    // first compile of every process that traces one.
+    for (const char* n : {"softmax", "log_softmax"}) {
+      add(torch, n, Op::Softmax);
+      add(tensor, n, Op::Softmax);
+      add(functional.get(), n, Op::SoftmaxF);
+    }
+    // Attention masks: masked_fill's meta imports torch._dynamo (~2 s on a first call), triu/tril's torch.fx.
+    for (PyObject* owner : {torch, tensor}) {
+      add(owner, "masked_fill", Op::MaskedFill);
+      add(owner, "triu", Op::Triangle);
+      add(owner, "tril", Op::Triangle);
+    }
     return t;
   }();
   return *tb;
@@ -206,6 +220,54 @@ std::optional<ComputedMeta> cat(PyObject* args, PyObject* kwargs, bool grad) {
   return fresh_result(dt, std::move(sizes), grad && is_float(dt) && requires_grad);
 }
 
+// softmax / log_softmax(input, dim, dtype=None) of a floating tensor, and F.softmax / F.log_softmax(input,
+// dim=None, _stacklevel=3, dtype=None) with a dim: a contiguous result of `dtype` (else input's), input's shape.
+std::optional<ComputedMeta> softmax(Op op, PyObject* args, PyObject* kwargs, bool grad) {
+  std::vector<PyObject*> a;
+  const bool functional = op == Op::SoftmaxF;
+  const bool bound = functional ? bind_args(args, kwargs, {"input", "dim", "_stacklevel", "dtype"}, 1, &a)
+                                : bind_args(args, kwargs, {"input", "dim", "dtype"}, 2, &a);
+  Arg x;
+  if (!bound || !read_tensor(a[0], &x) || !is_float(x.dt) || none(a[1])) return std::nullopt;  // F's dim=None: legacy
+  if (functional && a[2] && !PyLong_CheckExact(a[2])) return std::nullopt;
+  PyObject* dtype = functional ? a[3] : a[2];
+  if (wrap_dim(a[1], x.sizes.size()) < 0) return std::nullopt;
+  int8_t dt = x.dt;
+  if (!none(dtype) && !is_float(dt = dtypes().index(dtype))) return std::nullopt;
+  return fresh_result(dt, x.sizes, grad && x.requires_grad);
+}
+
+// masked_fill(input, mask, value) of a row-major floating input, a bool mask that broadcasts to input's shape and
+// a Python number: input's shape and dtype, contiguous. (A mask that expands the input gets size-1 strides from
+// the meta call that the fast path does not reproduce: left to it.)
+std::optional<ComputedMeta> masked_fill(PyObject* args, PyObject* kwargs, bool grad) {
+  std::vector<PyObject*> a;
+  Arg x, mask;
+  if (!bind_args(args, kwargs, {"input", "mask", "value"}, 3, &a) || !read_tensor(a[0], &x) || !is_float(x.dt) ||
+      !read_tensor(a[1], &mask, /*any_layout=*/true) || mask.dt != kBool || mask.sizes.size() > x.sizes.size() ||
+      !(PyFloat_CheckExact(a[2]) || PyLong_CheckExact(a[2]) || PyBool_Check(a[2])))
+    return std::nullopt;
+  const size_t off = x.sizes.size() - mask.sizes.size();
+  for (size_t i = 0; i < mask.sizes.size(); ++i)
+    if (mask.sizes[i] != 1 && mask.sizes[i] != x.sizes[off + i]) return std::nullopt;
+  if (x.dt == kF16) {  // torch refuses a finite value beyond half's range; the meta call says how
+    const double v = PyFloat_AsDouble(a[2]);
+    if (PyErr_Occurred()) PyErr_Clear();
+    if (!(std::isinf(v) || std::fabs(v) <= 65504.0)) return std::nullopt;
+  }
+  return fresh_result(x.dt, x.sizes, grad && x.requires_grad);
+}
+
+// triu / tril(input, diagonal=0) of a row-major input of at least 2 dimensions: input's shape and dtype.
+std::optional<ComputedMeta> triangle(PyObject* args, PyObject* kwargs, bool grad) {
+  std::vector<PyObject*> a;
+  Arg x;
+  if (!bind_args(args, kwargs, {"input", "diagonal"}, 1, &a) || !read_tensor(a[0], &x) || x.sizes.size() < 2 ||
+      (a[1] && !PyLong_CheckExact(a[1])))
+    return std::nullopt;
+  return fresh_result(x.dt, x.sizes, grad && is_float(x.dt) && x.requires_grad);
+}
+
 }  // namespace
 
 std::optional<ComputedMeta> nn_meta(PyObject* target, PyObject* args, PyObject* kwargs, bool grad_enabled) {
@@ -219,6 +281,10 @@ std::optional<ComputedMeta> nn_meta(PyObject* target, PyObject* args, PyObject* 
     case Op::Sum:
     case Op::Mean: return reduction(it->second, args, kwargs, grad_enabled);
     case Op::Cat: return cat(args, kwargs, grad_enabled);
+    case Op::Softmax:
+    case Op::SoftmaxF: return softmax(it->second, args, kwargs, grad_enabled);
+    case Op::MaskedFill: return masked_fill(args, kwargs, grad_enabled);
+    case Op::Triangle: return triangle(args, kwargs, grad_enabled);
   }
   return std::nullopt;
 }

@@ -1,7 +1,8 @@
 // Output metadata of the non-elementwise ops that common models trace through, computed in C++: linear, matmul,
-// layer_norm, sum / mean over dimensions, and cat. Their meta implementations are Python decompositions that
-// import torch._dynamo on first use (matmul's import torch's Python meta registrations, a second's work) and
-// cost tens of microseconds to milliseconds per call. As in
+// layer_norm, sum / mean over dimensions, cat, softmax, log_softmax, masked_fill, triu and tril. Their meta
+// implementations are Python decompositions that import torch._dynamo or sympy on first use (matmul's import
+// torch's Python meta registrations, a second's work; softmax's sympy, masked_fill's torch._dynamo) and cost
+// tens of microseconds to milliseconds per call. As in
 // elementwise_meta.h, only plain row-major tensors of known dtypes are answered; everything else is nullopt.
 #pragma once
 #include <Python.h>

@@ -3,12 +3,28 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <unordered_set>
 
 #include "frontend/trace/dynamic_memory.h"
 #include "support/log.h"
 
 namespace fastcomp::frontend {
 namespace {
+
+thread_local std::unordered_set<std::string>* tl_logged = nullptr;  // the active DecisionLogScope's lines
+
+// Logs one decision, unless the active DecisionLogScope has seen the same line (a second trace of the frame).
+void log_decision(log::Topic topic, log::Level level, const std::string& text) {
+  if (tl_logged && !tl_logged->insert(fmt::format("{}|{}", static_cast<int>(topic), text)).second) return;
+  log::emit(topic, level, text);
+}
+
+// FC_LOG for the dynamic topic, through log_decision.
+#define FC_DECISION(level, ...)                                                                  \
+  do {                                                                                           \
+    if (::fastcomp::log::enabled(::fastcomp::log::Topic::dynamic, ::fastcomp::log::Level::level)) \
+      log_decision(::fastcomp::log::Topic::dynamic, ::fastcomp::log::Level::level, fmt::format(__VA_ARGS__)); \
+  } while (0)
 
 // Integer items of an attribute holding a set/list of dimensions (mark_static, torch's _dynamo_*_indices).
 std::vector<int> dims_attr(PyObject* tensor, const char* name) {
@@ -88,6 +104,9 @@ std::vector<graph::Sym> dense_strides(const std::vector<graph::Sym>& sizes, cons
   return out;
 }
 
+DecisionLogScope::DecisionLogScope() : previous_(tl_logged) { tl_logged = &lines_; }
+DecisionLogScope::~DecisionLogScope() { tl_logged = previous_; }
+
 std::vector<int> ShapeEnv::input_dims(PyObject* tensor, const std::string& source, bool parameter,
                                       const std::vector<int64_t>& sizes, int input) {
   std::vector<int> dims(sizes.size(), -1);
@@ -97,8 +116,8 @@ std::vector<int> ShapeEnv::input_dims(PyObject* tensor, const std::string& sourc
     std::vector<std::string> became;
     automatic = automatic_dynamic_dims(code_key_, source, sizes, &became);
     for (const std::string& line : became) {
-      log::emit(log::Topic::dynamic, log::Level::info, line);
-      log::emit(log::Topic::recompiles, log::Level::info, line);
+      log_decision(log::Topic::dynamic, log::Level::info, line);
+      log_decision(log::Topic::recompiles, log::Level::info, line);
     }
   }
   for (size_t d = 0; d < sizes.size(); ++d) {
@@ -107,10 +126,10 @@ std::vector<int> ShapeEnv::input_dims(PyObject* tensor, const std::string& sourc
                                 (mode_ == DynamicMode::Dynamic || (mode_ == DynamicMode::Automatic && automatic[d])));
     if (!wanted) continue;
     if (sizes[d] < 2) {
-      FC_LOG(dynamic, info, "dimension {} of {} has size {}: specialised (sizes 0 and 1 are never symbolic)", d,
+      FC_DECISION(info, "dimension {} of {} has size {}: specialised (sizes 0 and 1 are never symbolic)", d,
              source, sizes[d]);
       if (m.dynamic)
-        FC_LOG(dynamic, warning, "fastcomp: mark_dynamic({}, {}) ignored: the dimension has size {} on this call, "
+        FC_DECISION(warning, "fastcomp: mark_dynamic({}, {}) ignored: the dimension has size {} on this call, "
                "and sizes 0 and 1 are always specialised", source, d, sizes[d]);
       continue;
     }
@@ -132,7 +151,7 @@ int ShapeEnv::new_symbol(const std::string& source, int dim, int64_t hint, int i
   info.binding = {input, dim};
   symbols_.push_back(std::move(info));
   int s = size() - 1;
-  FC_LOG(dynamic, info, "dimension {} of {} is dynamic: s{} (size {} while tracing)", dim, source, s, hint);
+  FC_DECISION(info, "dimension {} of {} is dynamic: s{} (size {} while tracing)", dim, source, s, hint);
   return s;
 }
 
@@ -183,9 +202,9 @@ void ShapeEnv::specialize(int s, const std::string& why) {
   if (info.replacement) return;
   info.replacement = graph::sym_const(info.hint);
   ++replaced_;
-  FC_LOG(dynamic, info, "specialised {} to {}: {}", describe(s), info.hint, why);
+  FC_DECISION(info, "specialised {} to {}: {}", describe(s), info.hint, why);
   if (info.marked)
-    FC_LOG(dynamic, warning, "fastcomp: {} was marked dynamic, but the trace needs it to be {}: {}", info.where,
+    FC_DECISION(warning, "fastcomp: {} was marked dynamic, but the trace needs it to be {}: {}", info.where,
            info.hint, why);
 }
 
@@ -200,13 +219,13 @@ void ShapeEnv::unify(int keep, int drop, const std::string& why) {
   ++replaced_;
   symbols_[keep].min = std::max(symbols_[keep].min, d.min);
   symbols_[keep].max = std::min(symbols_[keep].max, d.max);
-  FC_LOG(dynamic, info, "{} and {} are one size from now on (guarded equal): {}", describe(drop), describe(keep), why);
+  FC_DECISION(info, "{} and {} are one size from now on (guarded equal): {}", describe(drop), describe(keep), why);
 }
 
 void ShapeEnv::require_at_least_two(int s, const std::string& why) {
   if (symbols_[s].min >= 2) return;
   symbols_[s].min = 2;
-  FC_LOG(dynamic, info, "{} must be at least 2 (size 1 is specialised on its own): {}", describe(s), why);
+  FC_DECISION(info, "{} must be at least 2 (size 1 is specialised on its own): {}", describe(s), why);
 }
 
 void ShapeEnv::add_relation(const graph::Sym& a, SizeCmp cmp, const graph::Sym& b, bool holds, const std::string& why) {
@@ -217,7 +236,7 @@ void ShapeEnv::add_relation(const graph::Sym& a, SizeCmp cmp, const graph::Sym& 
   g.cmp = cmp;
   g.expected = PyRef::borrow(holds ? Py_True : Py_False);
   g.what = why;
-  FC_LOG(dynamic, info, "guard ({} {} {}) == {}: {}", str(a), size_cmp_text(cmp), str(b), holds ? "True" : "False", why);
+  FC_DECISION(info, "guard ({} {} {}) == {}: {}", str(a), size_cmp_text(cmp), str(b), holds ? "True" : "False", why);
   relations_.push_back(std::move(g));
 }
 
@@ -272,7 +291,7 @@ void ShapeEnv::finalize(graph::Graph& graph, GuardSet& guards) const {
   }
   if (!any_symbol) {  // every symbol was specialised: the graph is static after all
     for (graph::Node& n : graph.nodes) n.meta.sym_sizes.clear(), n.meta.sym_strides.clear();
-    FC_LOG(dynamic, info, "every dynamic dimension was specialised: the graph is static");
+    FC_DECISION(info, "every dynamic dimension was specialised: the graph is static");
     return;
   }
   for (const SymbolInfo& s : symbols_) {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "frontend/guards/guards.h"
@@ -34,6 +35,20 @@ struct SymbolInfo {
 // strides do not describe a dense layout (then they stay constants and are guarded as such).
 std::vector<graph::Sym> dense_strides(const std::vector<graph::Sym>& sizes, const std::vector<int64_t>& size_hints,
                                       const std::vector<int64_t>& strides);
+
+// While one lives (compile_frame holds one per frame), each dynamic-shape decision is logged once: a graph break
+// traces the frame a second time, up to the break, and makes the same decisions again.
+class DecisionLogScope {
+ public:
+  DecisionLogScope();
+  ~DecisionLogScope();
+  DecisionLogScope(const DecisionLogScope&) = delete;
+  DecisionLogScope& operator=(const DecisionLogScope&) = delete;
+
+ private:
+  std::unordered_set<std::string> lines_;
+  std::unordered_set<std::string>* previous_;
+};
 
 class ShapeEnv {
  public:

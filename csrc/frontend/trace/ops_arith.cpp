@@ -93,31 +93,44 @@ ValueRef Tracer::binary_op(int kind, const ValueRef& a, const ValueRef& b) {
   std::string name;
   PyObject* fn = binary_operator(kind, &name);
   if (!fn) throw Unsupported(BreakCode::UnsupportedOpcode, fmt::format("BINARY_OP {}", kind));
-  if (contains_tensor(a) || contains_tensor(b)) {
-    if (!(a->is(VKind::Tensor) || b->is(VKind::Tensor)))
-      throw Unsupported(BreakCode::UnsupportedValue, fmt::format("{} on {} and {}", name, describe(*a), describe(*b)));
-    return call_torch(fn, name, {a, b}, {});
-  }
-  if (auto sym = sym_binary(kind, a, b)) return *sym;
   bool inplace = kind >= static_cast<int>(BinaryOpKind::InplaceAdd);
   int plain = inplace ? kind - static_cast<int>(BinaryOpKind::InplaceAdd) : kind;
-  // Sequence arithmetic builds new containers (lists are mutated in place by +=, as in Python).
+  // Sequence arithmetic builds new containers whatever they hold (lists are extended in place by +=, as in Python).
   bool seq_a = a->is(VKind::Tuple) || a->is(VKind::List);
-  if (seq_a && plain == static_cast<int>(BinaryOpKind::Add) && (b->is(VKind::Tuple) || b->is(VKind::List))) {
+  if (seq_a && plain == static_cast<int>(BinaryOpKind::Add) && b->kind == a->kind) {
     if (inplace && a->is(VKind::List)) {
-      if (a->source >= 0) throw Unsupported(BreakCode::SideEffect, "in-place change of a list passed to the function");
       a->items.insert(a->items.end(), b->items.begin(), b->items.end());
+      note_mutation(a);
       return a;
     }
     std::vector<ValueRef> items = a->items;
     items.insert(items.end(), b->items.begin(), b->items.end());
     return make_seq(a->kind, std::move(items));
   }
-  if (seq_a && plain == static_cast<int>(BinaryOpKind::Multiply) && b->is(VKind::Const) && PyLong_Check(b->obj.get())) {
+  if (seq_a && inplace && plain == static_cast<int>(BinaryOpKind::Add) && a->is(VKind::List)) {  // list += iterable
+    ValueRef it = make_iter(b, "extend a list with");
+    while (ValueRef v = iter_next(it)) a->items.push_back(v);
+    note_mutation(a);
+    return a;
+  }
+  if (seq_a && plain == static_cast<int>(BinaryOpKind::Multiply) && (b->is(VKind::Const) || b->is(VKind::SymInt))) {
+    PyRef n = as_python_constant(b);
+    if (!n || !PyLong_Check(n.get())) throw type_error(fmt::format("can't multiply sequence by non-int"));
     std::vector<ValueRef> items;
-    for (long r = PyLong_AsLong(b->obj.get()); r > 0; --r) items.insert(items.end(), a->items.begin(), a->items.end());
+    for (long r = PyLong_AsLong(n.get()); r > 0; --r) items.insert(items.end(), a->items.begin(), a->items.end());
+    if (inplace && a->is(VKind::List)) {
+      a->items = std::move(items);
+      note_mutation(a);
+      return a;
+    }
     return make_seq(a->kind, std::move(items));
   }
+  if (contains_tensor(a) || contains_tensor(b)) {
+    if (!(a->is(VKind::Tensor) || b->is(VKind::Tensor)))
+      throw Unsupported(BreakCode::UnsupportedValue, fmt::format("{} on {} and {}", name, describe(*a), describe(*b)));
+    return call_torch(fn, name, {a, b}, {});
+  }
+  if (auto sym = sym_binary(kind, a, b)) return *sym;
   PyRef ca = as_python_constant(a), cb = as_python_constant(b);
   if (!ca || !cb)
     throw Unsupported(BreakCode::UnsupportedValue, fmt::format("{} on {} and {}", name, describe(*a), describe(*b)));

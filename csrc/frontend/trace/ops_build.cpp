@@ -204,9 +204,7 @@ ValueRef Tracer::dict_contents(const ValueRef& obj) {
   d->source = source;
   for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(keys.get()); ++i) {
     PyObject* k = PyTuple_GET_ITEM(keys.get(), i);
-    if (!is_constant(k) && !guard_by_identity(k))
-      throw Unsupported(BreakCode::UnsupportedValue, describe(*obj) + " has a key that is not a constant");
-    d->keys.push_back(is_constant(k) ? make_const_borrowed(k) : make_object(PyRef::borrow(k), -1));
+    d->keys.push_back(dict_key(k));
     PyObject* item = PyDict_GetItem(o, k);
     d->items.push_back(obj->source >= 0 ? wrap(item, guards_.sources.dict_item(source, k)) : wrap_untracked(item));
   }

@@ -521,6 +521,42 @@ ValueRef Tracer::call_object(const ValueRef& fn, std::vector<ValueRef> args, Kwa
       if (ValueRef v = call_type_method(self, f, args, kwargs)) return v;
     }
   }
+  // functools.lru_cache: a memoised function is taken to be pure, so with constant arguments it is called while
+  // tracing (usually a cache hit) and its result is a constant of the trace.
+  static PyObject* lru_wrapper = [] {
+    PyRef functools = PyRef::steal(PyImport_ImportModule("functools"));
+    PyObject* t = functools ? PyObject_GetAttrString(functools.get(), "_lru_cache_wrapper") : nullptr;
+    if (!t) PyErr_Clear();
+    return t;
+  }();
+  if (lru_wrapper && Py_TYPE(f) == reinterpret_cast<PyTypeObject*>(lru_wrapper)) {
+    PyRef argv = PyRef::steal(PyTuple_New(args.size()));
+    PyRef kw = PyRef::steal(PyDict_New());
+    auto real = [&](const ValueRef& a) -> PyRef {
+      if (a->is(VKind::Object) || (a->is(VKind::Const) && !a->flag)) return a->obj;
+      PyRef c = a->is(VKind::Tuple) ? as_python_constant(a) : PyRef();
+      return c;
+    };
+    bool constant = true;
+    for (size_t i = 0; i < args.size() && constant; ++i) {
+      PyRef c = real(args[i]);
+      constant = bool(c);
+      if (constant) PyTuple_SET_ITEM(argv.get(), i, c.release());
+    }
+    for (auto& [k, v] : kwargs) {
+      PyRef c = constant ? real(v) : PyRef();
+      constant = constant && c;
+      if (constant) PyDict_SetItemString(kw.get(), k.c_str(), c.get());
+    }
+    if (constant) {
+      PyRef out = PyRef::steal(PyObject_Call(f, argv.get(), kw.get()));
+      if (!out) throw UserCodeError("a memoised function raised " + take_error_message());
+      return wrap_untracked(out.get());
+    }
+    PyRef wrapped = PyRef::steal(PyObject_GetAttrString(f, "__wrapped__"));
+    if (!wrapped) throw Unsupported(BreakCode::UnsupportedCall, "an lru_cache function without __wrapped__");
+    return call(make_object(wrapped, -1), std::move(args), std::move(kwargs));
+  }
   // functools.partial objects from the frame: their function and arguments, read through the object.
   if (partial_type() && Py_TYPE(f) == reinterpret_cast<PyTypeObject*>(partial_type())) {
     ValueRef p = make_seq(VKind::Partial, {get_attr(fn, PyRef::steal(PyUnicode_FromString("func")).get()),

@@ -165,10 +165,7 @@ ValueRef Tracer::wrap(PyObject* obj, int source) {
     object_by_identity_[obj] = v;  // before the items: a dict may contain itself
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(keys.get()); ++i) {
       PyObject* k = PyTuple_GET_ITEM(keys.get(), i);
-      if (!is_constant(k) && !guard_by_identity(k))
-        throw Unsupported(BreakCode::UnsupportedValue,
-                          fmt::format("{} has a key that is not a constant", guards_.sources.name(source)));
-      v->keys.push_back(is_constant(k) ? make_const_borrowed(k) : make_object(PyRef::borrow(k), -1));
+      v->keys.push_back(dict_key(k));
       v->items.push_back(wrap(PyDict_GetItem(obj, k), guards_.sources.dict_item(source, k)));
     }
   } else if (is_namedtuple(obj)) {
@@ -190,6 +187,13 @@ ValueRef Tracer::wrap(PyObject* obj, int source) {
   if (source >= 0) by_source_[source] = v;
   if (has_identity(obj) && !is_constant(obj) && v->source >= 0) object_by_identity_.emplace(obj, v);
   return v;
+}
+
+ValueRef Tracer::dict_key(PyObject* k) {
+  // Keys are compared with the real objects' own == and hash; the guard on the dict's keys keeps them the same.
+  if (is_constant(k)) return make_const_borrowed(k);
+  if (torch_refs().is_tensor(k)) throw Unsupported(BreakCode::UnsupportedValue, "a dict from the frame with tensor keys");
+  return make_object(PyRef::borrow(k), -1);
 }
 
 ValueRef Tracer::wrap_untracked(PyObject* obj) {
@@ -220,9 +224,7 @@ ValueRef Tracer::wrap_untracked(PyObject* obj) {
       PyObject *k, *item;
       Py_ssize_t pos = 0;
       while (PyDict_Next(obj, &pos, &k, &item)) {
-        if (!is_constant(k) && !guard_by_identity(k))
-          throw Unsupported(BreakCode::UnsupportedValue, "a dict with a key that is not a constant");
-        v->keys.push_back(is_constant(k) ? make_const_borrowed(k) : make_object(PyRef::borrow(k), -1));
+        v->keys.push_back(dict_key(k));
         v->items.push_back(wrap_untracked(item));
       }
     }

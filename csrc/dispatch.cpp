@@ -302,21 +302,26 @@ cpython::FrameOutcome dispatch(const cpython::FrameView& frame, DispatchContext&
 
   // A miss: say why each existing entry was rejected, then compile (or give up at the limit).
   std::vector<std::string> reasons;
-  int same_options = 0;
+  int same_options = 0, same_objects = 0;
   for (auto& e : cache.entries) {
     if (e->options_key != ctx.options->key) continue;
     ++same_options;
+    same_objects += frontend::identity_guards_hold(e->compiled.guards, frame);
     std::string reason;
     frontend::check_guards(e->compiled.guards, frame, scratch, &reason);
     reasons.push_back(fmt::format("{}/{}: {}", cache.frame_id, e->compile_id, reason));
   }
-  if (!ctx.explain && same_options >= config().recompile_limit) {
+  // The limit counts the versions compiled for the same objects (the same module, the same decorated function):
+  // code shared by many modules or functions (a decorator's wrapper, a layer class's forward) gets a version for
+  // each, up to kAccumulatedLimit in all.
+  constexpr int kAccumulatedLimit = 256;
+  if (!ctx.explain && (same_objects >= config().recompile_limit || same_options >= kAccumulatedLimit)) {
     const bool raises = config().error_on_recompile;
     std::string msg = fmt::format(
         "fastcomp: {} hit the recompile limit ({}): these inputs match none of its {} compiled versions{}.\n"
         "  last failing guard: {}\n  To see every recompile, set FASTCOMP_LOGS=recompiles; to allow more, raise "
         "fastcomp.config.recompile_limit{}.",
-        where(code), config().recompile_limit, same_options,
+        where(code), config().recompile_limit, same_objects,
         raises ? ", and fastcomp.config.error_on_recompile is set" : "; it runs eagerly for such inputs",
         reasons.empty() ? "?" : reasons.front(), raises ? "; to run such calls eagerly instead, unset error_on_recompile" : "");
     if (raises) {
@@ -382,6 +387,12 @@ cpython::FrameOutcome dispatch(const cpython::FrameView& frame, DispatchContext&
   } else if (!c.user_error.empty()) {
     FC_LOG(compile, debug, "{} raised while tracing ({}); running it eagerly", where(code), c.user_error);
   }
+  // A function called from CPython that computes nothing (no tensor op, no side effect: a config's __getattribute__,
+  // a helper that raises) gains nothing from compiling, and would compile again for every new argument: it runs in
+  // CPython from now on (the functions it calls are still intercepted).
+  if (!ctx.explain && code != ctx.target && !frontend::generated_code(code) && !c.resume &&
+      ((c.executable && c.ops.empty() && c.side_effects.empty()) || !c.user_error.empty()))
+    cache.role = runtime::CodeCache::Role::Skip;
   if (ctx.explain || !c.user_error.empty()) {
     // explain() reports without caching; a user error is re-raised by the eager run below.
     if (!c.executable) return cpython::FrameOutcome::run_default();

@@ -367,6 +367,16 @@ void GuardScratch::reset(int nsources, int nsymbols) {
   inputs.clear();
 }
 
+bool identity_guards_hold(const GuardSet& set, const cpython::FrameView& frame) {
+  for (const Guard& g : set.guards) {
+    if (g.kind != GuardKind::IdMatch || g.source < 0) continue;
+    const Source& s = set.sources.at(g.source);
+    if (s.kind != SourceKind::Local && s.kind != SourceKind::Closure) continue;
+    if (frame.local(s.index) != g.expected.get()) return false;
+  }
+  return true;
+}
+
 bool check_guards(const GuardSet& set, const cpython::FrameView& frame, GuardScratch& scratch,
                   std::string* failure_reason) {
   const int n = set.sources.size();

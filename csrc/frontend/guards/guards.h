@@ -101,6 +101,11 @@ struct GuardScratch {
   void reset(int nsources, int nsymbols);
 };
 
+// Whether the identity guards on the frame's own locals and closure (L['self'] is <that module>, a decorator's
+// L['func'] is <that function>) hold for `frame`: entries for which they do are versions of the same function for
+// the same objects, and only those count towards the recompile limit.
+bool identity_guards_hold(const GuardSet& set, const cpython::FrameView& frame);
+
 // Checks every guard against `frame`; on success fills scratch.inputs. Never leaves a Python error set.
 // When `failure_reason` is non-null and a guard fails, writes a readable reason in Dynamo's style
 // ("tensor 'L['x']' size mismatch at index 0. expected 8, actual 16").

@@ -95,6 +95,17 @@ ValueRef Tracer::binary_op(int kind, const ValueRef& a, const ValueRef& b) {
   if (!fn) throw Unsupported(BreakCode::UnsupportedOpcode, fmt::format("BINARY_OP {}", kind));
   bool inplace = kind >= static_cast<int>(BinaryOpKind::InplaceAdd);
   int plain = inplace ? kind - static_cast<int>(BinaryOpKind::InplaceAdd) : kind;
+  // A constant tuple joined with a tuple of sizes or tensors, `(-1,) + x.shape[1:]`, is a tuple of Values.
+  auto as_tuple = [](const ValueRef& v) {
+    if (!v->is(VKind::Const) || !PyTuple_CheckExact(v->obj.get())) return v;
+    std::vector<ValueRef> items;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(v->obj.get()); ++i) items.push_back(make_const_borrowed(PyTuple_GET_ITEM(v->obj.get(), i)));
+    return make_seq(VKind::Tuple, std::move(items));
+  };
+  auto const_tuple = [](const ValueRef& v) { return v->is(VKind::Const) && PyTuple_CheckExact(v->obj.get()); };
+  if (plain == static_cast<int>(BinaryOpKind::Add) &&
+      ((a->is(VKind::Tuple) && const_tuple(b)) || (b->is(VKind::Tuple) && const_tuple(a))))
+    return binary_op(kind, as_tuple(a), as_tuple(b));
   // Sequence arithmetic builds new containers whatever they hold (lists are extended in place by +=, as in Python).
   bool seq_a = a->is(VKind::Tuple) || a->is(VKind::List);
   if (seq_a && plain == static_cast<int>(BinaryOpKind::Add) && b->kind == a->kind) {

@@ -1,0 +1,84 @@
+"""Library models captured whole: every zoo model compiles to one graph with no break, gives eager's results (every
+tensor of its output structure, the same output types), compiles nothing for new input values, and compiles once
+more for a new sequence length or batch (then it is dynamic)."""
+import time
+
+import pytest
+import torch
+
+import fastcomp
+from fastcomp.testing import CompileCounter
+
+from . import zoo
+
+
+def _models():
+    out = []
+    for maker, module in ((zoo.transformers_models, "transformers"), (zoo.timm_models, "timm")):
+        try:
+            __import__(module)
+        except Exception as e:  # the library is missing or cannot import here
+            out.append(pytest.param(None, id=module, marks=pytest.mark.skip(reason=f"{module}: {e}")))
+            continue
+        out += [pytest.param(m, id=m.name) for m in maker()]
+    return out
+
+
+def _flatten(out, path="out"):
+    """(path, tensor or leaf) pairs of a model output, through tuples, dicts, ModelOutputs and cache objects."""
+    if isinstance(out, torch.Tensor):
+        return [(path, out)]
+    if isinstance(out, dict):  # ModelOutput is an OrderedDict
+        return [p for k, v in out.items() for p in _flatten(v, f"{path}[{k!r}]")]
+    if isinstance(out, (list, tuple)):
+        return [p for i, v in enumerate(out) for p in _flatten(v, f"{path}[{i}]")]
+    if hasattr(out, "__dict__") and not isinstance(out, torch.nn.Module):  # a Cache and its layers
+        return [(path, type(out))] + [p for k, v in vars(out).items() for p in _flatten(v, f"{path}.{k}")]
+    return [(path, out)]
+
+
+def assert_same_output(actual, expected):
+    assert type(actual) is type(expected)
+    a, e = _flatten(actual), _flatten(expected)
+    assert [p for p, _ in a] == [p for p, _ in e]
+    for (path, x), (_, y) in zip(a, e):
+        if isinstance(y, torch.Tensor):
+            assert isinstance(x, torch.Tensor), path
+            assert x.shape == y.shape and x.dtype == y.dtype, path
+            torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-5, msg=lambda m: f"{path}: {m}")
+        else:
+            assert x == y, path
+
+
+def call(model, inputs):
+    return model(*inputs) if isinstance(inputs, tuple) else model(**inputs)
+
+
+@pytest.mark.parametrize("spec", _models())
+def test_model_captures_whole_and_matches_eager(spec):
+    torch.manual_seed(0)
+    model = spec.build().eval()
+    compiled = fastcomp.compile(model)
+    first, new_size, another = spec.sizes
+    with torch.no_grad():
+        inputs = spec.inputs(first)
+        with CompileCounter() as cc:
+            start = time.perf_counter()
+            out = call(compiled, inputs)
+            first_call_ms = (time.perf_counter() - start) * 1e3
+        assert_same_output(out, call(model, inputs))
+        assert (cc.graph_count, cc.break_count) == (1, 0), cc.records
+        trace_ms = sum(r["compile_time_s"] for r in cc.records) * 1e3
+        print(f"\n{spec.name}: first call {first_call_ms:.0f} ms, traced and built in {trace_ms:.0f} ms")
+
+        with CompileCounter() as cc:  # new values, same sizes: nothing to compile
+            for _ in range(2):
+                inputs = spec.inputs(first)
+                assert_same_output(call(compiled, inputs), call(model, inputs))
+        assert cc.frame_count == 0, cc.records
+
+        with CompileCounter() as cc:  # a new size: one recompile, after which the size is dynamic
+            for size in (new_size, another):
+                inputs = spec.inputs(size)
+                assert_same_output(call(compiled, inputs), call(model, inputs))
+        assert cc.frame_count <= 1 and cc.break_count == 0, cc.records

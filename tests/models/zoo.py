@@ -1,0 +1,71 @@
+"""The model zoo: library models as users build them (from configs, random weights, eval mode), each with a maker of
+fresh inputs at a given size. Tiny configs (2 layers) keep the CPU tests fast; the shapes of the code paths are the
+real ones. The GPU benchmark harness (benchmarks/zoo.py) builds the same architectures at realistic sizes."""
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+VOCAB = 1000
+
+
+@dataclass(frozen=True)
+class ZooModel:
+    name: str
+    build: Callable[[], torch.nn.Module]
+    inputs: Callable[[int], dict]  # size -> keyword arguments (the size is a sequence length or a batch)
+    sizes: tuple = (16, 24, 32)    # first call, a new size (recompiles once, dynamic), another (compiles nothing)
+
+
+def _ids(batch, seq):
+    return torch.randint(0, VOCAB, (batch, seq))
+
+
+def _text(seq):
+    return {"input_ids": _ids(2, seq)}
+
+
+def _image(batch):
+    return {"pixel_values": torch.randn(batch, 3, 32, 32)}
+
+
+def _timm_image(batch):
+    return (torch.randn(batch, 3, 64, 64),)
+
+
+def transformers_models():
+    import transformers as T
+
+    gpt2 = dict(n_layer=2, n_embd=64, n_head=4, vocab_size=VOCAB, n_positions=128)
+    llama = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                 intermediate_size=128, vocab_size=VOCAB)
+    bert = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128, vocab_size=VOCAB)
+    vit = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128, image_size=32,
+               patch_size=8)
+    t5 = dict(num_layers=2, d_model=64, num_heads=4, d_kv=16, d_ff=128, vocab_size=VOCAB)
+    return [
+        ZooModel("gpt2-sdpa", lambda: T.GPT2Model(T.GPT2Config(attn_implementation="sdpa", **gpt2)), _text),
+        ZooModel("gpt2-eager-attention", lambda: T.GPT2Model(T.GPT2Config(attn_implementation="eager", **gpt2)), _text),
+        ZooModel("gpt2-no-cache", lambda: T.GPT2Model(T.GPT2Config(use_cache=False, **gpt2)), _text),
+        ZooModel("gpt2-lm-head", lambda: T.GPT2LMHeadModel(T.GPT2Config(**gpt2)), _text),
+        ZooModel("bert", lambda: T.BertModel(T.BertConfig(**bert)), _text),
+        ZooModel("llama", lambda: T.LlamaModel(T.LlamaConfig(use_cache=False, **llama)), _text),
+        ZooModel("llama-causal-lm-cache", lambda: T.LlamaForCausalLM(T.LlamaConfig(**llama)), _text),
+        ZooModel("t5", lambda: T.T5Model(T.T5Config(**t5)),
+                 lambda seq: {"input_ids": _ids(2, seq), "decoder_input_ids": _ids(2, seq // 2)}),
+        ZooModel("vit", lambda: T.ViTModel(T.ViTConfig(**vit)), _image, sizes=(2, 3, 4)),
+    ]
+
+
+def timm_models():
+    import timm
+
+    def build(name, **kw):
+        return lambda: timm.create_model(name, pretrained=False, num_classes=10, **kw)
+
+    return [
+        ZooModel("timm-resnet18", build("resnet18"), _timm_image, sizes=(2, 3, 4)),
+        ZooModel("timm-vit_tiny_patch16_224", build("vit_tiny_patch16_224", img_size=64, depth=2), _timm_image,
+                 sizes=(2, 3, 4)),
+        ZooModel("timm-convnext_atto", build("convnext_atto"), _timm_image, sizes=(2, 3, 4)),
+    ]

@@ -7,6 +7,7 @@
 
 #include "frontend/resume/continuation.h"
 #include "frontend/trace/tracer.h"
+#include "frontend/trace/torch_refs.h"
 #include "runtime/cache.h"
 #include "support/config.h"
 #include "support/log.h"
@@ -123,7 +124,8 @@ std::vector<std::string> calling_user_frames(const DispatchContext& ctx, PyCodeO
 }
 
 // The graph_breaks log, in Dynamo's shape, once per user location.
-void log_break(PyCodeObject* code, const frontend::Unsupported& u, const std::string& not_resumed) {
+void log_break(PyCodeObject* code, const frontend::Unsupported& u, const std::string& not_resumed,
+               const std::string& rest_in_cpython) {
   if (!log::enabled(log::Topic::graph_breaks)) return;
   static auto* logged = new std::unordered_set<std::string>();
   if (!logged->insert(u.user_loc + "|" + u.what()).second) return;
@@ -131,6 +133,8 @@ void log_break(PyCodeObject* code, const frontend::Unsupported& u, const std::st
                                  u.user_loc, frontend::break_code_id(u.code), frontend::break_code_headline(u.code),
                                  u.what(), frontend::break_code_explanation(u.code), frontend::break_code_hint(u.code));
   if (!not_resumed.empty()) text += fmt::format("\n  {} runs eagerly: {}", where(code), not_resumed);
+  if (!rest_in_cpython.empty())
+    text += fmt::format("\n  the graph before the break runs, then CPython runs the rest of {} ({})", where(code), rest_in_cpython);
   text += "\nUser code traceback:" + traceback_lines(u.user_stack);
   log::emit(log::Topic::graph_breaks, log::Level::info, text);
 }
@@ -182,6 +186,8 @@ void notify_observer(PyCodeObject* code, const CompiledFrame& c, const std::vect
     }
     set("user_stack", stack);
     if (!c.not_resumed.empty()) set("not_resumed", PyUnicode_FromString(c.not_resumed.c_str()));
+    if (c.resume && !c.resume->runs_rest_in_cpython.empty())
+      set("rest_in_cpython", PyUnicode_FromString(c.resume->runs_rest_in_cpython.c_str()));
   }
   if (!c.user_error.empty()) set("user_error", PyUnicode_FromString(c.user_error.c_str()));
   PyObject* reasons = PyList_New(0);
@@ -285,6 +291,18 @@ cpython::FrameOutcome run_entry(runtime::CacheEntry& entry, const frontend::Guar
   return run_compiled(entry.compiled, scratch, frame);
 }
 
+// The frame's arguments that are nn.Modules, by slot and address.
+std::vector<std::pair<int, const PyObject*>> module_arguments(const cpython::FrameView& frame) {
+  std::vector<std::pair<int, const PyObject*>> out;
+  PyCodeObject* code = frame.code();
+  const int nargs = code->co_argcount + code->co_kwonlyargcount;
+  for (int i = 0; i < nargs && i < frame.nlocalsplus(); ++i) {
+    PyObject* v = frame.local(i);
+    if (v && frontend::torch_refs().is_module(v)) out.emplace_back(i, v);
+  }
+  return out;
+}
+
 cpython::FrameOutcome dispatch(const cpython::FrameView& frame, DispatchContext& ctx) {
   PyCodeObject* code = frame.code();
   runtime::CodeCache& cache = runtime::code_cache(code);
@@ -303,10 +321,11 @@ cpython::FrameOutcome dispatch(const cpython::FrameView& frame, DispatchContext&
   // A miss: say why each existing entry was rejected, then compile (or give up at the limit).
   std::vector<std::string> reasons;
   int same_options = 0, same_objects = 0;
+  const std::vector<std::pair<int, const PyObject*>> owners = module_arguments(frame);
   for (auto& e : cache.entries) {
     if (e->options_key != ctx.options->key) continue;
     ++same_options;
-    same_objects += frontend::identity_guards_hold(e->compiled.guards, frame);
+    same_objects += e->owners == owners && frontend::identity_guards_hold(e->compiled.guards, frame);
     std::string reason;
     frontend::check_guards(e->compiled.guards, frame, scratch, &reason);
     reasons.push_back(fmt::format("{}/{}: {}", cache.frame_id, e->compile_id, reason));
@@ -347,6 +366,7 @@ cpython::FrameOutcome dispatch(const cpython::FrameView& frame, DispatchContext&
   auto entry = std::make_unique<runtime::CacheEntry>();
   entry->options_key = ctx.options->key;
   entry->compile_id = cache.compiles++;
+  entry->owners = owners;
   entry->compiled = compile_frame(frame, *ctx.options);
   CompiledFrame& c = entry->compiled;
   if (c.failure) {
@@ -356,7 +376,7 @@ cpython::FrameOutcome dispatch(const cpython::FrameView& frame, DispatchContext&
   notify_observer(code, c, reasons);
 
   if (c.failure) {
-    log_break(code, *c.failure, c.not_resumed);
+    log_break(code, *c.failure, c.not_resumed, c.resume ? c.resume->runs_rest_in_cpython : std::string());
     if (is_internal(*c.failure) && !config().suppress_errors) {
       raise("InternalError", fmt::format("fastcomp internal error while compiling {}:\n{}", where(code),
                                          failure_text(*c.failure)));

@@ -136,7 +136,9 @@ def test_module_attribute_change_recompiles_never_stale():
     assert "L['self'].use_bias == True" in cc.recompile_reasons[0]
 
 
-def test_submodule_swap_recompiles():
+def test_submodule_swap_reuses_the_code_for_a_module_of_the_same_kind_and_recompiles_for_another():
+    # Modules are guarded by class and through what the trace read of them (their parameters are inputs), so a new
+    # Linear of the same shapes runs the same compiled code with its own weights; a module of another class does not.
     m = Gate()
     compiled = fastcomp.compile(m)
     x = torch.randn(2, 4)
@@ -144,8 +146,31 @@ def test_submodule_swap_recompiles():
         compiled(x)
         m.fc = torch.nn.Linear(4, 4)
         torch.testing.assert_close(compiled(x), m(x))
+        assert cc.frame_count == 1
+        m.fc = torch.nn.Sequential(torch.nn.Linear(4, 4))
+        torch.testing.assert_close(compiled(x), m(x))
     assert cc.frame_count == 2
-    assert "L['self'].fc is not the object seen at compile time" in cc.recompile_reasons[0]
+    assert "type(L['self'].fc) is Sequential (expected Linear)" in cc.recompile_reasons[0]
+
+
+def test_layers_of_one_class_share_one_compiled_forward():
+    layers = [torch.nn.Linear(4, 4) for _ in range(12)]
+
+    class Layer(torch.nn.Module):
+        def __init__(self, fc):
+            super().__init__()
+            self.fc = fc
+
+        def forward(self, x):
+            return torch.relu(self.fc(x)) + 1
+
+    mods = [Layer(fc) for fc in layers]
+    compiled = [fastcomp.compile(m) for m in mods]
+    x = torch.randn(2, 4)
+    with CompileCounter() as cc:
+        for c, m in zip(compiled, mods):
+            torch.testing.assert_close(c(x), m(x))
+    assert cc.frame_count == 1  # twelve instances, one trace
 
 
 def test_parameter_replaced_recompiles():

@@ -14,6 +14,9 @@ struct CacheEntry {
   int options_key = 0;
   int compile_id = 0;  // "<frame id>/<n>" in logs, like Dynamo's compile ids
   CompiledFrame compiled;
+  // The modules among the frame's arguments when it was compiled (slot, object; compared by address only): versions
+  // compiled for other instances do not count towards this instance's recompile limit.
+  std::vector<std::pair<int, const PyObject*>> owners;
 };
 
 struct CodeCache {

@@ -15,7 +15,8 @@ class BreakReason:
     hint: str          # what to change
     explanation: str = ""  # why a graph cannot hold it
     user_stack: list = dataclasses.field(default_factory=list)  # [("file.py:12", "source line")], outermost first
-    resumed: bool = True   # False: the frame ran eagerly instead (e.g. a break inside a loop)
+    resumed: bool = True   # False: the frame ran eagerly instead
+    rest_in_cpython: str = ""  # set when the graph before the break ran and CPython ran the rest of the frame: why
 
     def __str__(self):
         lines = [f"{self.code} {self.headline}: {self.reason}"]
@@ -24,6 +25,8 @@ class BreakReason:
         lines.append(f"    hint: {self.hint}")
         if not self.resumed:
             lines.append("    (not resumed: the frame ran eagerly)")
+        elif self.rest_in_cpython:
+            lines.append(f"    (the graph before it ran; CPython ran the rest of the frame: {self.rest_in_cpython})")
         return "\n".join(lines)
 
 
@@ -99,7 +102,7 @@ def explain(fn, mode=None):
                 order.append(("break", len(breaks)))
                 breaks.append(BreakReason(r["break_code"], r["break_headline"], r["break_reason"], r["user_loc"],
                                           r["source_line"], r["break_hint"], r["break_explanation"],
-                                          list(r["user_stack"]), r["resumed"]))
+                                          list(r["user_stack"]), r["resumed"], r.get("rest_in_cpython", "")))
         return ExplainOutput(graphs, len(graphs), len(breaks), breaks, ops, guards, times,
                              op_count=sum(len(graph_ops) for graph_ops in ops), backends=backends, order=order)
 

@@ -29,11 +29,6 @@ std::optional<ResumePlan> plan(const cpython::FrameView& frame, const Unsupporte
       return std::nullopt;
     }
   }
-  std::string loop = loop_around(*decoded(original), failure.root_instr - offset);
-  if (!loop.empty()) {
-    *why = loop;
-    return std::nullopt;
-  }
   TraceStop stop{failure.root_instr, failure.root_visit};
   TraceResult prefix = trace_frame(frame, &stop, dynamic);
   if (!prefix.break_state) {
@@ -65,10 +60,16 @@ std::optional<ResumePlan> plan(const cpython::FrameView& frame, const Unsupporte
   for (const LiveValue& v : state.stack)
     if (v.kind == LiveValue::Kind::Output || v.kind == LiveValue::Kind::Source) result.args.push_back(v);
   BreakRegion region;
+  // A break that cannot resume in compiled code (inside a loop, or before instructions a continuation cannot start
+  // from) still keeps the graph before it: CPython runs the rest of the frame.
   std::string reason = find_region(*decoded(original), state.instr - offset, spec.stack, 0, &region);
   if (!reason.empty()) {
-    *why = reason;
-    return std::nullopt;
+    std::string tail = find_tail_region(*decoded(original), state.instr - offset, 0, &region);
+    if (!tail.empty()) {
+      *why = reason;
+      return std::nullopt;
+    }
+    result.runs_rest_in_cpython = reason;
   }
   spec.entry = region.first;
   spec.region = &region;

@@ -19,6 +19,7 @@ struct ResumePlan {
   std::vector<PyRef> exit_codes; // the resume functions' code objects, one per exit of the break's region
   std::vector<LiveValue> args;   // Output / Source values, in argument order
   int instr = -1;                // the break's instruction index in the original code
+  std::string runs_rest_in_cpython;  // set when CPython runs the rest of the frame after the break: why
 
   // The function objects last made for these codes (same globals and closure: reused on the next call).
   struct Functions {

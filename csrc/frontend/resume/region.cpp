@@ -87,6 +87,17 @@ std::string loop_around(const InstrStream& stream, int instr) {
   return "";
 }
 
+std::string find_tail_region(const InstrStream& stream, int instr, int first_allowed, BreakRegion* out) {
+  const int n = static_cast<int>(stream.instrs.size());
+  if (instr < 0 || instr >= n) return "the break is outside the code";
+  BreakRegion r;
+  r.first = call_group_start(stream, instr);
+  if (r.first < first_allowed) return "the break is in the prologue of a resume function";
+  r.last = n - 1;
+  *out = std::move(r);
+  return "";
+}
+
 std::string find_region(const InstrStream& stream, int instr, const std::vector<Slot>& stack, int first_allowed,
                         BreakRegion* out) {
   const auto& ins = stream.instrs;

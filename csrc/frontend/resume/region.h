@@ -35,6 +35,11 @@ struct BreakRegion {
     because every iteration would call a new continuation (unbounded recursion). */
 std::string loop_around(const InstrStream& stream, int instr);
 
+/** The region of a break that does not resume in compiled code: from the breaking instruction (with its call group)
+    to the end of the code, so CPython runs the rest of the frame (the functions it calls are still compiled). For
+    breaks inside loops, whose every iteration would otherwise call a continuation of its own. */
+std::string find_tail_region(const InstrStream& stream, int instr, int first_allowed, BreakRegion* out);
+
 /** Finds the region of a break at instruction `instr` of `stream` whose stack before it is `stack`. Returns an
     empty string on success, else why the break cannot be resumed (loops, instructions whose stack effect is
     not modelled, unsupported instructions elsewhere in the code). `first_allowed`: regions must not start

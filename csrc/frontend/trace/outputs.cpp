@@ -37,7 +37,7 @@ void Tracer::begin_outputs(const std::vector<ValueRef>& roots) {
   output_memo_.clear();
   std::function<void(const ValueRef&)> count = [&](const ValueRef& v) {
     if (!v) return;
-    if (v->source >= 0 && !v->is(VKind::Cell)) return;  // passed through as the object itself
+    if (v->source >= 0) return;  // passed through as the object itself
     if (is_mutable_container(*v) || v->is(VKind::UserObject) || v->is(VKind::Function) || v->is(VKind::Cell) ||
         v->is(VKind::Set)) {
       if (output_refs_[v.get()]++ > 0) return;
@@ -63,8 +63,8 @@ graph::Arg Tracer::rebuild_node(PyObject* target, const char* name, std::vector<
 }
 
 graph::Arg Tracer::to_output_arg(const ValueRef& v) {
-  if (v->source >= 0 && !v->is(VKind::Cell) && !v->is(VKind::Tensor) && !v->is(VKind::Const))
-    return graph::Arg::of_node(object_input(v->source));
+  if (v->source >= 0 && !v->is(VKind::Tensor) && !v->is(VKind::Const))
+    return graph::Arg::of_node(object_input(v->source));  // the object (a cell too) itself
   // Only Values reachable from the roots are remembered: they outlive the conversion, so their addresses are theirs.
   const bool counted = output_refs_.count(v.get()) > 0;
   auto memo = counted ? output_memo_.find(v.get()) : output_memo_.end();
@@ -211,6 +211,7 @@ graph::Arg Tracer::convert_output(const ValueRef& v) {
       PyObject* method = _PyType_Lookup(&PyDict_Type, PyRef::steal(PyUnicode_FromString(v->name.c_str())).get());
       return rebuild_node(method, "dict views", {to_output_arg(v->items[0])});
     }
+    case VKind::Iterator: return iterator_output(v);
     case VKind::Exception: {
       std::vector<graph::Arg> args;
       for (auto& a : v->items) args.push_back(to_output_arg(a));
@@ -224,6 +225,50 @@ graph::Arg Tracer::convert_output(const ValueRef& v) {
       return graph::Arg::of_const(c);
     }
   }
+}
+
+// An iterator where the trace left it: the same iterator over the same (or rebuilt) container, advanced as far.
+graph::Arg Tracer::iterator_output(const ValueRef& it) {
+  const RebuildFunctions& R = rebuild_functions();
+  auto integer = [](size_t n) { return graph::Arg::of_const(PyRef::steal(PyLong_FromSize_t(n))); };
+  auto builtin = [](const char* name) {
+    return PyDict_GetItemString(PyEval_GetBuiltins(), name);  // borrowed, lives as long as builtins
+  };
+  auto subs = [&](size_t from) {
+    std::vector<graph::Arg> out;
+    for (size_t i = from; i < it->items.size(); ++i) out.push_back(to_output_arg(it->items[i]));
+    return out;
+  };
+  switch (it->iter) {
+    case IterKind::Snapshot: {
+      graph::Arg rest;
+      rest.kind = graph::Arg::Kind::Tuple;
+      for (size_t i = it->pos; i < it->items.size(); ++i) rest.items.push_back(to_output_arg(it->items[i]));
+      return rebuild_node(R.iter_at, "fastcomp.rebuild_iter_at", {std::move(rest), integer(0)});
+    }
+    case IterKind::Live: {
+      const ValueRef& c = it->items[0];
+      if (c->is(VKind::DictView)) {  // iter(d.items()) advanced: the view of the rebuilt dict
+        return rebuild_node(R.iter_at, "fastcomp.rebuild_iter_at", {to_output_arg(c), integer(it->pos)});
+      }
+      return rebuild_node(R.iter_at, "fastcomp.rebuild_iter_at", {to_output_arg(c), integer(it->pos)});
+    }
+    case IterKind::Map: return rebuild_node(builtin("map"), "map", subs(0));
+    case IterKind::Filter: return rebuild_node(builtin("filter"), "filter", subs(0));
+    case IterKind::Zip: return rebuild_node(builtin("zip"), "zip", subs(0));
+    case IterKind::Enumerate: return rebuild_node(builtin("enumerate"), "enumerate", {to_output_arg(it->items[0]), integer(it->pos)});
+    case IterKind::Chain: {
+      static PyObject* chain = [] {
+        PyRef itertools = PyRef::steal(PyImport_ImportModule("itertools"));
+        PyObject* c = itertools ? PyObject_GetAttrString(itertools.get(), "chain") : nullptr;
+        if (!c) PyErr_Clear();
+        return c;
+      }();
+      return rebuild_node(chain, "itertools.chain", subs(it->pos));
+    }
+    case IterKind::Generator: break;
+  }
+  throw Unsupported(BreakCode::UnsupportedValue, "a generator paused by the trace (it has no Python form)");
 }
 
 }  // namespace fastcomp::frontend

@@ -103,6 +103,24 @@ PyObject* rebuild_set(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return args[0] == Py_True ? PyFrozenSet_New(items.get()) : PySet_New(items.get());
 }
 
+PyObject* rebuild_iter_at(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2) {
+    PyErr_SetString(PyExc_TypeError, "fastcomp._rebuild_iter_at(iterable, n)");
+    return nullptr;
+  }
+  PyRef it = PyRef::steal(PyObject_GetIter(args[0]));
+  if (!it) return nullptr;
+  Py_ssize_t n = PyLong_AsSsize_t(args[1]);
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyRef item = PyRef::steal(PyIter_Next(it.get()));
+    if (!item) {
+      if (PyErr_Occurred()) return nullptr;
+      break;
+    }
+  }
+  return it.release();
+}
+
 PyMethodDef kDefs[] = {
     {"_rebuild_object", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(rebuild_object)), METH_FASTCALL,
      nullptr},
@@ -115,6 +133,8 @@ PyMethodDef kDefs[] = {
     {"_rebuild_dict", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(rebuild_dict)), METH_FASTCALL,
      nullptr},
     {"_rebuild_set", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(rebuild_set)), METH_FASTCALL, nullptr},
+    {"_rebuild_iter_at", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(rebuild_iter_at)), METH_FASTCALL,
+     nullptr},
 };
 
 }  // namespace
@@ -122,7 +142,7 @@ PyMethodDef kDefs[] = {
 const RebuildFunctions& rebuild_functions() {
   static RebuildFunctions* fns = [] {
     auto* f = new RebuildFunctions();
-    PyObject** slots[] = {&f->object, &f->function, &f->cell, &f->list, &f->dict, &f->set};
+    PyObject** slots[] = {&f->object, &f->function, &f->cell, &f->list, &f->dict, &f->set, &f->iter_at};
     for (size_t i = 0; i < std::size(slots); ++i) *slots[i] = PyCFunction_New(&kDefs[i], nullptr);
     return f;
   }();

@@ -13,6 +13,7 @@ struct RebuildFunctions {
   PyObject* list;      // (*items) -> list
   PyObject* dict;      // (keys: tuple, *values) -> dict
   PyObject* set;       // (frozen: bool, *items) -> set | frozenset
+  PyObject* iter_at;   // (iterable, n) -> iter(iterable) advanced by n items
 };
 
 // Created on first use (the GIL must be held); never destroyed.

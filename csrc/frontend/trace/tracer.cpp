@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "frontend/bytecode/decode.h"
+#include "frontend/resume/continuation.h"
 #include "frontend/trace/dynamic_memory.h"
 #include "frontend/trace/torch_refs.h"
 
@@ -103,14 +104,34 @@ void Tracer::realize_local(TraceFrame& f, int slot) {
   f.lazy_sources[slot] = -1;
   PyObject* value = root_.local(slot);
   if (!value) return;  // unbound
+  if (PyCell_Check(value) && root_.slot_kind(slot) == cpython::SlotKind::Local && generated_code(root_.code())) {
+    // A cell variable of the original function, handed over at a graph break as the cell itself (closures made
+    // before the break share it): the code reads it with LOAD_DEREF, and a store is written back into it.
+    PyObject* content = PyCell_GET(value);
+    int content_source = guards_.sources.attr(source, PyRef::steal(PyUnicode_FromString("cell_contents")).get());
+    ValueRef cell = make_cell(content ? wrap(content, content_source) : nullptr);
+    cell->source = source;
+    f.locals[slot] = cell;
+    object_by_identity_.emplace(value, cell);  // functions made before the break close over this same cell
+    return;
+  }
   ValueRef v = wrap(value, source);
   if (root_.slot_kind(slot) == cpython::SlotKind::Free) {
     v = make_cell(v);
     // A cell owned outside the trace: storing into it is a side effect, written back into the cell itself.
     v->source = guards_.sources.closure_cell(slot, utf8(cpython::slot_name(root_.code(), slot)));
+    if (PyObject* cell = root_.free_cell(slot)) object_by_identity_.emplace(cell, v);  // shared with inlined closures
   }
   f.locals[slot] = v;
 }
+
+namespace {
+bool uses_zero_argument_super(PyCodeObject* code) {
+  for (int i = code->co_nlocalsplus - code->co_nfreevars; i < code->co_nlocalsplus; ++i)
+    if (PyUnicode_CompareWithASCIIString(cpython::slot_name(code, i), "__class__") == 0) return true;
+  return false;
+}
+}  // namespace
 
 TraceResult Tracer::run() {
   PyCodeObject* code = root_.code();
@@ -209,7 +230,7 @@ TraceResult Tracer::capture_break(TraceFrame& f) {
   auto live = live_value = [&](const ValueRef& v) -> LiveValue {
     if (!v || v->is(VKind::Null)) return {LiveValue::Kind::Null};
     if (v->is(VKind::CtxExit)) return {LiveValue::Kind::GradCtx};
-    if (v->source >= 0 && !v->is(VKind::Cell)) return {LiveValue::Kind::Source, v->source};
+    if (v->source >= 0) return {LiveValue::Kind::Source, v->source};  // an object (or cell) of the frame itself
     auto it = made.find(v.get());
     if (it != made.end()) return {LiveValue::Kind::Output, it->second};
     try {
@@ -234,9 +255,12 @@ TraceResult Tracer::capture_break(TraceFrame& f) {
   for (int i = 0; i < root_.nlocalsplus(); ++i) {
     switch (root_.slot_kind(i)) {
       case cpython::SlotKind::Free: continue;  // the continuation gets the same closure
-      case cpython::SlotKind::Cell:
       case cpython::SlotKind::CellArg:
-        throw NotResumable("a break in a function with cell variables (" + utf8(cpython::slot_name(code, i)) + ")");
+        // The continuation holds cell variables as plain locals that contain the cells; zero-argument super()
+        // would then read the cell instead of the object in slot 0.
+        if (i == 0 && uses_zero_argument_super(code))
+          throw NotResumable("a break in a method whose first argument is a cell variable and that uses super()");
+        break;
       default: break;
     }
     if (f.locals[i]) state.locals.emplace_back(i, live(f.locals[i]));

@@ -238,6 +238,7 @@ class Tracer {
  private:
   graph::Arg convert_output(const ValueRef& v);
   graph::Arg dict_output(const Value& d);
+  graph::Arg iterator_output(const ValueRef& it);
   graph::Arg rebuild_node(PyObject* target, const char* name, std::vector<graph::Arg> args);
   std::vector<SideEffect> plan_side_effects(graph::Arg* outputs);  // appends the new values to `outputs`
 

@@ -39,10 +39,12 @@ bool is_constant(PyObject* o) {
   return std::string_view(tn) == "torch.memory_format" || std::string_view(tn) == "torch.layout";
 }
 
+// nn.Module instances are not among these: what a trace reads of a module (its parameters, buffers, submodules and
+// attributes) is guarded through its sources, so one compiled version serves every instance of a class whose state
+// passes those guards (the N layers of a model).
 bool guard_by_identity(PyObject* o) {
   return PyModule_Check(o) || PyType_Check(o) || PyFunction_Check(o) || PyCFunction_Check(o) ||
-         PyMethod_Check(o) || torch_refs().is_module(o) || Py_TYPE(o) == &PyMethodDescr_Type ||
-         Py_TYPE(o) == &PyWrapperDescr_Type;
+         PyMethod_Check(o) || Py_TYPE(o) == &PyMethodDescr_Type || Py_TYPE(o) == &PyWrapperDescr_Type;
 }
 
 void Tracer::guard(GuardKind kind, int source, PyObject* expected) {

@@ -1,0 +1,339 @@
+"""Python semantics the tracer must keep: each test is a program that once gave a different result (or an exception)
+compiled than eager. Compiled and eager run on the same fresh inputs; results, their types and identities must match.
+"""
+import collections
+import io
+import typing
+
+import pytest
+import torch
+
+import fastcomp
+from fastcomp.testing import CompileCounter
+
+
+def same(a, b):
+    if isinstance(b, torch.Tensor):
+        assert isinstance(a, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    elif isinstance(b, (list, tuple)):
+        assert type(a) is type(b) and len(a) == len(b)
+        for x, y in zip(a, b):
+            same(x, y)
+    elif isinstance(b, dict):
+        assert type(a) is type(b) and list(a) == list(b)
+        for k in b:
+            same(a[k], b[k])
+    elif hasattr(b, "__dict__") and not isinstance(b, type):
+        assert type(a) is type(b)
+        same(vars(a), vars(b))
+    else:
+        assert type(a) is type(b) and a == b, (a, b)
+
+
+def check(fn, *make_args, calls=2):
+    compiled = fastcomp.compile(fn)
+    for _ in range(calls):
+        args = [m() if callable(m) else m for m in make_args]
+        same(compiled(*args), fn(*args))
+    return compiled
+
+
+def rand(*shape):
+    return lambda: torch.randn(*shape)
+
+
+def test_dict_views_are_live():
+    def f(x):
+        d = {3: x}
+        k, v = d.keys(), d.values()
+        d[4] = x + 1
+        return 4 in k, len(v), list(d.items())[1][1]
+
+    check(f, rand(3))
+
+
+def test_sum_with_start():
+    check(lambda x: sum([0, 1.0, 2, 3.0], start=-10) + x, rand(3))
+
+
+NT = collections.namedtuple("NT", "a b")
+
+
+class TNT(typing.NamedTuple):
+    a: int
+    b: int
+
+
+@pytest.mark.parametrize("point", [NT(1, 2), TNT(1, 2)], ids=["collections", "typing"])
+def test_hasattr_on_namedtuples(point):
+    def f(p, x):
+        return x + 1 if hasattr(p, "_fields") and hasattr(p, "_asdict") and not hasattr(p, "nope") else x - 1
+
+    check(f, point, rand(3))
+
+
+def test_map_is_lazy_and_sees_appends():
+    def f(x):
+        y = [x]
+        y.extend(map(lambda i: y[-1] + i, range(3)))
+        return y
+
+    check(f, rand(3))
+
+
+def test_generators_run_when_their_items_are_asked_for():
+    def gen(log, x):
+        for i in range(3):
+            log.append(i)
+            yield x * i
+
+    def f(x):
+        log = []
+        g = gen(log, x)
+        first = next(g)
+        seen = list(log)
+        rest = list(g)
+        return first, seen, rest, log
+
+    check(f, rand(2))
+
+
+def test_tensor_as_dict_key():
+    def f(a):
+        d = {a: 3}
+        return a + d[a], a in d, (a * 1) in d
+
+    check(f, rand(3))
+
+
+def test_in_place_method_returns_its_tensor():
+    check(lambda x: (x is x.add_(1), x.mul_(2) is x), rand(3))
+
+
+def test_manual_seed_inside_the_function_reseeds_every_call():
+    def f(x):
+        torch.manual_seed(3)
+        return torch.randint(0, 10, (4,)) + x, torch.rand(2)
+
+    check(f, rand(4), calls=3)
+
+
+def test_module_call_override_runs():
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return x + 1
+
+        def __call__(self, x):
+            return self.forward(x) * 2
+
+    m = M()
+    check(lambda x: m(x), rand(3))
+
+
+def test_tensor_type_names_the_real_device():
+    def f(a, b):
+        m = a.to(torch.float16)
+        return b.type(m.type()), m.type()
+
+    check(f, rand(3), rand(3))
+
+
+class Box:
+    def __init__(self, t):
+        self.t = t
+
+
+def _breaking_callee(x, box):
+    print("break")
+    return x + box.t
+
+
+def test_object_passed_through_varargs_to_a_breaking_callee_is_not_baked_in():
+    def g(x, box, *args):
+        return _breaking_callee(x, box, *args)
+
+    compiled = fastcomp.compile(g)
+    same(compiled(torch.zeros(3), Box(torch.zeros(3))), torch.zeros(3))
+    same(compiled(torch.zeros(3), Box(torch.ones(3))), torch.ones(3))
+
+
+class _A:
+    def val(self):
+        return 1.0
+
+
+class _B(_A):
+    def m(self, other, y):
+        print("break")
+        return [other, super().val() + y]
+
+
+def test_zero_argument_super_after_a_break_binds_to_self():
+    b = _B()
+    check(lambda o, y: b.m(o, y)[1], _A, rand(3))
+
+
+def test_cell_variables_live_across_a_break():
+    def f(x):
+        scale = 2.0
+
+        def g(t):
+            return t * scale
+
+        y = g(x)
+        print("break")
+        scale = 3.0
+        return g(y) + x, (lambda: scale)()
+
+    with CompileCounter() as cc:
+        check(f, rand(3))
+    assert all(r["status"] != "unsupported" for r in cc.records)
+
+
+def test_method_of_a_global_object_breaks_there_and_is_not_recompiled():
+    buf = io.StringIO()
+    glob = {"buf": buf}
+    exec("def f(x):\n    buf.write('a')\n    return x + 1\n", glob)
+    f = glob["f"]
+    compiled = fastcomp.compile(f)
+    with CompileCounter() as cc:
+        for _ in range(3):
+            x = torch.randn(2)
+            same(compiled(x), x + 1)
+    assert buf.getvalue() == "aaa"
+    assert cc.frame_count == 2 and not cc.recompile_reasons  # f up to the call and the code after it, once each
+
+
+def test_side_effects_on_objects_from_the_frame_are_written_back():
+    class State:
+        pass
+
+    def f(x, items, table, obj):
+        items.append(x.sum())
+        table["k"] = x * 2
+        del table["drop"]
+        obj.seen = len(items)
+        obj.out = x + 1
+        return x - 1
+
+    compiled = fastcomp.compile(f)
+    for _ in range(2):
+        x = torch.randn(3)
+        a, b = ([], {"drop": 1}, State()), ([], {"drop": 1}, State())
+        same(compiled(x, *a), f(x, *b))
+        same(a[0], b[0])
+        same(a[1], b[1])
+        same(vars(a[2]), vars(b[2]))
+
+
+def test_objects_from_the_frame_are_returned_by_identity():
+    lst = []
+    compiled = fastcomp.compile(lambda x, l: (x + 1, l))
+    out = compiled(torch.randn(2), lst)
+    assert out[1] is lst
+
+
+def test_user_class_instances_made_in_the_trace():
+    class Point:
+        def __init__(self, x, y):
+            self.x, self.y = x, y
+
+        @property
+        def norm(self):
+            return (self.x * self.x + self.y * self.y).sqrt()
+
+        def __getattr__(self, name):
+            if name == "z":
+                return 0.0
+            raise AttributeError(name)
+
+    def f(a, b):
+        p = Point(a, b)
+        return p.norm + p.z, getattr(p, "w", "missing"), hasattr(p, "w"), type(p).__name__
+
+    check(f, rand(3), rand(3))
+
+
+def test_dataclass_with_post_init_is_returned():
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Out:
+        a: torch.Tensor
+        b: typing.Optional[torch.Tensor] = None
+        n: int = 0
+
+        def __post_init__(self):
+            self.n = 1 if self.b is None else 2
+
+    def f(x):
+        return Out(x + 1), Out(x, x * 2)
+
+    compiled = check(f, rand(3))
+    out = compiled(torch.ones(2))
+    assert isinstance(out[0], Out) and out[0].n == 1 and out[1].n == 2
+
+
+def test_try_except_in_traced_code():
+    def f(x, d):
+        try:
+            v = d["missing"]
+        except KeyError:
+            v = x * 2
+        try:
+            raise ValueError("boom")
+        except (TypeError, ValueError) as e:
+            msg = e.args[0]
+        return v, msg
+
+    with CompileCounter() as cc:
+        check(f, rand(3), {"a": 1})
+    assert cc.graph_count == 1 and cc.break_count == 0
+
+
+def test_user_context_manager():
+    log = []
+
+    class Ctx:
+        def __enter__(self):
+            log.append("enter")
+            return self
+
+        def __exit__(self, *exc):
+            log.append("exit")
+            return False
+
+    def f(x):
+        with Ctx():
+            y = x + 1
+        return y
+
+    compiled = fastcomp.compile(f)
+    x = torch.randn(3)
+    same(compiled(x), x + 1)
+    assert log == ["enter", "exit"]
+
+
+def test_sets_and_functools_partial():
+    import functools
+
+    def scale(t, k, offset=0.0):
+        return t * k + offset
+
+    def f(x):
+        s = {1, 2} | {3}
+        s.add(4)
+        p = functools.partial(scale, k=len(s))
+        return p(x, offset=1.0), 3 in s, sorted(s)
+
+    check(f, rand(3))
+
+
+def test_is_compiling_answers_true_while_tracing():
+    def f(x):
+        return x + 1 if torch.compiler.is_compiling() else x - 1
+
+    compiled = fastcomp.compile(f)
+    x = torch.randn(2)
+    same(compiled(x), x + 1)

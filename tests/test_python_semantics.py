@@ -337,3 +337,23 @@ def test_is_compiling_answers_true_while_tracing():
     compiled = fastcomp.compile(f)
     x = torch.randn(2)
     same(compiled(x), x + 1)
+
+
+def test_warnings_and_logging_run_after_the_graph_without_a_break(caplog):
+    import logging
+    import warnings
+
+    logger = logging.getLogger("fastcomp.test.user")
+
+    def f(x):
+        y = x + 1
+        warnings.warn("careful")
+        logger.warning("value %s", 3)
+        return y * 2
+
+    compiled = fastcomp.compile(f)
+    with CompileCounter() as cc, pytest.warns(UserWarning, match="careful"), caplog.at_level(logging.WARNING):
+        x = torch.randn(2)
+        same(compiled(x), (x + 1) * 2)
+    assert (cc.graph_count, cc.break_count) == (1, 0)
+    assert "value 3" in caplog.text

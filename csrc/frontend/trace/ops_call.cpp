@@ -357,6 +357,7 @@ ValueRef Tracer::call_method(const ValueRef& fn, std::vector<ValueRef> args, Kwa
   }
   if (!fn->obj) return container_method(self, fn->name, args, kwargs);
   PyObject* f = fn->obj.get();
+  if (ValueRef deferred; defer_if_logging(nullptr, self, fn->name, args, kwargs, &deferred)) return deferred;
   if (PyFunction_Check(f)) {
     args.insert(args.begin(), self);
     if (is_torch_callable(f) && !(self->is(VKind::Object) && torch_refs().is_module(self->obj.get())))
@@ -465,6 +466,7 @@ ValueRef Tracer::call_object(const ValueRef& fn, std::vector<ValueRef> args, Kwa
     }
   }
   if (PyType_Check(f)) return construct(fn, std::move(args), std::move(kwargs));
+  if (ValueRef deferred; defer_if_logging(f, nullptr, "", args, kwargs, &deferred)) return deferred;
   if (module_is(f, "numpy")) throw Unsupported(BreakCode::NumpyCall, "call to " + qualified_name(f));
   if (PyFunction_Check(f)) {
     PyObject* module = PyFunction_GET_MODULE(f);

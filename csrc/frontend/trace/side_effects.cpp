@@ -14,6 +14,7 @@ std::string describe(const SideEffect& e, const std::string& target) {
     case SideEffect::Kind::SetAttr: return fmt::format("{}.{} = <output {}>", target, py_str(e.name.get()), e.value);
     case SideEffect::Kind::DelAttr: return fmt::format("del {}.{}", target, py_str(e.name.get()));
     case SideEffect::Kind::SetCell: return fmt::format("{} (cell) = <output {}>", target, e.value);
+    case SideEffect::Kind::Call: return fmt::format("{}(...) after the graph", py_str(e.fn.get()));
   }
   return "?";
 }
@@ -48,6 +49,14 @@ bool replace_dict(PyObject* target, PyObject* items) {
 
 bool apply_side_effects(const std::vector<SideEffect>& effects, PyObject* outs, const std::vector<PyObject*>& sources) {
   for (const SideEffect& e : effects) {
+    if (e.kind == SideEffect::Kind::Call) {
+      std::vector<PyObject*> argv;
+      for (int i : e.args) argv.push_back(PyTuple_GET_ITEM(outs, i));
+      const size_t nkw = e.kwnames ? PyTuple_GET_SIZE(e.kwnames.get()) : 0;
+      PyRef r = PyRef::steal(PyObject_Vectorcall(e.fn.get(), argv.data(), argv.size() - nkw, e.kwnames.get()));
+      if (!r) return false;
+      continue;
+    }
     PyObject* target = sources.at(e.target);
     PyObject* value = e.value >= 0 ? PyTuple_GET_ITEM(outs, e.value) : nullptr;
     if (!target) {
@@ -72,6 +81,43 @@ bool apply_side_effects(const std::vector<SideEffect>& effects, PyObject* outs, 
         break;
     }
   }
+  return true;
+}
+
+// warnings.warn and the logging methods of a Logger: their calls cost no graph; they run after it, in program order,
+// with the arguments they had (the README's "Logging inside compiled code").
+bool Tracer::defer_if_logging(PyObject* fn, const ValueRef& self, const std::string& name, const std::vector<ValueRef>& args,
+                              const std::vector<std::pair<std::string, ValueRef>>& kwargs, ValueRef* result) {
+  static PyObject* warn = [] {
+    PyRef warnings = PyRef::steal(PyImport_ImportModule("warnings"));
+    PyObject* w = warnings ? PyObject_GetAttrString(warnings.get(), "warn") : nullptr;
+    if (!w) PyErr_Clear();
+    return w;
+  }();
+  static PyObject* logger_type = [] {
+    PyRef logging = PyRef::steal(PyImport_ImportModule("logging"));
+    PyObject* t = logging ? PyObject_GetAttrString(logging.get(), "Logger") : nullptr;
+    if (!t) PyErr_Clear();
+    return t;
+  }();
+  DeferredCall call;
+  if (fn && fn == warn) {
+    call.fn = PyRef::borrow(fn);
+  } else if (self && self->is(VKind::Object) && logger_type &&
+             PyObject_TypeCheck(self->obj.get(), reinterpret_cast<PyTypeObject*>(logger_type))) {
+    static const char* const kMethods[] = {"debug", "info", "warning", "warn", "error", "exception", "critical", "log"};
+    bool logging_method = false;
+    for (const char* m : kMethods) logging_method |= name == m;
+    if (!logging_method) return false;
+    call.fn = PyRef::steal(PyObject_GetAttrString(self->obj.get(), name.c_str()));  // bound to the logger
+    if (!call.fn) return PyErr_Clear(), false;
+  } else {
+    return false;
+  }
+  call.args = args;
+  call.kwargs = kwargs;
+  deferred_calls_.push_back(std::move(call));
+  *result = make_const_borrowed(Py_None);
   return true;
 }
 
@@ -115,6 +161,20 @@ std::vector<SideEffect> Tracer::plan_side_effects(graph::Arg* outputs) {
       default:
         throw Unsupported(BreakCode::SideEffect, "a change to " + describe(*v) + " that fastcomp cannot replay");
     }
+  }
+  for (const DeferredCall& c : deferred_calls_) {
+    SideEffect e;
+    e.kind = SideEffect::Kind::Call;
+    e.fn = c.fn;
+    for (const ValueRef& a : c.args) e.args.push_back(output(a));
+    if (!c.kwargs.empty()) {
+      e.kwnames = PyRef::steal(PyTuple_New(c.kwargs.size()));
+      for (size_t i = 0; i < c.kwargs.size(); ++i) {
+        PyTuple_SET_ITEM(e.kwnames.get(), i, PyUnicode_FromString(c.kwargs[i].first.c_str()));
+        e.args.push_back(output(c.kwargs[i].second));
+      }
+    }
+    effects.push_back(std::move(e));
   }
   return effects;
 }

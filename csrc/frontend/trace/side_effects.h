@@ -20,11 +20,15 @@ struct SideEffect {
     SetAttr,      // object.__setattr__(target, name, value), bypassing overrides the trace already ran
     DelAttr,      // object.__delattr__(target, name)
     SetCell,      // target.cell_contents = value
+    Call,         // fn(*args, **dict(zip(kwnames, kwargs))): a warning or log call, deferred until after the graph
   };
   Kind kind = Kind::SetAttr;
   int target = -1;  // guard source of the object changed
   PyRef name;       // SetAttr / DelAttr
   int value = -1;   // index of the new value in the graph's output tuple; -1 for DelAttr
+  PyRef fn;                // Call
+  std::vector<int> args;   // Call: output indices of the positional then the keyword arguments
+  PyRef kwnames;           // Call: tuple of keyword names, or null
 };
 
 std::string describe(const SideEffect& e, const std::string& target_name);

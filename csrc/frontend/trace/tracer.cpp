@@ -183,6 +183,10 @@ TraceResult Tracer::run() {
   }
   std::vector<ValueRef> roots{result};
   for (const ValueRef& m : mutated_) roots.push_back(m);
+  for (const DeferredCall& c : deferred_calls_) {
+    roots.insert(roots.end(), c.args.begin(), c.args.end());
+    for (const auto& kv : c.kwargs) roots.push_back(kv.second);
+  }
   begin_outputs(roots);
   graph::Arg output = to_output_arg(result);
   graph::Arg with_effects;
@@ -225,6 +229,10 @@ TraceResult Tracer::capture_break(TraceFrame& f) {
   std::vector<ValueRef> roots(f.stack.begin(), f.stack.end());
   for (const ValueRef& l : f.locals) roots.push_back(l);
   for (const ValueRef& m : mutated_) roots.push_back(m);
+  for (const DeferredCall& c : deferred_calls_) {
+    roots.insert(roots.end(), c.args.begin(), c.args.end());
+    for (const auto& kv : c.kwargs) roots.push_back(kv.second);
+  }
   begin_outputs(roots);
   std::function<LiveValue(const ValueRef&)> live_value;
   auto live = live_value = [&](const ValueRef& v) -> LiveValue {

@@ -133,6 +133,9 @@ class Tracer {
 
   // side_effects.cpp: changes to objects from outside the trace, replayed after the graph
   void note_mutation(const ValueRef& v);
+  // A warnings.warn or Logger method call: recorded to run after the graph; true (and *result None) when deferred.
+  bool defer_if_logging(PyObject* fn, const ValueRef& self, const std::string& name, const std::vector<ValueRef>& args,
+                        const std::vector<std::pair<std::string, ValueRef>>& kwargs, ValueRef* result);
 
   // ops_call.cpp
   ValueRef call(const ValueRef& fn, std::vector<ValueRef> args, std::vector<std::pair<std::string, ValueRef>> kwargs);
@@ -260,6 +263,12 @@ class Tracer {
   std::unordered_map<PyObject*, ValueRef> object_by_identity_;  // mutable objects from the frame, one Value each
   std::unordered_set<PyTypeObject*> classes_read_;   // classes whose version is guarded
   std::vector<ValueRef> mutated_;                    // objects from the frame the trace changed, in that order
+  struct DeferredCall {
+    PyRef fn;
+    std::vector<ValueRef> args;
+    std::vector<std::pair<std::string, ValueRef>> kwargs;
+  };
+  std::vector<DeferredCall> deferred_calls_;         // see defer_if_logging
   std::unordered_map<int, graph::NodeId> object_inputs_;       // source -> Input node of an object passed through
   std::unordered_map<const Value*, int> output_refs_;          // how often each mutable Value is output
   std::unordered_map<const Value*, graph::Arg> output_memo_;   // Values already converted

@@ -5,8 +5,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <functional>
 #include <mutex>
+#include <set>
+#include <tuple>
 #include <unordered_map>
 
 #include "frontend/bytecode/decode.h"
@@ -202,6 +205,17 @@ TraceResult Tracer::run() {
 
 TraceResult Tracer::finish(TraceResult r) {
   shapes_.finalize(r.graph, r.guards);
+  // The same check reached along several paths (an attribute looked up on every call of a method) is made once.
+  std::vector<Guard>& guards = r.guards.guards;
+  std::set<std::tuple<int, int, const PyObject*, int64_t>> seen;
+  guards.erase(std::remove_if(guards.begin(), guards.end(),
+                              [&](const Guard& g) {
+                                if (g.kind == GuardKind::TensorMatch || g.kind == GuardKind::GlobalState ||
+                                    g.kind == GuardKind::SizeRelation)
+                                  return false;
+                                return !seen.emplace(static_cast<int>(g.kind), g.source, g.expected.get(), g.length).second;
+                              }),
+               guards.end());
   return r;
 }
 

@@ -357,3 +357,37 @@ def test_warnings_and_logging_run_after_the_graph_without_a_break(caplog):
         same(compiled(x), (x + 1) * 2)
     assert (cc.graph_count, cc.break_count) == (1, 0)
     assert "value 3" in caplog.text
+
+
+def test_yield_from_and_module_iteration():
+    def inner(x):
+        yield x + 1
+        yield x + 2
+
+    def outer(x):
+        yield x
+        yield from inner(x)
+
+    def f(x, m):
+        params = [p.shape for p in m.parameters()]
+        names = {name for name, _ in m.named_modules()}
+        return list(outer(x)), params, sorted(names)
+
+    m = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.ReLU())
+    check(f, rand(3), lambda: m)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True),
+    lambda: torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True), 2,
+                                        enable_nested_tensor=False),
+], ids=["TransformerEncoderLayer", "TransformerEncoder"])
+@pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])
+def test_stock_transformer_modules_capture_whole(make, training):
+    torch.manual_seed(0)
+    m = make().train(training)  # no dropout, so training mode is deterministic too
+    compiled = fastcomp.compile(m)
+    with CompileCounter() as cc:
+        x = torch.randn(2, 5, 32)
+        torch.testing.assert_close(compiled(x), m(x))
+    assert (cc.graph_count, cc.break_count) == (1, 0)

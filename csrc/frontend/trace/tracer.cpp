@@ -563,6 +563,29 @@ void Tracer::step(TraceFrame& f, const Instr& in, bool* returned, ValueRef* resu
     case Op::WITH_EXCEPT_START: step_exception(f, in); return;
     case Op::LOAD_ASSERTION_ERROR: push(make_object(PyRef::borrow(PyExc_AssertionError), -1)); return;
     case Op::RETURN_GENERATOR: push(make_const_borrowed(Py_None)); return;
+    case Op::GET_YIELD_FROM_ITER: push(make_iter(pop(), "yield from")); return;
+    case Op::SEND: {
+      // `yield from it`: the receiver's next item is yielded; once it is exhausted the loop ends with its return
+      // value (None: the tracer's generators return nothing it keeps). Where an END_SEND follows (3.12) it pops
+      // the receiver; otherwise SEND does.
+      if (!(top()->is(VKind::Const) && top()->obj.get() == Py_None))
+        throw Unsupported(BreakCode::UnsupportedOpcode, "a value sent into a generator");
+      pop();
+      if (ValueRef v = iter_next(top())) {
+        push(std::move(v));
+        return;
+      }
+      if (f.instrs->instrs.at(in.target).op != Op::END_SEND) pop();
+      push(make_const_borrowed(Py_None));
+      f.pc = in.target;
+      return;
+    }
+    case Op::END_SEND: {
+      ValueRef v = pop();
+      pop();
+      push(std::move(v));
+      return;
+    }
     case Op::YIELD_VALUE:
       // The generator pauses here; iter_next resumes it with the value `yield` evaluates to on the stack.
       if (!f.generator) throw Unsupported(BreakCode::UnsupportedOpcode, "yield outside a generator being traced");

@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <memory>
 #include <unordered_set>
+#include <vector>
 
 #include "frontend/resume/continuation.h"
 #include "frontend/trace/tracer.h"
@@ -194,7 +196,7 @@ cpython::FrameOutcome run_break(const frontend::ResumePlan& plan, PyObject* outs
       for (size_t i = 0; i < n; ++i) Py_DECREF(args[i]);
     }
   } release{args, n};
-  // New references: a nested compile reuses `scratch`, and the break code may drop what it was given.
+  // New references: the break code may drop what it was given, and `scratch` ends with this dispatch.
   for (const frontend::LiveValue& v : plan.args) {
     PyObject* o = v.kind == frontend::LiveValue::Kind::Output ? PyTuple_GET_ITEM(outs, v.index) : scratch.values[v.index];
     if (!o) {
@@ -249,10 +251,36 @@ cpython::FrameOutcome run_entry(runtime::CacheEntry& entry, const frontend::Guar
   return run_compiled(entry.compiled, scratch, frame);
 }
 
+// The guard scratch of one dispatch. Dispatches nest (a resume function called by break code is dispatched while
+// its caller's dispatch runs), so each level has its own; the references a guard check took (attribute loads)
+// are dropped when the dispatch ends, not at thread exit, which runs after the interpreter is gone.
+class ScratchLease {
+ public:
+  ScratchLease() {
+    if (depth_ == pool_.size()) pool_.push_back(std::make_unique<frontend::GuardScratch>());
+    scratch_ = pool_[depth_++].get();
+  }
+  ~ScratchLease() {
+    --depth_;
+    scratch_->reset(0, 0);
+  }
+  ScratchLease(const ScratchLease&) = delete;
+  ScratchLease& operator=(const ScratchLease&) = delete;
+  frontend::GuardScratch& get() { return *scratch_; }
+
+ private:
+  static thread_local std::vector<std::unique_ptr<frontend::GuardScratch>> pool_;
+  static thread_local size_t depth_;
+  frontend::GuardScratch* scratch_;
+};
+thread_local std::vector<std::unique_ptr<frontend::GuardScratch>> ScratchLease::pool_;
+thread_local size_t ScratchLease::depth_ = 0;
+
 cpython::FrameOutcome dispatch(const cpython::FrameView& frame, DispatchContext& ctx) {
   PyCodeObject* code = frame.code();
   runtime::CodeCache& cache = runtime::code_cache(code);
-  thread_local frontend::GuardScratch scratch;
+  ScratchLease lease;
+  frontend::GuardScratch& scratch = lease.get();
 
   if (!ctx.explain) {
     for (size_t i = 0; i < cache.entries.size(); ++i) {

@@ -53,7 +53,8 @@ PyObject* load_source(const Source& s, PyObject* base, const cpython::FrameView&
     case SourceKind::ModuleBuffer: return module_dict_item(base, kBuffers, s.key.get());
     case SourceKind::ModuleChild: return module_dict_item(base, kModules, s.key.get());
     case SourceKind::SeqItem:
-      if (PyTuple_CheckExact(base) && s.index < PyTuple_GET_SIZE(base)) return PyTuple_GET_ITEM(base, s.index);
+      // Tuple subclasses too: the tracer reads a namedtuple's fields from its tuple storage, as this does.
+      if (PyTuple_Check(base) && s.index < PyTuple_GET_SIZE(base)) return PyTuple_GET_ITEM(base, s.index);
       if (PyList_CheckExact(base) && s.index < PyList_GET_SIZE(base)) return PyList_GET_ITEM(base, s.index);
       return nullptr;
   }

@@ -27,7 +27,7 @@ PyObject* type_of(const Value& v) {
     case VKind::SymInt:
     case VKind::Const:
     case VKind::Object: return reinterpret_cast<PyObject*>(Py_TYPE(v.obj.get()));
-    case VKind::Tuple: return reinterpret_cast<PyObject*>(&PyTuple_Type);
+    case VKind::Tuple: return v.obj ? v.obj.get() : reinterpret_cast<PyObject*>(&PyTuple_Type);
     case VKind::List: return reinterpret_cast<PyObject*>(&PyList_Type);
     case VKind::Dict: return reinterpret_cast<PyObject*>(&PyDict_Type);
     case VKind::Record: return v.obj.get();

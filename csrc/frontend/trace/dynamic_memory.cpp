@@ -134,7 +134,8 @@ std::vector<bool> automatic_dynamic_dims(const std::string& code_key, const std:
     }
     mem.sizes[d] = sizes[d];
   }
-  for (int d : mem.dynamic) out[d] = true;
+  for (int d : mem.dynamic)  // dimensions made dynamic at another rank (x.squeeze() of [n, 1] and of [1, 1]) too
+    if (d < static_cast<int>(sizes.size())) out[d] = true;
   if (changed) save(code_key, m);
   return out;
 }

@@ -65,6 +65,7 @@ PyRef Tracer::as_python_constant(const ValueRef& v) {
         if (v->kind == VKind::Tuple) PyTuple_SET_ITEM(out.get(), i, item.release());
         else PyList_SET_ITEM(out.get(), i, item.release());
       }
+      if (v->is(VKind::Tuple) && v->obj) return PyRef::steal(PyObject_CallOneArg(v->obj.get(), out.get()));
       return out;
     }
     case VKind::Dict: {
@@ -111,12 +112,16 @@ ValueRef Tracer::binary_op(int kind, const ValueRef& a, const ValueRef& b) {
     }
     std::vector<ValueRef> items = a->items;
     items.insert(items.end(), b->items.begin(), b->items.end());
-    return make_seq(a->kind, std::move(items));
+    ValueRef out = make_seq(a->kind, std::move(items));
+    out->obj = a->is(VKind::Tuple) ? a->obj : PyRef();  // torch.Size + tuple is a torch.Size
+    return out;
   }
   if (seq_a && plain == static_cast<int>(BinaryOpKind::Multiply) && b->is(VKind::Const) && PyLong_Check(b->obj.get())) {
     std::vector<ValueRef> items;
     for (long r = PyLong_AsLong(b->obj.get()); r > 0; --r) items.insert(items.end(), a->items.begin(), a->items.end());
-    return make_seq(a->kind, std::move(items));
+    ValueRef out = make_seq(a->kind, std::move(items));
+    out->obj = a->is(VKind::Tuple) ? a->obj : PyRef();
+    return out;
   }
   PyRef ca = as_python_constant(a), cb = as_python_constant(b);
   if (!ca || !cb)

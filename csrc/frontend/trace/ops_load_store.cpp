@@ -127,7 +127,10 @@ ValueRef Tracer::get_attr(const ValueRef& obj, PyObject* name) {
     PyErr_Clear();
   }
   if (cls_attr) {
-    if (PyFunction_Check(cls_attr)) {
+    // `obj.name` makes a new bound method on every read: guarded through the object (its type) and the
+    // function, never as the bound method, which is never the same object twice.
+    if (PyFunction_Check(cls_attr) || Py_TYPE(cls_attr) == &PyMethodDescr_Type ||
+        Py_TYPE(cls_attr) == &PyWrapperDescr_Type) {
       auto m = std::make_shared<Value>();
       m->kind = VKind::Method;
       m->items = {obj};

@@ -203,10 +203,16 @@ void ShapeEnv::unify(int keep, int drop, const std::string& why) {
   FC_LOG(dynamic, info, "{} and {} are one size from now on (guarded equal): {}", describe(drop), describe(keep), why);
 }
 
-void ShapeEnv::require_at_least_two(int s, const std::string& why) {
-  if (symbols_[s].min >= 2) return;
-  symbols_[s].min = 2;
-  FC_LOG(dynamic, info, "{} must be at least 2 (size 1 is specialised on its own): {}", describe(s), why);
+void ShapeEnv::require_at_least(int s, int64_t n, const std::string& why) {
+  if (symbols_[s].min >= n) return;
+  symbols_[s].min = n;
+  FC_LOG(dynamic, info, "{} must be at least {} (smaller sizes are compiled on their own): {}", describe(s), n, why);
+}
+
+void ShapeEnv::require_at_most(int s, int64_t n, const std::string& why) {
+  if (symbols_[s].max <= n) return;
+  symbols_[s].max = n;
+  FC_LOG(dynamic, info, "{} must be at most {} (larger sizes are compiled on their own): {}", describe(s), n, why);
 }
 
 void ShapeEnv::add_relation(const graph::Sym& a, SizeCmp cmp, const graph::Sym& b, bool holds, const std::string& why) {

@@ -62,7 +62,9 @@ class ShapeEnv {
   void specialize(int s, const std::string& why);  // s becomes its hint
   void specialize_all(const graph::Sym& e, const std::string& why);
   void unify(int keep, int drop, const std::string& why);  // `drop` is `keep` from now on
-  void require_at_least_two(int s, const std::string& why);
+  // The trace holds for sizes of `s` in [n, ...] / [..., n] only: its range is narrowed (and guarded).
+  void require_at_least(int s, int64_t n, const std::string& why);
+  void require_at_most(int s, int64_t n, const std::string& why);
   // The trace took a branch on `a <cmp> b` being `holds`.
   void add_relation(const graph::Sym& a, SizeCmp cmp, const graph::Sym& b, bool holds, const std::string& why);
 

@@ -4,8 +4,9 @@
 // stride or int argument of the inputs, the input's element count over the other output sizes (reshapes), or the
 // dense layout of the output's own sizes. When no expression fits or a probe raises, the call needs sizes to be
 // related: symbols with equal sizes are tried as one (broadcasting `x + y`), then each symbol on its own, and the
-// ones the call cannot vary are specialised. A last probe with the symbols at 1 tells which of them the call
-// treats differently at size 1; those are guarded to be at least 2.
+// ones the call cannot vary are specialised. The solution is then checked where the growing probes never went
+// (size 1, small sizes, a far larger size, the symbols in another order): a size the call clamps holds only
+// from some size on, which becomes the symbol's bound; what no bound explains is specialised.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -83,8 +84,10 @@ const int64_t kPrimes[] = {3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41};
 
 }  // namespace
 
-// A meta object for `v` at `point`; `at_hint` is the one the call got while tracing.
-PyRef Tracer::probe_meta(const ValueRef& v, PyObject* at_hint, const std::vector<int64_t>& point) {
+// A meta object for `v` at `point`; `at_hint` is the one the call got while tracing. `fresh`: static tensors are
+// new meta tensors too, with the metadata their node had before the call (an in-place op changed `at_hint`).
+PyRef Tracer::probe_meta(const ValueRef& v, PyObject* at_hint, const std::vector<int64_t>& point, bool fresh) {
+  if (fresh && v->is(VKind::Tensor) && v->shape.empty()) return make_meta_tensor(graph_.nodes[v->node].meta);
   if (!has_sym(v)) return PyRef::borrow(at_hint);
   if (v->is(VKind::SymInt)) return PyRef::steal(PyLong_FromLongLong(graph::sym_eval(shapes_.resolve(v->sym), point)));
   if (v->is(VKind::Tensor)) {
@@ -152,12 +155,12 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
   auto run_at = [&](const Point& point) -> std::optional<Observed> {
     PyRef args = PyRef::steal(PyTuple_New(call.args.size()));
     for (size_t i = 0; i < call.args.size(); ++i)
-      PyTuple_SET_ITEM(args.get(), i, probe_meta(call.args[i], PyTuple_GET_ITEM(call.meta_args, i), point).release());
+      PyTuple_SET_ITEM(args.get(), i, probe_meta(call.args[i], PyTuple_GET_ITEM(call.meta_args, i), point, call.writes).release());
     PyRef kwargs = PyRef::steal(PyDict_Copy(call.meta_kwargs));
     for (const auto& [key, value] : call.kwargs)
-      if (has_sym(value)) {
+      if (has_sym(value) || call.writes) {
         PyObject* hint = PyDict_GetItemString(call.meta_kwargs, key.c_str());
-        if (hint) PyDict_SetItemString(kwargs.get(), key.c_str(), probe_meta(value, hint, point).get());
+        if (hint) PyDict_SetItemString(kwargs.get(), key.c_str(), probe_meta(value, hint, point, call.writes).get());
       }
     PyRef out = call.run(args.get(), kwargs.get());
     if (!out) {
@@ -188,10 +191,10 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
         if (graph::sym_eval(e, points[k]) != value_at(k)) return false;
       return true;
     };
-    auto find = [&](auto value_at, bool* constant) -> Sym {
-      *constant = true;
-      for (size_t k = 1; k < points.size(); ++k) *constant &= value_at(k) == value_at(0);
-      if (*constant) return graph::sym_const(value_at(0));
+    auto find = [&](auto value_at) -> Sym {
+      bool constant = true;
+      for (size_t k = 1; k < points.size(); ++k) constant &= value_at(k) == value_at(0);
+      if (constant) return graph::sym_const(value_at(0));
       for (const Sym& c : candidates)
         if (matches(c, value_at)) return c;
       return nullptr;
@@ -200,12 +203,9 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
     for (size_t j = 0; j < seen[0].sizes.size(); ++j) {
       const size_t rank = seen[0].sizes[j].size();
       SymShape shape;
-      bool all_constant = true;
       int unsolved = -1;
       for (size_t d = 0; d < rank; ++d) {
-        bool constant;
-        Sym e = find([&](size_t k) { return seen[k].sizes[j][d]; }, &constant);
-        all_constant &= constant;
+        Sym e = find([&](size_t k) { return seen[k].sizes[j][d]; });
         if (!e) {
           if (unsolved >= 0) return std::nullopt;
           unsolved = static_cast<int>(d);
@@ -228,10 +228,8 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
       }
       std::vector<Sym> dense = dense_strides(shape.sizes, seen[0].sizes[j], seen[0].strides[j]);
       for (size_t d = 0; d < rank; ++d) {
-        bool constant;
         auto stride_at = [&](size_t k) { return seen[k].strides[j][d]; };
-        Sym e = find(stride_at, &constant);
-        all_constant &= constant;
+        Sym e = find(stride_at);
         if (!e && !dense.empty() && matches(dense[d], stride_at)) e = dense[d];
         if (!e) {
           bool always_one = true;  // a stride of a size-1 dimension does not address anything
@@ -241,7 +239,7 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
         }
         shape.strides.push_back(e);
       }
-      out.push_back(all_constant ? SymShape{} : std::move(shape));
+      out.push_back(std::move(shape));
     }
     return out;
   };
@@ -266,44 +264,20 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
   };
 
   const std::string why = fmt::format("{} at {} needs it", call.name, user_loc());
-  std::optional<std::vector<SymShape>> shapes = attempt(free, {});
-  if (!shapes) {
-    std::map<int64_t, std::vector<int>> by_hint;
-    for (int s : free) by_hint[shapes_.symbol(s).hint].push_back(s);
-    std::vector<std::vector<int>> groups;
-    for (auto& [hint, members] : by_hint)
-      if (members.size() > 1) groups.push_back(members);
-    if (!groups.empty() && (shapes = attempt(free, groups))) {
-      for (const auto& group : groups)
-        for (size_t i = 1; i < group.size(); ++i) shapes_.unify(group[0], group[i], call.name + " at " + user_loc());
-    }
-  }
-  if (!shapes) {
-    for (int s : free)
-      if (!attempt({s}, {})) shapes_.specialize(s, why);
-    std::vector<int> left;
-    for (int s : free)
-      if (!shapes_.symbol(s).replacement) left.push_back(s);
-    shapes = left.empty() ? std::nullopt : attempt(left, {});
-    if (!shapes) {
-      for (int s : left) shapes_.specialize(s, why);
-      return {};  // all inputs static now: the hint shapes are the output shapes
-    }
-  }
-  for (SymShape& s : *shapes) s = shapes_.resolve(s);
+  const std::string at = fmt::format("{} at {}", call.name, user_loc());
 
-  // Size 1: which symbols the call treats differently there (squeeze, broadcasting against them, ...).
-  std::vector<int> may_be_one;
-  for (int s : free)
-    if (!shapes_.symbol(s).replacement && shapes_.symbol(s).min < 2) may_be_one.push_back(s);
-  auto agrees_at = [&](const std::vector<int>& ones) {
-    Point point = shapes_.hints();
-    for (int s : ones) point[s] = 1;
+  // Whether the call's result at `point` is what `shapes` say: as many tensors, each size and each stride of a
+  // dimension longer than 1 as the expressions give, and the same non-tensor part.
+  auto agrees = [&](const std::vector<SymShape>& shapes, const Point& point) {
     auto o = run_at(point);
-    if (!o || o->sizes.size() != shapes->size()) return false;
-    for (size_t j = 0; j < shapes->size(); ++j) {
-      const SymShape& s = (*shapes)[j];
-      if (s.empty()) continue;
+    if (!o || o->sizes.size() != shapes.size()) return false;
+    if (at_hint->rest) {
+      int eq = o->rest ? PyObject_RichCompareBool(at_hint->rest.get(), o->rest.get(), Py_EQ) : 0;
+      if (eq < 0) PyErr_Clear();
+      if (eq != 1) return false;
+    }
+    for (size_t j = 0; j < shapes.size(); ++j) {
+      const SymShape s = shapes_.resolve(shapes[j]);
       if (o->sizes[j].size() != s.sizes.size()) return false;
       for (size_t d = 0; d < s.sizes.size(); ++d) {
         if (graph::sym_eval(s.sizes[d], point) != o->sizes[j][d]) return false;
@@ -312,9 +286,108 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
     }
     return true;
   };
-  if (!may_be_one.empty() && !agrees_at(may_be_one))
+  auto unreplaced = [&] {
+    std::vector<int> out;
+    for (int s : free)
+      if (!shapes_.symbol(s).replacement) out.push_back(s);
+    return out;
+  };
+
+  // A result with a tensor per element of a dynamic dimension (unbind, split, iterating a tensor) has as many
+  // outputs as that size: the symbols that change the count are specialised before probing at sizes many
+  // times larger would make that many tensors.
+  if (at_hint->sizes.size() > 1) {
+    for (int s : free) {
+      Point point = shapes_.hints();
+      point[s] *= 2;
+      auto o = run_at(point);
+      if (!o || o->sizes.size() != at_hint->sizes.size())
+        shapes_.specialize(s, fmt::format("the number of tensors {} returns depends on it", at));
+    }
+    if (unreplaced().empty()) return {};
+  }
+
+  std::optional<std::vector<SymShape>> shapes = attempt(unreplaced(), {});
+  if (!shapes) {
+    std::map<int64_t, std::vector<int>> by_hint;
+    for (int s : unreplaced()) by_hint[shapes_.symbol(s).hint].push_back(s);
+    std::vector<std::vector<int>> groups;
+    for (auto& [hint, members] : by_hint)
+      if (members.size() > 1) groups.push_back(members);
+    if (!groups.empty() && (shapes = attempt(unreplaced(), groups))) {
+      for (const auto& group : groups)
+        for (size_t i = 1; i < group.size(); ++i) shapes_.unify(group[0], group[i], at);
+    }
+  }
+  if (!shapes) {
+    for (int s : unreplaced())
+      if (!attempt({s}, {})) shapes_.specialize(s, why);
+    std::vector<int> left = unreplaced();
+    shapes = left.empty() ? std::nullopt : attempt(left, {});
+    if (!shapes) {
+      for (int s : left) shapes_.specialize(s, why);
+      return {};  // all inputs static now: the hint shapes are the output shapes
+    }
+  }
+
+  // The probes above only grew the sizes. Sizes the call clamps (x[:3], x[-3:-1], diagonal(), narrow to the
+  // shorter of two sizes) follow another expression below or above some size, so the solution is checked at
+  // sizes it was not found at: 1, the smallest size a symbol may have, a size far larger, all symbols small
+  // together, and the symbols in the opposite order of size. A symbol the call treats differently below some
+  // size gets that size as its lower bound (found by bisection; a symbol that differs at 1 only must be at
+  // least 2), above some size as its upper bound; what no bound explains specialises the call's symbols.
+  std::vector<int> may_be_one;
+  for (int s : unreplaced())
+    if (shapes_.symbol(s).min < 2) may_be_one.push_back(s);
+  auto with = [&](const std::vector<int>& symbols, int64_t value) {
+    Point point = shapes_.hints();
+    for (int s : symbols) point[s] = value;
+    return point;
+  };
+  if (!may_be_one.empty() && !agrees(*shapes, with(may_be_one, 1)))
     for (int s : may_be_one)
-      if (!agrees_at({s})) shapes_.require_at_least_two(s, fmt::format("{} at {} behaves differently at size 1", call.name, user_loc()));
+      if (!agrees(*shapes, with({s}, 1))) shapes_.require_at_least(s, 2, at + " behaves differently at size 1");
+  constexpr int64_t kLarge = int64_t{1} << 20;
+  for (int s : unreplaced()) {
+    const SymbolInfo& info = shapes_.symbol(s);
+    const int64_t low = std::max<int64_t>(info.min, 2), high = std::min(info.max, std::max(kLarge, info.hint * 64));
+    if (info.hint > low && !agrees(*shapes, with({s}, low))) {
+      int64_t bad = low, good = info.hint;  // bisection: the smallest size from which on the solution holds
+      while (good - bad > 1) {
+        int64_t mid = bad + (good - bad) / 2;
+        (agrees(*shapes, with({s}, mid)) ? good : bad) = mid;
+      }
+      shapes_.require_at_least(s, good, fmt::format("{} behaves differently below {}", at, good));
+    }
+    if (high > info.hint && !agrees(*shapes, with({s}, high))) {
+      int64_t good = info.hint, bad = high;  // the largest size up to which the solution holds
+      while (bad - good > 1) {
+        int64_t mid = good + (bad - good) / 2;
+        (agrees(*shapes, with({s}, mid)) ? good : bad) = mid;
+      }
+      shapes_.require_at_most(s, good, fmt::format("{} behaves differently above {}", at, good));
+    }
+  }
+  std::vector<int> left = unreplaced();
+  if (left.size() > 1) {
+    Point low = shapes_.hints(), reversed = shapes_.hints();
+    for (size_t i = 0; i < left.size(); ++i) {
+      low[left[i]] = shapes_.symbol(left[i]).min;
+      reversed[left[i]] *= kPrimes[(left.size() - 1 - i) % std::size(kPrimes)];
+    }
+    if (!agrees(*shapes, low) || !agrees(*shapes, reversed)) {
+      for (int s : left) shapes_.specialize(s, at + " relates the sizes in a way fastcomp does not model");
+      return {};
+    }
+  }
+
+  for (SymShape& s : *shapes) {
+    s = shapes_.resolve(s);
+    bool constant = true;
+    for (const Sym& e : s.sizes) constant &= e->is_const();
+    for (const Sym& e : s.strides) constant &= e->is_const();
+    if (constant) s = SymShape{};
+  }
   return *shapes;
 }
 

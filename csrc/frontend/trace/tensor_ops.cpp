@@ -271,15 +271,26 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
     throw UserCodeError(fmt::format("{} raised: {}", name, msg.substr(0, 300)));
   }
   PyObject* out_device = explicit_device ? explicit_device.get() : (device ? device : T.cpu_device.get());
+  const bool writes = graph::writes_an_argument(node);
   std::vector<graph::SymShape> shapes;
   if (shapes_.active() && moves_device && args[0]->is(VKind::Tensor)) {
     shapes = {shapes_.resolve(args[0]->shape)};  // same sizes and layout, another device or dtype
   } else if (shapes_.active()) {
     ProbeCall probe{name, args, kwargs, meta_args.get(), meta_kwargs.get(),
-                    [&](PyObject* a, PyObject* k) { return run_meta(a, k, nullptr); }};
+                    [&](PyObject* a, PyObject* k) { return run_meta(a, k, nullptr); }, writes};
     shapes = infer_shapes(probe, meta_out.get());
   }
-  return wrap_output(*this, std::move(node), meta_out.get(), out_device, fast ? &fast->meta : nullptr, shapes);
+  ValueRef result = wrap_output(*this, std::move(node), meta_out.get(), out_device, fast ? &fast->meta : nullptr, shapes);
+  // An in-place op returns its tensor, whose metadata it may have changed (unsqueeze_, t_, resize_, as_strided_
+  // change the meta tensor the Value holds): the tensor's Value is the result, and stands for the op's node,
+  // with the sizes and layout it left.
+  if (writes && !args.empty() && args[0]->is(VKind::Tensor) && result->is(VKind::Tensor) &&
+      meta_out.get() == args[0]->meta.get()) {
+    args[0]->node = result->node;
+    args[0]->shape = result->shape;
+    return args[0];
+  }
+  return result;
 }
 
 ValueRef Tracer::tensor_attr(const ValueRef& tensor, PyObject* name) {

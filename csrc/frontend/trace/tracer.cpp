@@ -254,7 +254,14 @@ graph::Arg Tracer::to_output_arg(const ValueRef& v) {
       graph::Arg a;
       a.kind = v->kind == VKind::Tuple ? graph::Arg::Kind::Tuple : graph::Arg::Kind::List;
       for (auto& item : v->items) a.items.push_back(to_output_arg(item));
-      return a;
+      if (!v->is(VKind::Tuple) || !v->obj) return a;
+      // A torch.Size of sizes read on each call: made by a call at run time.
+      graph::Node node;
+      node.kind = graph::NodeKind::Call;
+      node.target = v->obj;
+      node.target_name = "torch.Size";
+      node.args.push_back(std::move(a));
+      return graph::Arg::of_node(graph_.add(std::move(node)));
     }
     case VKind::Dict: {
       graph::Arg a;

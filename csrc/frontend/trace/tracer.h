@@ -65,6 +65,7 @@ struct ProbeCall {
   PyObject* meta_args;    // borrowed: what the meta call got while tracing
   PyObject* meta_kwargs;  // borrowed
   std::function<PyRef(PyObject* args, PyObject* kwargs)> run;  // null with a Python error when it raises
+  bool writes = false;  // an in-place op: each probe gets tensors of its own, as it may change their metadata
 };
 
 class Tracer {
@@ -131,7 +132,7 @@ class Tracer {
   bool sym_truthiness(const ValueRef& v);
   PyRef specialize_symint(const ValueRef& v);  // its value, with the sizes it depends on specialised
   std::vector<SymShape> infer_shapes(const ProbeCall& call, PyObject* meta_out);  // per tensor output
-  PyRef probe_meta(const ValueRef& v, PyObject* at_hint, const std::vector<int64_t>& point);
+  PyRef probe_meta(const ValueRef& v, PyObject* at_hint, const std::vector<int64_t>& point, bool fresh = false);
 
   // ops_arith.cpp
   ValueRef binary_op(int nb_kind, const ValueRef& a, const ValueRef& b);

@@ -282,20 +282,24 @@ cpython::FrameOutcome dispatch(const cpython::FrameView& frame, DispatchContext&
   ScratchLease lease;
   frontend::GuardScratch& scratch = lease.get();
 
+  // A guard check may run Python code, which lets another thread change `cache.entries` (compile into it,
+  // reset it): entries are walked by index, and the one checked is held until it has run.
   if (!ctx.explain) {
     for (size_t i = 0; i < cache.entries.size(); ++i) {
-      runtime::CacheEntry& e = *cache.entries[i];
-      if (e.options_key != ctx.options->key) continue;
-      if (!frontend::check_guards(e.compiled.guards, frame, scratch, nullptr)) continue;
-      if (i) std::rotate(cache.entries.begin(), cache.entries.begin() + i, cache.entries.begin() + i + 1);
-      return run_entry(*cache.entries.front(), scratch, frame);
+      std::shared_ptr<runtime::CacheEntry> e = cache.entries[i];
+      if (e->options_key != ctx.options->key) continue;
+      if (!frontend::check_guards(e->compiled.guards, frame, scratch, nullptr)) continue;
+      auto at = std::find(cache.entries.begin(), cache.entries.end(), e);
+      if (at != cache.entries.end()) std::rotate(cache.entries.begin(), at, at + 1);
+      return run_entry(*e, scratch, frame);
     }
   }
 
   // A miss: say why each existing entry was rejected, then compile (or give up at the limit).
   std::vector<std::string> reasons;
   int same_options = 0;
-  for (auto& e : cache.entries) {
+  for (size_t i = 0; i < cache.entries.size(); ++i) {
+    std::shared_ptr<runtime::CacheEntry> e = cache.entries[i];
     if (e->options_key != ctx.options->key) continue;
     ++same_options;
     std::string reason;
@@ -326,7 +330,7 @@ cpython::FrameOutcome dispatch(const cpython::FrameView& frame, DispatchContext&
   }
 
   runtime::assign_frame_id(cache);
-  auto entry = std::make_unique<runtime::CacheEntry>();
+  auto entry = std::make_shared<runtime::CacheEntry>();
   entry->options_key = ctx.options->key;
   entry->compile_id = cache.compiles++;
   entry->compiled = compile_frame(frame, *ctx.options);
@@ -371,8 +375,8 @@ cpython::FrameOutcome dispatch(const cpython::FrameView& frame, DispatchContext&
     // explain() drops the entry when this returns; the break code keeps what it needs.
     return run_compiled(c, scratch, frame);
   }
-  cache.entries.insert(cache.entries.begin(), std::move(entry));
-  runtime::CacheEntry& e = *cache.entries.front();
+  cache.entries.insert(cache.entries.begin(), entry);
+  runtime::CacheEntry& e = *entry;
   if (!e.compiled.executable) return cpython::FrameOutcome::run_default();
   if (!frontend::check_guards(e.compiled.guards, frame, scratch, nullptr)) {
     // The guards of a fresh trace must accept the frame they came from.
@@ -387,7 +391,7 @@ cpython::FrameOutcome dispatch(const cpython::FrameView& frame, DispatchContext&
 // while a compiled function runs in CPython (around a graph break, or in a frame that runs eagerly), and the
 // resume functions of graph breaks. Torch, the standard library and fastcomp's break code always run as is.
 bool compiles_nested(PyCodeObject* code) {
-  if (const frontend::GeneratedCode* g = frontend::generated_code(code)) return !g->is_break_code;
+  if (const frontend::GeneratedCode* g = frontend::generated_code(code)) return !g->is_break_code && g->original;
   if (!(code->co_flags & CO_OPTIMIZED)) return false;  // module and class bodies
   runtime::CodeCache& cache = runtime::code_cache(code);
   if (cache.role == runtime::CodeCache::Role::Unknown)

@@ -4,6 +4,7 @@
 
 #include <string_view>
 
+#include "cpython/gil_once.h"
 #include "frontend/trace/torch_refs.h"
 #include "frontend/trace/tracer.h"
 #include "support/pystr.h"
@@ -14,8 +15,8 @@ namespace {
 using Kwargs = std::vector<std::pair<std::string, ValueRef>>;
 
 PyObject* builtin(const char* name) {  // borrowed
-  static PyObject* dict = PyModule_GetDict(PyImport_ImportModule("builtins"));
-  return PyDict_GetItemString(dict, name);
+  static cpython::GilOnce<PyObject> dict;
+  return PyDict_GetItemString(dict.get([] { return PyModule_GetDict(PyImport_ImportModule("builtins")); }), name);
 }
 
 ValueRef boolean(bool b) { return make_const_borrowed(b ? Py_True : Py_False); }

@@ -1,12 +1,18 @@
 // Arithmetic, comparisons and truth values: folded on constants, recorded as graph nodes on tensors.
 #include <fmt/format.h>
 
+#include "cpython/gil_once.h"
 #include "frontend/trace/torch_refs.h"
 #include "frontend/trace/tracer.h"
 #include "support/pystr.h"
 
 namespace fastcomp::frontend {
 namespace {
+
+PyObject* operator_module() {  // borrowed, kept for the process
+  static cpython::GilOnce<PyObject> module;
+  return module.get([] { return PyImport_ImportModule("operator"); });
+}
 
 // operator-module functions per NB_* kind (BinaryOpKind order).
 PyObject* binary_operator(int kind, std::string* name) {
@@ -16,16 +22,14 @@ PyObject* binary_operator(int kind, std::string* name) {
                                  "imul",     "imod",     "ior",       "ipow",      "irshift",  "isub",
                                  "itruediv", "ixor"};
   static PyObject* kFns[26] = {};
-  static PyObject* module = PyImport_ImportModule("operator");
   if (kind < 0 || kind >= 26) return nullptr;
-  if (!kFns[kind]) kFns[kind] = PyObject_GetAttrString(module, kNames[kind]);
+  if (!kFns[kind]) kFns[kind] = PyObject_GetAttrString(operator_module(), kNames[kind]);
   *name = std::string("operator.") + kNames[kind];
   return kFns[kind];
 }
 
 PyObject* operator_fn(const char* fn) {  // borrowed, cached for the process
-  static PyObject* module = PyImport_ImportModule("operator");
-  PyObject* f = PyObject_GetAttrString(module, fn);
+  PyObject* f = PyObject_GetAttrString(operator_module(), fn);
   Py_XDECREF(f);  // the operator module keeps it alive
   return f;
 }

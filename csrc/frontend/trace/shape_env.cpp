@@ -93,9 +93,9 @@ std::vector<int> ShapeEnv::input_dims(PyObject* tensor, const std::string& sourc
   std::vector<int> dims(sizes.size(), -1);
   std::vector<Mark> marks = read_marks(tensor, sizes.size());
   std::vector<bool> automatic(sizes.size(), false);
-  if (mode_ == DynamicMode::Automatic && !parameter && !code_key_.empty()) {
+  if (mode_ == DynamicMode::Automatic && !parameter && memory_) {
     std::vector<std::string> became;
-    automatic = automatic_dynamic_dims(code_key_, source, sizes, &became);
+    automatic = automatic_dynamic_dims(*memory_, code_key_, source, sizes, &became);
     for (const std::string& line : became) {
       log::emit(log::Topic::dynamic, log::Level::info, line);
       log::emit(log::Topic::recompiles, log::Level::info, line);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "frontend/guards/guards.h"
+#include "frontend/trace/dynamic_memory.h"
 #include "graph/ir.h"
 #include "graph/sym.h"
 
@@ -37,7 +38,9 @@ std::vector<graph::Sym> dense_strides(const std::vector<graph::Sym>& sizes, cons
 
 class ShapeEnv {
  public:
-  ShapeEnv(DynamicMode mode, std::string code_key) : mode_(mode), code_key_(std::move(code_key)) {}
+  // `memory`: what the traced code's compiles have seen (CodeInfo::dynamic), for automatic mode.
+  ShapeEnv(DynamicMode mode, std::string code_key, DynamicMemory* memory = nullptr)
+      : mode_(mode), code_key_(std::move(code_key)), memory_(memory) {}
 
   // Symbols (or -1 for static) of the dimensions of the tensor input `tensor` read from `source`, graph input
   // number `input`. Parameters are static unless marked (as in Dynamo).
@@ -77,6 +80,7 @@ class ShapeEnv {
 
   DynamicMode mode_;
   std::string code_key_;
+  DynamicMemory* memory_;
   std::vector<SymbolInfo> symbols_;
   std::vector<Guard> relations_;
   int replaced_ = 0;  // how many symbols have a replacement (resolve is the identity while 0)

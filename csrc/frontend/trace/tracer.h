@@ -175,7 +175,8 @@ class Tracer {
   friend struct TracerAccess;
 };
 
-// Decoded instructions of a code object, cached for the process (code objects are kept alive).
+// Decoded instructions of a code object, decoded once and kept while the code object lives (code_info.h).
+// The stream's `code` is empty.
 std::shared_ptr<const InstrStream> decoded(PyCodeObject* code);
 
 // Objects whose identity, not their contents, is what a trace depends on (modules, classes, functions): wrap()

@@ -13,11 +13,12 @@ from tests.helpers import assert_same
 
 
 def like_eager(fn, calls, dynamic=None):
-    """Compiles `fn` and checks each call in `calls` (argument tuples) against eager; returns the counter."""
+    """Compiles `fn` and checks each call in `calls` (argument tuples) against eager, on the same tensors (their
+    layouts matter; the functions do not change their inputs); returns the counter."""
     compiled = fastcomp.compile(fn, dynamic=dynamic)
     with CompileCounter() as cc:
         for args in calls:
-            expected = fn(*[a.clone() for a in args])
+            expected = fn(*args)
             assert_same(compiled(*args), expected)
     return cc
 
@@ -122,6 +123,41 @@ def test_layout_queries_on_views_at_size_1():
         return x.t().contiguous().stride(), x.t().is_contiguous(), x.t().stride()
 
     like_eager(f, [(torch.ones(n, 3),) for n in (5, 6, 1)], dynamic=True)
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_strides_of_xlogy_on_two_layouts_are_the_kernels(dynamic):
+    # torch's meta function lays the result out like `b`, the CPU kernel like `a`.
+    def f(a, b):
+        y = torch.xlogy(a, b)
+        return y.stride(), y.is_contiguous(), y
+
+    like_eager(f, [(torch.rand(n, 3).t(), torch.rand(3, n)) for n in (5, 6, 1)], dynamic=dynamic)
+
+
+@pytest.mark.parametrize("op", ["xlogy", "copysign", "floor_divide", "add", "mul", "maximum"])
+def test_strides_of_pointwise_ops_on_mixed_layouts(op):
+    fn = getattr(torch, op)
+
+    def f(a, b):
+        y = fn(a, b)
+        z = fn(a.t(), b.t()) + 1
+        return y.stride(), z.stride(), y.view(-1) if y.is_contiguous() else y.reshape(-1)
+
+    layouts = [lambda n: torch.rand(n, 3) + 0.5, lambda n: (torch.rand(3, n) + 0.5).t(),
+               lambda n: (torch.rand(n, 6) + 0.5)[:, ::2], lambda n: (torch.rand(1, 3) + 0.5).expand(n, 3)]
+    for make_a in layouts:
+        for make_b in layouts:
+            fastcomp.reset()
+            like_eager(f, [(make_a(n), make_b(n)) for n in (4, 5, 1)])
+
+
+def test_stride_of_an_op_on_a_transposed_tensor_with_a_size_1_dimension():
+    def f(x):
+        y = x.t()
+        return y.stride(), (y + 1).stride()
+
+    like_eager(f, [(torch.ones(3, n),) for n in (5, 6, 1)])
 
 
 # --- torch.Size --------------------------------------------------------------------------------------------------

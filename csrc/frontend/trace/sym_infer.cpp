@@ -266,8 +266,8 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
   const std::string why = fmt::format("{} at {} needs it", call.name, user_loc());
   const std::string at = fmt::format("{} at {}", call.name, user_loc());
 
-  // Whether the call's result at `point` is what `shapes` say: as many tensors, each size and each stride of a
-  // dimension longer than 1 as the expressions give, and the same non-tensor part.
+  // Whether the call's result at `point` is what `shapes` say: as many tensors, each size and stride as the
+  // expressions give (the stride of a size-1 dimension too: stride() shows it), and the same non-tensor part.
   auto agrees = [&](const std::vector<SymShape>& shapes, const Point& point) {
     auto o = run_at(point);
     if (!o || o->sizes.size() != shapes.size()) return false;
@@ -281,7 +281,7 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
       if (o->sizes[j].size() != s.sizes.size()) return false;
       for (size_t d = 0; d < s.sizes.size(); ++d) {
         if (graph::sym_eval(s.sizes[d], point) != o->sizes[j][d]) return false;
-        if (o->sizes[j][d] > 1 && graph::sym_eval(s.strides[d], point) != o->strides[j][d]) return false;
+        if (graph::sym_eval(s.strides[d], point) != o->strides[j][d]) return false;
       }
     }
     return true;
@@ -336,17 +336,14 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
   // together, and the symbols in the opposite order of size. A symbol the call treats differently below some
   // size gets that size as its lower bound (found by bisection; a symbol that differs at 1 only must be at
   // least 2), above some size as its upper bound; what no bound explains specialises the call's symbols.
-  std::vector<int> may_be_one;
-  for (int s : unreplaced())
-    if (shapes_.symbol(s).min < 2) may_be_one.push_back(s);
   auto with = [&](const std::vector<int>& symbols, int64_t value) {
     Point point = shapes_.hints();
     for (int s : symbols) point[s] = value;
     return point;
   };
-  if (!may_be_one.empty() && !agrees(*shapes, with(may_be_one, 1)))
-    for (int s : may_be_one)
-      if (!agrees(*shapes, with({s}, 1))) shapes_.require_at_least(s, 2, at + " behaves differently at size 1");
+  for (int s : unreplaced())  // each on its own: all at 1 together can agree where one alone does not
+    if (shapes_.symbol(s).min < 2 && !agrees(*shapes, with({s}, 1)))
+      shapes_.require_at_least(s, 2, at + " behaves differently at size 1");
   constexpr int64_t kLarge = int64_t{1} << 20;
   for (int s : unreplaced()) {
     const SymbolInfo& info = shapes_.symbol(s);

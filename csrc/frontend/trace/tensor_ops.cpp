@@ -7,6 +7,7 @@
 
 #include "frontend/trace/attention_meta.h"
 #include "frontend/trace/elementwise_meta.h"
+#include "frontend/trace/kernel_layout.h"
 #include "frontend/trace/meta.h"
 #include "frontend/trace/nn_meta.h"
 #include "frontend/trace/torch_refs.h"
@@ -215,8 +216,9 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
     explicit_device = T.cpu_device;
   }
 
-  // The output metadata: C++ for common ops, else torch's meta function. Dynamic shapes run it again at
-  // other sizes (sym_infer.cpp).
+  // The output metadata: C++ for common ops, else torch's meta function, with the layout the kernel gives
+  // (kernel_layout.h). Dynamic shapes run it again at other sizes (sym_infer.cpp).
+  const bool real_device = device && PyObject_RichCompareBool(device, T.meta_device.get(), Py_EQ) == 0;
   auto run_meta = [&](PyObject* margs, PyObject* mkwargs, std::optional<ComputedMeta>* computed) -> PyRef {
     std::optional<ComputedMeta> local;
     std::optional<ComputedMeta>& fast_meta = computed ? *computed : local;
@@ -228,7 +230,10 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
       PyRef weights = attention->weights ? make_meta_result(attention->weights->meta) : PyRef::borrow(Py_None);
       return PyRef::steal(PyTuple_Pack(2, output.get(), weights.get()));
     }
-    return PyRef::steal(PyObject_Call(target, margs, mkwargs));
+    PyRef out = PyRef::steal(PyObject_Call(target, margs, mkwargs));
+    if (out && real_device)
+      if (PyRef kernel = kernel_layout(target, margs, mkwargs, out.get())) out = kernel;
+    return out;
   };
   // Device-moving methods: compute the real device here and run the meta call without a device.
   PyRef meta_out;

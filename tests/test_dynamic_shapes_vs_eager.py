@@ -83,7 +83,7 @@ def test_diagonal_of_two_dynamic_sizes_in_either_order():
     def f(x):
         return x.diagonal().shape[0], x.diagonal(1) * 2
 
-    shapes = [(5, 5), (6, 6), (7, 6), (6, 7), (2, 9), (9, 2), (3, 3), (8, 8)]
+    shapes = [(5, 5), (6, 6), (7, 6), (6, 7), (2, 9), (9, 2), (3, 3), (8, 8), (5, 9), (6, 10), (7, 6), (12, 4)]
     like_eager(f, [(torch.randn(*s),) for s in shapes])
     fastcomp.reset()
     like_eager(f, [(torch.randn(*s),) for s in shapes], dynamic=True)
@@ -104,7 +104,10 @@ def test_slice_bounded_by_another_inputs_size():
     def f(x, y):
         return x[: y.shape[0]] + 1, torch.cat([x, y]).shape
 
-    like_eager(f, [(torch.randn(n), torch.randn(m)) for n, m in [(5, 5), (6, 7), (7, 6), (3, 9), (9, 3), (2, 2)]])
+    pairs = [(5, 5), (6, 7), (7, 6), (3, 9), (9, 3), (2, 2), (5, 9), (6, 10), (12, 4)]
+    like_eager(f, [(torch.randn(n), torch.randn(m)) for n, m in pairs])
+    fastcomp.reset()
+    like_eager(f, [(torch.randn(n), torch.randn(m)) for n, m in pairs], dynamic=True)
 
 
 # --- layout ------------------------------------------------------------------------------------------------------

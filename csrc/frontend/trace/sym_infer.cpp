@@ -286,6 +286,16 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
     }
     return true;
   };
+  auto finished = [&](std::vector<SymShape> shapes) {  // resolved; empty where every size and stride is constant
+    for (SymShape& s : shapes) {
+      s = shapes_.resolve(s);
+      bool constant = true;
+      for (const Sym& e : s.sizes) constant &= e->is_const();
+      for (const Sym& e : s.strides) constant &= e->is_const();
+      if (constant) s = SymShape{};
+    }
+    return shapes;
+  };
   auto unreplaced = [&] {
     std::vector<int> out;
     for (int s : free)
@@ -330,12 +340,12 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
     }
   }
 
-  // The probes above only grew the sizes. Sizes the call clamps (x[:3], x[-3:-1], diagonal(), narrow to the
-  // shorter of two sizes) follow another expression below or above some size, so the solution is checked at
-  // sizes it was not found at: 1, the smallest size a symbol may have, a size far larger, all symbols small
-  // together, and the symbols in the opposite order of size. A symbol the call treats differently below some
-  // size gets that size as its lower bound (found by bisection; a symbol that differs at 1 only must be at
-  // least 2), above some size as its upper bound; what no bound explains specialises the call's symbols.
+  // The probes above only grew the sizes. Sizes the call clamps (x[:3], x[-3:-1], diagonal(), x[:y.shape[0]])
+  // follow another expression below or above some size, or in another order of two sizes, so the solution is
+  // checked at sizes it was not found at: 1, two symbols in both orders, the smallest size a symbol may have
+  // and a far larger one. A symbol the call treats differently at 1 must be at least 2, below some size gets
+  // that size as its lower bound (found by bisection), above some size its upper bound; the order of two
+  // symbols that agrees is guarded; what nothing explains specialises the call's symbols.
   auto with = [&](const std::vector<int>& symbols, int64_t value) {
     Point point = shapes_.hints();
     for (int s : symbols) point[s] = value;
@@ -344,10 +354,50 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
   for (int s : unreplaced())  // each on its own: all at 1 together can agree where one alone does not
     if (shapes_.symbol(s).min < 2 && !agrees(*shapes, with({s}, 1)))
       shapes_.require_at_least(s, 2, at + " behaves differently at size 1");
+  if (call.unclamped) return finished(*shapes);
+  // Pairs of symbols in both orders, just above the larger size (a clamp to the shorter of two sizes holds in
+  // one order only): the order that agrees becomes a guard, and a pair that agrees in neither specialises the
+  // call's symbols. Past four symbols, one point with their order reversed stands in for the pairs.
+  std::vector<std::pair<int, int>> at_most;  // (a, b): the trace needs a <= b
+  std::vector<int> left = unreplaced();
+  auto give_up = [&] {
+    for (int s : unreplaced()) shapes_.specialize(s, at + " relates the sizes in a way fastcomp does not model");
+  };
+  if (left.size() > 4) {
+    Point reversed = shapes_.hints();
+    for (size_t i = 0; i < left.size(); ++i) reversed[left[i]] *= kPrimes[(left.size() - 1 - i) % std::size(kPrimes)];
+    if (!agrees(*shapes, reversed)) return give_up(), std::vector<SymShape>{};
+  } else {
+    for (size_t i = 0; i < left.size(); ++i)
+      for (size_t j = i + 1; j < left.size(); ++j) {
+        // Multiples of the sizes while tracing, as in the probes that found the solution.
+        const int a = left[i], b = left[j];
+        const int64_t ha = shapes_.symbol(a).hint, hb = shapes_.symbol(b).hint;
+        Point a_longer = shapes_.hints(), b_longer = shapes_.hints();
+        a_longer[b] = 2 * hb;
+        a_longer[a] = ha * (2 * hb / ha + 1);
+        b_longer[a] = 2 * ha;
+        b_longer[b] = hb * (2 * ha / hb + 1);
+        const bool a_longer_ok = agrees(*shapes, a_longer), b_longer_ok = agrees(*shapes, b_longer);
+        if (!a_longer_ok && !b_longer_ok) return give_up(), std::vector<SymShape>{};
+        if (a_longer_ok && b_longer_ok) continue;
+        const int shorter = a_longer_ok ? b : a, longer = a_longer_ok ? a : b;
+        shapes_.add_relation(graph::sym_symbol(shorter), SizeCmp::Le, graph::sym_symbol(longer), true,
+                             at + " depends on which size is shorter");
+        at_most.emplace_back(shorter, longer);
+      }
+  }
+  // Then each symbol alone, from the smallest size it may have to a far larger one (other symbols at their
+  // sizes while tracing, and the order just guarded kept).
   constexpr int64_t kLarge = int64_t{1} << 20;
   for (int s : unreplaced()) {
     const SymbolInfo& info = shapes_.symbol(s);
-    const int64_t low = std::max<int64_t>(info.min, 2), high = std::min(info.max, std::max(kLarge, info.hint * 64));
+    // The far larger size is a multiple of the size while tracing, like the probes'.
+    int64_t low = std::max<int64_t>(info.min, 2), high = std::min(info.max, info.hint * (kLarge / info.hint + 1));
+    for (auto [shorter, longer] : at_most) {
+      if (longer == s) low = std::max(low, shapes_.symbol(shorter).hint);
+      if (shorter == s) high = std::min(high, shapes_.symbol(longer).hint);
+    }
     if (info.hint > low && !agrees(*shapes, with({s}, low))) {
       int64_t bad = low, good = info.hint;  // bisection: the smallest size from which on the solution holds
       while (good - bad > 1) {
@@ -365,27 +415,7 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
       shapes_.require_at_most(s, good, fmt::format("{} behaves differently above {}", at, good));
     }
   }
-  std::vector<int> left = unreplaced();
-  if (left.size() > 1) {
-    Point low = shapes_.hints(), reversed = shapes_.hints();
-    for (size_t i = 0; i < left.size(); ++i) {
-      low[left[i]] = shapes_.symbol(left[i]).min;
-      reversed[left[i]] *= kPrimes[(left.size() - 1 - i) % std::size(kPrimes)];
-    }
-    if (!agrees(*shapes, low) || !agrees(*shapes, reversed)) {
-      for (int s : left) shapes_.specialize(s, at + " relates the sizes in a way fastcomp does not model");
-      return {};
-    }
-  }
-
-  for (SymShape& s : *shapes) {
-    s = shapes_.resolve(s);
-    bool constant = true;
-    for (const Sym& e : s.sizes) constant &= e->is_const();
-    for (const Sym& e : s.strides) constant &= e->is_const();
-    if (constant) s = SymShape{};
-  }
-  return *shapes;
+  return finished(*shapes);
 }
 
 }  // namespace fastcomp::frontend

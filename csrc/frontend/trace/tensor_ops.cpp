@@ -282,7 +282,7 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
     shapes = {shapes_.resolve(args[0]->shape)};  // same sizes and layout, another device or dtype
   } else if (shapes_.active()) {
     ProbeCall probe{name, args, kwargs, meta_args.get(), meta_kwargs.get(),
-                    [&](PyObject* a, PyObject* k) { return run_meta(a, k, nullptr); }, writes};
+                    [&](PyObject* a, PyObject* k) { return run_meta(a, k, nullptr); }, writes, fast.has_value()};
     shapes = infer_shapes(probe, meta_out.get());
   }
   ValueRef result = wrap_output(*this, std::move(node), meta_out.get(), out_device, fast ? &fast->meta : nullptr, shapes);

@@ -66,6 +66,9 @@ struct ProbeCall {
   PyObject* meta_kwargs;  // borrowed
   std::function<PyRef(PyObject* args, PyObject* kwargs)> run;  // null with a Python error when it raises
   bool writes = false;  // an in-place op: each probe gets tensors of its own, as it may change their metadata
+  // fastcomp's C++ meta functions computed the result (elementwise_meta.h, nn_meta.h, attention_meta.h): their
+  // sizes follow the inputs' without clamping, so only size 1 needs checking.
+  bool unclamped = false;
 };
 
 class Tracer {

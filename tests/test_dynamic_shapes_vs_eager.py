@@ -84,9 +84,10 @@ def test_diagonal_of_two_dynamic_sizes_in_either_order():
         return x.diagonal().shape[0], x.diagonal(1) * 2
 
     shapes = [(5, 5), (6, 6), (7, 6), (6, 7), (2, 9), (9, 2), (3, 3), (8, 8), (5, 9), (6, 10), (7, 6), (12, 4)]
-    like_eager(f, [(torch.randn(*s),) for s in shapes])
-    fastcomp.reset()
-    like_eager(f, [(torch.randn(*s),) for s in shapes], dynamic=True)
+    with fastcomp.config.patch(recompile_limit=len(shapes)):  # every call compiled, none left to eager
+        like_eager(f, [(torch.randn(*s),) for s in shapes])
+        fastcomp.reset()
+        like_eager(f, [(torch.randn(*s),) for s in shapes], dynamic=True)
 
 
 def test_slice_past_a_large_constant_end():
@@ -105,9 +106,10 @@ def test_slice_bounded_by_another_inputs_size():
         return x[: y.shape[0]] + 1, torch.cat([x, y]).shape
 
     pairs = [(5, 5), (6, 7), (7, 6), (3, 9), (9, 3), (2, 2), (5, 9), (6, 10), (12, 4)]
-    like_eager(f, [(torch.randn(n), torch.randn(m)) for n, m in pairs])
-    fastcomp.reset()
-    like_eager(f, [(torch.randn(n), torch.randn(m)) for n, m in pairs], dynamic=True)
+    with fastcomp.config.patch(recompile_limit=len(pairs)):  # the slice bound is specialised: a compile a size
+        like_eager(f, [(torch.randn(n), torch.randn(m)) for n, m in pairs])
+        fastcomp.reset()
+        like_eager(f, [(torch.randn(n), torch.randn(m)) for n, m in pairs], dynamic=True)
 
 
 # --- layout ------------------------------------------------------------------------------------------------------

@@ -112,6 +112,7 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
   // The expressions the outputs may take, from the inputs (sizes first, then strides and int arguments).
   std::vector<Sym> candidates;
   std::vector<std::pair<Sym, int>> numels;  // element count of each dynamic tensor input
+  std::vector<std::vector<Sym>> later;       // strides of each dynamic tensor input, for candidates tried last
   std::function<void(const ValueRef&)> collect = [&](const ValueRef& v) {
     if (v->is(VKind::SymInt)) candidates.push_back(shapes_.resolve(v->sym));
     if (v->is(VKind::Tensor) && !v->shape.empty()) {
@@ -120,6 +121,7 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
       for (const Sym& e : s.sizes) candidates.push_back(e), numel = graph::sym_mul(numel, e);
       for (const Sym& e : s.strides) candidates.push_back(e);
       numels.emplace_back(numel, 0);
+      later.push_back(s.strides);
     }
     if (v->is(VKind::Tuple) || v->is(VKind::List)) {
       for (const auto& item : v->items) collect(item);
@@ -138,6 +140,9 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
   };
   for (const auto& a : call.args) collect(a);
   for (const auto& kw : call.kwargs) collect(kw.second);
+  for (const auto& strides : later)  // a diagonal's stride: the sum of two of its input's strides
+    for (size_t i = 0; i < strides.size(); ++i)
+      for (size_t j = i + 1; j < strides.size(); ++j) candidates.push_back(graph::sym_add(strides[i], strides[j]));
   std::vector<int> free;
   for (const Sym& c : candidates)
     for (int s : shapes_.free_symbols(c)) free.push_back(s);

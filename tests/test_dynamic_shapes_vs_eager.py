@@ -165,6 +165,22 @@ def test_stride_of_an_op_on_a_transposed_tensor_with_a_size_1_dimension():
     like_eager(f, [(torch.ones(3, n),) for n in (5, 6, 1)])
 
 
+def test_squeeze_of_a_flattened_tensor_whose_sizes_are_all_1():
+    # Each size alone at 1 leaves the flattened length above 1; both at 1 make it 1, which squeeze() drops.
+    def f(x):
+        return x.reshape(-1).squeeze().sum(-1, keepdim=True).shape
+
+    like_eager(f, [(torch.randn(n, n),) for n in (5, 6, 1)], dynamic=True)
+
+
+def test_strides_of_an_empty_result_are_the_kernels():
+    def f(x):
+        y = (x[-3:-1] * 2).flip(0)
+        return y.stride(), y
+
+    like_eager(f, [(torch.randn(n, n),) for n in (5, 6, 1)])
+
+
 # --- torch.Size --------------------------------------------------------------------------------------------------
 
 

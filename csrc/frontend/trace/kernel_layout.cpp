@@ -37,7 +37,10 @@ constexpr int64_t kExactSpan = 4096;
 
 int64_t span(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
   int64_t n = 1;
-  for (size_t d = 0; d < sizes.size(); ++d) n += (sizes[d] - 1) * strides[d];
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 0) return 1;
+    n += (sizes[d] - 1) * strides[d];
+  }
   return n;
 }
 
@@ -46,10 +49,10 @@ int64_t span(const std::vector<int64_t>& sizes, const std::vector<int64_t>& stri
 // the others dense in the order of `m`'s strides.
 PyRef stand_in(const graph::TensorMeta& m, bool* exact) {
   const auto& T = torch_refs();
-  for (int64_t s : m.sizes)
-    if (s == 0) return {};
   std::vector<int64_t> sizes = m.sizes, strides = m.strides;
   if (span(sizes, strides) > kExactSpan) {
+    for (int64_t s : m.sizes)
+      if (s == 0) return {};
     *exact = false;
     for (int64_t& s : sizes) s = cut(s);
     strides = dense_in_order(sizes, order_of(m.strides));

@@ -356,9 +356,16 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
     for (int s : symbols) point[s] = value;
     return point;
   };
-  for (int s : unreplaced())  // each on its own: all at 1 together can agree where one alone does not
-    if (shapes_.symbol(s).min < 2 && !agrees(*shapes, with({s}, 1)))
-      shapes_.require_at_least(s, 2, at + " behaves differently at size 1");
+  // Each symbol at 1 on its own, then all together: a product of sizes is 1 only when each is.
+  std::vector<int> may_be_one;
+  for (int s : unreplaced())
+    if (shapes_.symbol(s).min < 2) may_be_one.push_back(s);
+  for (int s : may_be_one)
+    if (!agrees(*shapes, with({s}, 1))) shapes_.require_at_least(s, 2, at + " behaves differently at size 1");
+  may_be_one.erase(std::remove_if(may_be_one.begin(), may_be_one.end(), [&](int s) { return shapes_.symbol(s).min >= 2; }),
+                   may_be_one.end());
+  if (may_be_one.size() > 1 && !agrees(*shapes, with(may_be_one, 1)))
+    for (int s : may_be_one) shapes_.require_at_least(s, 2, at + " behaves differently with these sizes all 1");
   if (call.unclamped) return finished(*shapes);
   // Pairs of symbols in both orders, just above the larger size (a clamp to the shorter of two sizes holds in
   // one order only): the order that agrees becomes a guard, and a pair that agrees in neither specialises the

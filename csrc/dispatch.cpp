@@ -261,8 +261,8 @@ class ScratchLease {
     scratch_ = pool_[depth_++].get();
   }
   ~ScratchLease() {
+    scratch_->reset(0, 0);  // releasing a reference can run Python code, and dispatch again: one level up
     --depth_;
-    scratch_->reset(0, 0);
   }
   ScratchLease(const ScratchLease&) = delete;
   ScratchLease& operator=(const ScratchLease&) = delete;

@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <memory>
 #include <unordered_set>
+#include <vector>
 
 #include "frontend/resume/continuation.h"
 #include "frontend/trace/tracer.h"
@@ -218,7 +220,7 @@ cpython::FrameOutcome run_break(const frontend::ResumePlan& plan, PyObject* outs
       for (size_t i = 0; i < n; ++i) Py_DECREF(args[i]);
     }
   } release{args, n};
-  // New references: a nested compile reuses `scratch`, and the break code may drop what it was given.
+  // New references: the break code may drop what it was given, and `scratch` ends with this dispatch.
   for (const frontend::LiveValue& v : plan.args) {
     PyObject* o = v.kind == frontend::LiveValue::Kind::Output ? PyTuple_GET_ITEM(outs, v.index) : scratch.values[v.index];
     if (!o) {
@@ -303,18 +305,47 @@ std::vector<std::pair<int, const PyObject*>> module_arguments(const cpython::Fra
   return out;
 }
 
+// The guard scratch of one dispatch. Dispatches nest (a resume function called by break code is dispatched while
+// its caller's dispatch runs), so each level has its own; the references a guard check took (attribute loads)
+// are dropped when the dispatch ends, not at thread exit, which runs after the interpreter is gone.
+class ScratchLease {
+ public:
+  ScratchLease() {
+    if (depth_ == pool_.size()) pool_.push_back(std::make_unique<frontend::GuardScratch>());
+    scratch_ = pool_[depth_++].get();
+  }
+  ~ScratchLease() {
+    scratch_->reset(0, 0);  // releasing a reference can run Python code, and dispatch again: one level up
+    --depth_;
+  }
+  ScratchLease(const ScratchLease&) = delete;
+  ScratchLease& operator=(const ScratchLease&) = delete;
+  frontend::GuardScratch& get() { return *scratch_; }
+
+ private:
+  static thread_local std::vector<std::unique_ptr<frontend::GuardScratch>> pool_;
+  static thread_local size_t depth_;
+  frontend::GuardScratch* scratch_;
+};
+thread_local std::vector<std::unique_ptr<frontend::GuardScratch>> ScratchLease::pool_;
+thread_local size_t ScratchLease::depth_ = 0;
+
 cpython::FrameOutcome dispatch(const cpython::FrameView& frame, DispatchContext& ctx) {
   PyCodeObject* code = frame.code();
   runtime::CodeCache& cache = runtime::code_cache(code);
-  thread_local frontend::GuardScratch scratch;
+  ScratchLease lease;
+  frontend::GuardScratch& scratch = lease.get();
 
+  // A guard check may run Python code, which lets another thread change `cache.entries` (compile into it,
+  // reset it): entries are walked by index, and the one checked is held until it has run.
   if (!ctx.explain) {
     for (size_t i = 0; i < cache.entries.size(); ++i) {
-      runtime::CacheEntry& e = *cache.entries[i];
-      if (e.options_key != ctx.options->key) continue;
-      if (!frontend::check_guards(e.compiled.guards, frame, scratch, nullptr)) continue;
-      if (i) std::rotate(cache.entries.begin(), cache.entries.begin() + i, cache.entries.begin() + i + 1);
-      return run_entry(*cache.entries.front(), scratch, frame);
+      std::shared_ptr<runtime::CacheEntry> e = cache.entries[i];
+      if (e->options_key != ctx.options->key) continue;
+      if (!frontend::check_guards(e->compiled.guards, frame, scratch, nullptr)) continue;
+      auto at = std::find(cache.entries.begin(), cache.entries.end(), e);
+      if (at != cache.entries.end()) std::rotate(cache.entries.begin(), at, at + 1);
+      return run_entry(*e, scratch, frame);
     }
   }
 
@@ -322,7 +353,8 @@ cpython::FrameOutcome dispatch(const cpython::FrameView& frame, DispatchContext&
   std::vector<std::string> reasons;
   int same_options = 0, same_objects = 0;
   const std::vector<std::pair<int, const PyObject*>> owners = module_arguments(frame);
-  for (auto& e : cache.entries) {
+  for (size_t i = 0; i < cache.entries.size(); ++i) {
+    std::shared_ptr<runtime::CacheEntry> e = cache.entries[i];
     if (e->options_key != ctx.options->key) continue;
     ++same_options;
     same_objects += e->owners == owners && frontend::identity_guards_hold(e->compiled.guards, frame);
@@ -363,7 +395,7 @@ cpython::FrameOutcome dispatch(const cpython::FrameView& frame, DispatchContext&
   }
 
   runtime::assign_frame_id(cache);
-  auto entry = std::make_unique<runtime::CacheEntry>();
+  auto entry = std::make_shared<runtime::CacheEntry>();
   entry->options_key = ctx.options->key;
   entry->compile_id = cache.compiles++;
   entry->owners = owners;
@@ -420,8 +452,8 @@ cpython::FrameOutcome dispatch(const cpython::FrameView& frame, DispatchContext&
     // explain() drops the entry when this returns; the break code keeps what it needs.
     return run_compiled(c, scratch, frame);
   }
-  cache.entries.insert(cache.entries.begin(), std::move(entry));
-  runtime::CacheEntry& e = *cache.entries.front();
+  cache.entries.insert(cache.entries.begin(), entry);
+  runtime::CacheEntry& e = *entry;
   if (!e.compiled.executable) return cpython::FrameOutcome::run_default();
   if (!frontend::check_guards(e.compiled.guards, frame, scratch, nullptr)) {
     // The guards of a fresh trace must accept the frame they came from.
@@ -441,7 +473,7 @@ cpython::FrameOutcome dispatch(const cpython::FrameView& frame, DispatchContext&
 // while a compiled function runs in CPython (around a graph break, or in a frame that runs eagerly), and the
 // resume functions of graph breaks. Torch, the standard library and fastcomp's break code always run as is.
 bool compiles_nested(PyCodeObject* code) {
-  if (const frontend::GeneratedCode* g = frontend::generated_code(code)) return !g->is_break_code;
+  if (const frontend::GeneratedCode* g = frontend::generated_code(code)) return !g->is_break_code && g->original;
   if (!(code->co_flags & CO_OPTIMIZED)) return false;  // module and class bodies
   runtime::CodeCache& cache = runtime::code_cache(code);
   if (cache.role == runtime::CodeCache::Role::Unknown)

@@ -4,7 +4,7 @@
 #include "cpython/eval_hook.h"
 #include "compile.h"
 #include "dispatch.h"
-#include "frontend/trace/dynamic_memory.h"
+#include "frontend/code_info.h"
 #include "frontend/trace/tracer.h"
 #include "rehearsal_plan.h"
 #include "runtime/background_compile.h"
@@ -47,9 +47,10 @@ void bind_api(py::module_& m) {
       "reset",
       [] {
         runtime::reset_all_caches();
-        frontend::reset_dynamic_memory();
+        frontend::reset_code_infos();
       },
-      "drop every compiled entry (with its CUDA graphs) and the sizes and dynamic decisions seen; files on disk stay");
+      "drop every compiled entry (with its CUDA graphs), the code made for graph breaks, and the sizes and dynamic "
+      "decisions seen; files on disk stay");
   m.def("set_compile_observer", [](py::object o) { set_compile_observer(o.ptr()); });
   m.def("register_special", [](const std::string& role, py::object o) { frontend::register_special_object(role, o.ptr()); });
   m.def("is_dispatching", &is_dispatching);

@@ -11,7 +11,8 @@ using CodeExtraDestructor = void (*)(void*);
 
 // One co_extra slot: an index requested from the interpreter once, plus the destructor CPython runs on the
 // stored pointer when it is replaced or when the code object is freed. Each interpreter has at most 254
-// slots in all (MAX_CO_EXTRA_USERS), so fastcomp uses one for its cache and tests use their own.
+// slots in all (MAX_CO_EXTRA_USERS): fastcomp uses one for its compiled entries (code_extra_init), one for
+// what the frontend knows about a code (frontend/code_info.h), and tests use their own.
 // All members need the GIL.
 class CodeExtraSlot {
  public:

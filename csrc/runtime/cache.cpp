@@ -1,6 +1,7 @@
 #include "runtime/cache.h"
 
 #include <unordered_set>
+#include <vector>
 
 #include "cpython/code_extra.h"
 
@@ -8,8 +9,8 @@ namespace fastcomp::runtime {
 namespace {
 
 std::unordered_set<CodeCache*>& live_caches() {
-  static std::unordered_set<CodeCache*> caches;
-  return caches;
+  static auto* caches = new std::unordered_set<CodeCache*>();  // never destroyed: code objects may outlive exit()
+  return *caches;
 }
 
 void destroy_cache(void* p) { delete static_cast<CodeCache*>(p); }
@@ -39,12 +40,17 @@ CodeCache& code_cache(PyCodeObject* code) {
 }
 
 void reset_all_caches() {
+  // Dropping an entry can free code objects (resume functions), whose caches leave live_caches(): the entries
+  // are dropped after the walk.
+  std::vector<std::shared_ptr<CacheEntry>> dropped;
   for (CodeCache* c : live_caches()) {
+    for (auto& e : c->entries) dropped.push_back(std::move(e));
     c->entries.clear();
     c->compiles = 0;
     c->warned_limit = false;
     c->warned_failure = false;
   }
+  dropped.clear();
 }
 
 }  // namespace fastcomp::runtime

@@ -25,7 +25,8 @@ struct CodeCache {
   Role role = Role::Unknown;
   int frame_id = -1;  // assigned at the first compile (assign_frame_id)
   int compiles = 0;
-  std::vector<std::unique_ptr<CacheEntry>> entries;  // MRU first
+  // MRU first. Shared: a call holds the entry it runs, as another thread may reset or reorder the cache meanwhile.
+  std::vector<std::shared_ptr<CacheEntry>> entries;
   bool warned_limit = false;
   bool warned_failure = false;
 

@@ -6,8 +6,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <memory>
 #include <vector>
 
+#include "cpython/gil_once.h"
 #include "frontend/trace/torch_refs.h"
 #include "runtime/arg_values.h"
 #include "runtime/cuda/events.h"
@@ -54,8 +56,9 @@ long long storage_refs(PyObject* storage_use_count, PyObject* tensor) {  // -1 w
 }
 
 const TorchCuda& torch_cuda() {
-  static const TorchCuda refs = [] {
-    TorchCuda r;
+  static cpython::GilOnce<const TorchCuda> refs;
+  return *refs.get([] {
+    auto r = std::make_unique<TorchCuda>();
     PyObject* torch = frontend::torch_refs().torch.get();
     PyRef c = PyRef::steal(PyObject_GetAttrString(torch, "_C"));
     PyRef cuda_module = PyRef::steal(PyImport_ImportModule("torch.cuda"));
@@ -65,18 +68,17 @@ const TorchCuda& torch_cuda() {
       if (!v) throw std::runtime_error(fmt::format("fastcomp: this torch has no {} ({})", name, take_error_message()));
       return v;
     };
-    r.current_stream = get(c.get(), "_cuda_getCurrentRawStream");
-    r.storage_use_count = get(c.get(), "_storage_Use_Count");
-    r.graph_type = get(cuda_module.get(), "CUDAGraph");
-    r.graph_context = get(cuda_module.get(), "graph");
-    r.graph_pool_handle = get(cuda_module.get(), "graph_pool_handle");
-    r.memory_reserved = get(cuda_module.get(), "memory_reserved");
+    r->current_stream = get(c.get(), "_cuda_getCurrentRawStream");
+    r->storage_use_count = get(c.get(), "_storage_Use_Count");
+    r->graph_type = get(cuda_module.get(), "CUDAGraph");
+    r->graph_context = get(cuda_module.get(), "graph");
+    r->graph_pool_handle = get(cuda_module.get(), "graph_pool_handle");
+    r->memory_reserved = get(cuda_module.get(), "memory_reserved");
     PyRef probe = PyRef::steal(PyObject_CallMethod(torch, "empty", "i", 1));
-    r.sole_tensor_storage_refs = probe ? storage_refs(r.storage_use_count.get(), probe.get()) : -1;
-    if (r.sole_tensor_storage_refs < 0) throw std::runtime_error("fastcomp: " + take_error_message());
-    return r;
-  }();
-  return refs;
+    r->sole_tensor_storage_refs = probe ? storage_refs(r->storage_use_count.get(), probe.get()) : -1;
+    if (r->sole_tensor_storage_refs < 0) throw std::runtime_error("fastcomp: " + take_error_message());
+    return r.release();
+  });
 }
 
 // Bytes from an input's first element to one past its last, for its sizes and strides (elements).

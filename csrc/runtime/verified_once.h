@@ -4,21 +4,22 @@
 #pragma once
 #include <Python.h>
 
+#include "cpython/gil_once.h"
 #include "support/log.h"
 
 namespace fastcomp::runtime {
 
 template <class Reader>
 const Reader* verified_once(const char* hint_when_missing) {
-  static const Reader* reader = [&] {
+  static cpython::GilOnce<const Reader> reader;
+  return reader.get([&] {
     auto* r = new Reader();
     if (r->load() && r->probe()) return const_cast<const Reader*>(r);
     PyErr_Clear();
     delete r;
     FC_LOG(perf_hints, info, "{}", hint_when_missing);
     return static_cast<const Reader*>(nullptr);
-  }();
-  return reader;
+  });
 }
 
 }  // namespace fastcomp::runtime

@@ -63,6 +63,7 @@ PyObject* load_source(const Source& s, PyObject* base, const cpython::FrameView&
       return dictptr ? *dictptr : nullptr;
     }
     case SourceKind::SeqItem:
+      // Tuple subclasses too: the tracer reads a namedtuple's fields from its tuple storage, as this does.
       if (PyTuple_Check(base) && s.index < PyTuple_GET_SIZE(base)) return PyTuple_GET_ITEM(base, s.index);
       if (PyList_CheckExact(base) && s.index < PyList_GET_SIZE(base)) return PyList_GET_ITEM(base, s.index);
       return nullptr;

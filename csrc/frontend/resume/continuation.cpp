@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "frontend/bytecode/decode.h"
+#include "frontend/code_info.h"
 #include "frontend/trace/torch_refs.h"
 #include "frontend/trace/tracer.h"
 #include "support/log.h"
@@ -15,18 +16,9 @@
 namespace fastcomp::frontend {
 namespace {
 
-// Never destroyed, like the code objects they keep alive (see decoded()).
-std::unordered_map<PyCodeObject*, GeneratedCode>& registry() {
-  static auto* r = new std::unordered_map<PyCodeObject*, GeneratedCode>();
-  return *r;
-}
-std::unordered_map<std::string, Continuation>& made() {
-  static auto* m = new std::unordered_map<std::string, Continuation>();
-  return *m;
-}
-
+// The key of a spec among the continuations of its original code (code_info.h).
 std::string spec_key(const ContinuationSpec& s) {
-  std::string key = fmt::format("{}:{}:", static_cast<void*>(s.original), s.entry);
+  std::string key = fmt::format("{}:", s.entry);
   for (size_t i = 0; i < s.stack.size(); ++i)
     key += s.stack[i] == Slot::Null ? 'N' : s.stack[i] == Slot::Value ? 'V' : (s.grad_inside[i] ? 'E' : 'D');
   for (const auto& l : s.locals) key += "," + l;
@@ -321,14 +313,14 @@ void log_bytecode(const ContinuationSpec& spec, PyCodeObject* made, const InstrS
 
 Continuation make_continuation(const ContinuationSpec& spec) {
   std::string key = spec_key(spec);
-  auto it = made().find(key);
-  if (it != made().end()) return it->second;
+  CodeInfo& original = code_info(spec.original);
+  auto it = original.continuations.find(key);
+  if (it != original.continuations.end()) return it->second;
   Builder builder(spec);
   PyRef code = builder.build();
   Continuation result{code, builder.exit_codes()};
   GeneratedCode info;
-  info.original = spec.original;
-  Py_INCREF(spec.original);
+  info.original = spec.original;  // borrowed: see CodeInfo::generated
   info.is_break_code = spec.region != nullptr;
   info.prefix = 0;
   // The prefix is everything before the jump into the original code: find it back from the code's first jump.
@@ -338,15 +330,15 @@ Continuation make_continuation(const ContinuationSpec& spec) {
       info.prefix = static_cast<int>(i) + 1;
       break;
     }
-  registry()[reinterpret_cast<PyCodeObject*>(code.get())] = info;
-  made().emplace(key, result);
+  code_info(reinterpret_cast<PyCodeObject*>(code.get())).generated = info;
+  original.continuations.emplace(key, result);
   if (log::enabled(log::Topic::bytecode)) log_bytecode(spec, reinterpret_cast<PyCodeObject*>(code.get()), *stream);
   return result;
 }
 
 const GeneratedCode* generated_code(PyCodeObject* code) {
-  auto it = registry().find(code);
-  return it == registry().end() ? nullptr : &it->second;
+  CodeInfo* info = find_code_info(code);
+  return info && info->generated ? &*info->generated : nullptr;
 }
 
 }  // namespace fastcomp::frontend

@@ -32,13 +32,16 @@ struct Continuation {
   std::vector<PyRef> exits;  // break code: the resume function code of each region exit, in argument order
 };
 
-/** The code object for `spec`, made once per distinct spec and reused. Throws std::runtime_error (or
-    BytecodeError) when it cannot be built. Needs the GIL. */
+/** The code object for `spec`, made once per distinct spec and reused while the original code lives (it keeps
+    them, see code_info.h) or until fastcomp.reset(). Throws std::runtime_error (or BytecodeError) when it
+    cannot be built. Needs the GIL. */
 Continuation make_continuation(const ContinuationSpec& spec);
 
 // What fastcomp knows about a code object it generated.
 struct GeneratedCode {
-  PyCodeObject* original = nullptr;  // the user's code it continues (kept alive by the registry)
+  // The user's code it continues. Borrowed; null once that code died or fastcomp.reset() dropped this code:
+  // such an orphan is never compiled and only runs in CPython.
+  PyCodeObject* original = nullptr;
   int prefix = 0;                    // instructions before the original code's first one
   bool is_break_code = false;        // runs in CPython: never compiled
 };

@@ -22,6 +22,10 @@ std::optional<ResumePlan> plan(const cpython::FrameView& frame, const Unsupporte
   PyCodeObject* original = code;
   int offset = 0;
   if (const GeneratedCode* g = generated_code(code)) {
+    if (!g->original) {
+      *why = "the code this resume function continues is gone";
+      return std::nullopt;
+    }
     original = g->original;
     offset = g->prefix;
     if (failure.root_instr < g->prefix) {

@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "cpython/gil_once.h"
 #include "frontend/trace/meta_args.h"
 
 namespace fastcomp::frontend {
@@ -10,12 +11,12 @@ namespace {
 using namespace meta_args;  // NOLINT: the fast paths share its vocabulary
 
 PyObject* mha_function() {  // owned for the process
-  static PyObject* fn = [] {
+  static cpython::GilOnce<PyObject> fn;
+  return fn.get([] {
     PyRef functional = PyRef::steal(PyImport_ImportModule("torch.nn.functional"));
     if (!functional) PyErr_Clear();
     return lookup(functional.get(), "multi_head_attention_forward");
-  }();
-  return fn;
+  });
 }
 
 bool none(PyObject* o) { return !o || o == Py_None; }

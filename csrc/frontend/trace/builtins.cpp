@@ -7,6 +7,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "cpython/gil_once.h"
 #include "frontend/trace/torch_refs.h"
 #include "frontend/trace/tracer.h"
 #include "support/pystr.h"
@@ -24,7 +25,8 @@ enum class B {
 
 // builtins' functions and classes, by identity; built once (the builtins module lives for the process).
 const std::unordered_map<PyObject*, B>& builtin_table() {
-  static auto* table = [] {
+  static cpython::GilOnce<std::unordered_map<PyObject*, B>> table;
+  return *table.get([] {
     auto* t = new std::unordered_map<PyObject*, B>();
     PyObject* dict = PyModule_GetDict(PyImport_ImportModule("builtins"));
     static const std::pair<const char*, B> kNames[] = {
@@ -49,8 +51,7 @@ const std::unordered_map<PyObject*, B>& builtin_table() {
     for (auto [name, b] : kNames)
       if (PyObject* o = PyDict_GetItemString(dict, name)) t->emplace(o, b);
     return t;
-  }();
-  return *table;
+  });
 }
 
 ValueRef boolean(bool b) { return make_const_borrowed(b ? Py_True : Py_False); }
@@ -163,12 +164,8 @@ ValueRef Tracer::call_builtin(PyObject* fn, std::vector<ValueRef>& args, Kwargs&
     }
     if (PyType_Check(fn) && PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(fn), &PyDict_Type)) {
       // OrderedDict and other dict subclasses implemented in C, whose items behave as dict's.
-      static PyObject* defaultdict = [] {
-        PyRef c = PyRef::steal(PyImport_ImportModule("collections"));
-        PyObject* d = c ? PyObject_GetAttrString(c.get(), "defaultdict") : nullptr;
-        if (!d) PyErr_Clear();
-        return d;
-      }();
+      static cpython::GilOnce<PyObject> defaultdict_type;
+      PyObject* defaultdict = defaultdict_type.get([] { return cpython::import_attr("collections", "defaultdict"); });
       if (fn != defaultdict) {
         ValueRef d = new_instance(reinterpret_cast<PyTypeObject*>(fn));
         container_method(d, "update", args, kwargs);

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "frontend/trace/torch_refs.h"
+#include "cpython/gil_once.h"
 #include "frontend/trace/tracer.h"
 #include "support/pystr.h"
 
@@ -31,12 +32,8 @@ bool makes_plain_instance(PyTypeObject* owner) {
 }  // namespace
 
 PyObject* partial_type() {
-  static PyObject* t = [] {
-    PyRef functools = PyRef::steal(PyImport_ImportModule("functools"));
-    PyObject* p = functools ? PyObject_GetAttrString(functools.get(), "partial") : nullptr;
-    if (!p) PyErr_Clear();
-    return p;
-  }();
+  static cpython::GilOnce<PyObject> partial;
+  PyObject* t = partial.get([] { return cpython::import_attr("functools", "partial"); });
   return t;
 }
 
@@ -236,12 +233,8 @@ ValueRef Tracer::object_reduce(const ValueRef& self, const std::string& name, co
   if (lookup(type, "__getnewargs_ex__") || lookup(type, "__getnewargs__"))
     throw Unsupported(BreakCode::UnsupportedCall, fmt::format("copying an instance of {} (it has __getnewargs__)", type->tp_name));
   // copyreg.__newobj__(cls), the state, and no list or dict items.
-  static PyObject* newobj = [] {
-    PyRef copyreg = PyRef::steal(PyImport_ImportModule("copyreg"));
-    PyObject* fn = copyreg ? PyObject_GetAttrString(copyreg.get(), "__newobj__") : nullptr;
-    if (!fn) PyErr_Clear();
-    return fn;
-  }();
+  static cpython::GilOnce<PyObject> newobj_fn;
+  PyObject* newobj = newobj_fn.get([] { return cpython::import_attr("copyreg", "__newobj__"); });
   if (!newobj) throw Unsupported(BreakCode::Other, "fastcomp internal error: copyreg.__newobj__ is missing");
   ValueRef cls = make_object(PyRef::borrow(reinterpret_cast<PyObject*>(type)), -1);
   ValueRef none = make_const_borrowed(Py_None);

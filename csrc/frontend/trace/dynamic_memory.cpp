@@ -5,9 +5,7 @@
 #include <charconv>
 #include <filesystem>
 #include <map>
-#include <mutex>
 #include <set>
-#include <unordered_map>
 
 #include "cpython/pyref.h"
 #include "runtime/kernel_cache.h"
@@ -20,29 +18,6 @@ namespace fastcomp::frontend {
 namespace fs = std::filesystem;
 namespace {
 
-struct SizeMemory {
-  std::vector<int64_t> sizes;  // the sizes last seen
-  std::set<int> dynamic;       // dimensions seen with two sizes
-};
-
-struct CodeMemory {
-  bool loaded = false;                                 // the decisions on disk have been read
-  std::map<std::string, std::set<int>> on_disk;        // source -> dimensions made dynamic by earlier processes
-  std::unordered_map<std::string, SizeMemory> inputs;  // source -> sizes seen in this process
-};
-
-std::mutex g_mutex;
-std::unordered_map<std::string, CodeMemory>& memory() {
-  static auto* m = new std::unordered_map<std::string, CodeMemory>();  // never destroyed: used until exit
-  return *m;
-}
-// Codes whose decisions on disk this process has read: read once, so that reset() starts them static again.
-std::set<std::string>& read_from_disk() {
-  static auto* s = new std::set<std::string>();
-  return *s;
-}
-
-// Empty (no reading, no writing) unless fastcomp.config.automatic_dynamic_on_disk asks for the decisions on disk.
 fs::path decisions_file(const std::string& code_key) {
   if (!config().automatic_dynamic_on_disk) return {};
   fs::path dir = runtime::kernel_cache().directory();
@@ -77,14 +52,9 @@ std::map<std::string, std::set<int>> read_decisions(const std::string& code_key)
   return out;
 }
 
-void load(const std::string& code_key, CodeMemory& m) {
-  m.loaded = true;
-  if (read_from_disk().insert(code_key).second) m.on_disk = read_decisions(code_key);
-}
-
 // Rewrites the code's file with every decision known (atomically, so a reader in another process never sees
 // half a file). Failures only cost the next process a recompile.
-void save(const std::string& code_key, const CodeMemory& m) {
+void save(const std::string& code_key, const DynamicMemory& m) {
   fs::path file = decisions_file(code_key);
   if (file.empty()) return;
   std::map<std::string, std::set<int>> all = read_decisions(code_key);  // another process may have added some
@@ -108,18 +78,19 @@ std::string code_identity(PyObject* code_obj) {
                      std::hash<std::string>{}(body));
 }
 
-std::vector<bool> automatic_dynamic_dims(const std::string& code_key, const std::string& source,
+std::vector<bool> automatic_dynamic_dims(DynamicMemory& m, const std::string& code_key, const std::string& source,
                                          const std::vector<int64_t>& sizes, std::vector<std::string>* became) {
-  std::lock_guard lock(g_mutex);
-  CodeMemory& m = memory()[code_key];
-  if (!m.loaded) load(code_key, m);
+  if (!m.disk_read) {
+    m.on_disk = read_decisions(code_key);
+    m.disk_read = true;
+  }
   std::vector<bool> out(sizes.size(), false);
   auto disk = m.on_disk.find(source);
   if (disk != m.on_disk.end())
     for (int d : disk->second)
       if (d < static_cast<int>(sizes.size())) out[d] = true;
   auto [it, first] = m.inputs.try_emplace(source);
-  SizeMemory& mem = it->second;
+  DynamicMemory::Sizes& mem = it->second;
   if (first || mem.sizes.size() != sizes.size()) {  // first sight, or a new rank: nothing to compare with
     mem.sizes = sizes;
     for (int d : mem.dynamic)
@@ -137,14 +108,10 @@ std::vector<bool> automatic_dynamic_dims(const std::string& code_key, const std:
     }
     mem.sizes[d] = sizes[d];
   }
-  for (int d : mem.dynamic) out[d] = true;
+  for (int d : mem.dynamic)  // dimensions made dynamic at another rank (x.squeeze() of [n, 1] and of [1, 1]) too
+    if (d < static_cast<int>(sizes.size())) out[d] = true;
   if (changed) save(code_key, m);
   return out;
-}
-
-void reset_dynamic_memory() {
-  std::lock_guard lock(g_mutex);
-  memory().clear();
 }
 
 }  // namespace fastcomp::frontend

@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cpython/gil_once.h"
 #include "frontend/trace/meta_args.h"
 #include "frontend/trace/torch_refs.h"
 
@@ -155,8 +156,8 @@ OpTable* build_table() {
 }
 
 const OpTable& table() {
-  static const OpTable* tb = build_table();
-  return *tb;
+  static cpython::GilOnce<OpTable> tb;
+  return *tb.get(build_table);
 }
 
 // c10's combine_categories without complex: a lower-priority group changes the result only when it is of a

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string_view>
 
+#include "cpython/gil_once.h"
 #include "frontend/trace/torch_refs.h"
 
 namespace fastcomp::frontend::meta_args {
@@ -50,7 +51,8 @@ int8_t Dtypes::default_dtype() const {
 }
 
 const Dtypes& dtypes() {
-  static const Dtypes* dt = [] {
+  static cpython::GilOnce<const Dtypes> dt;
+  return *dt.get([] {
     auto* d = new Dtypes();
     PyObject* torch = torch_refs().torch.get();
     for (int i = 0; i < kNumDt; ++i) d->objs[i] = lookup(torch, kDtNames[i]);
@@ -63,8 +65,7 @@ const Dtypes& dtypes() {
       }
     PyErr_Clear();
     return d;
-  }();
-  return *dt;
+  });
 }
 
 bool bind_args(PyObject* args, PyObject* kwargs, std::initializer_list<const char*> names, size_t required,

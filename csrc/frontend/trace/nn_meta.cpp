@@ -5,6 +5,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cpython/gil_once.h"
 #include "frontend/trace/meta_args.h"
 #include "frontend/trace/torch_refs.h"
 
@@ -16,7 +17,8 @@ using namespace meta_args;  // NOLINT: the fast paths share its vocabulary
 enum class Op : uint8_t { Linear, Matmul, LayerNorm, Sum, Mean, Cat, Softmax, SoftmaxF, MaskedFill, Triangle };
 
 const std::unordered_map<PyObject*, Op>& table() {
-  static const auto* tb = [] {
+  static cpython::GilOnce<const std::unordered_map<PyObject*, Op>> tb;
+  return *tb.get([] {
     auto* t = new std::unordered_map<PyObject*, Op>();
     const auto& T = torch_refs();
     PyObject* torch = T.torch.get();
@@ -55,8 +57,7 @@ const std::unordered_map<PyObject*, Op>& table() {
       add(owner, "tril", Op::Triangle);
     }
     return t;
-  }();
-  return *tb;
+  });
 }
 
 // A dimension index in [0, ndim), or -1 when out of range.

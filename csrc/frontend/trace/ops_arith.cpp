@@ -1,12 +1,18 @@
 // Arithmetic, comparisons and truth values: folded on constants, recorded as graph nodes on tensors.
 #include <fmt/format.h>
 
+#include "cpython/gil_once.h"
 #include "frontend/trace/torch_refs.h"
 #include "frontend/trace/tracer.h"
 #include "support/pystr.h"
 
 namespace fastcomp::frontend {
 namespace {
+
+PyObject* operator_module() {  // borrowed, kept for the process
+  static cpython::GilOnce<PyObject> module;
+  return module.get([] { return PyImport_ImportModule("operator"); });
+}
 
 // operator-module functions per NB_* kind (BinaryOpKind order).
 PyObject* binary_operator(int kind, std::string* name) {
@@ -16,16 +22,14 @@ PyObject* binary_operator(int kind, std::string* name) {
                                  "imul",     "imod",     "ior",       "ipow",      "irshift",  "isub",
                                  "itruediv", "ixor"};
   static PyObject* kFns[26] = {};
-  static PyObject* module = PyImport_ImportModule("operator");
   if (kind < 0 || kind >= 26) return nullptr;
-  if (!kFns[kind]) kFns[kind] = PyObject_GetAttrString(module, kNames[kind]);
+  if (!kFns[kind]) kFns[kind] = PyObject_GetAttrString(operator_module(), kNames[kind]);
   *name = std::string("operator.") + kNames[kind];
   return kFns[kind];
 }
 
 PyObject* operator_fn(const char* fn) {  // borrowed, cached for the process
-  static PyObject* module = PyImport_ImportModule("operator");
-  PyObject* f = PyObject_GetAttrString(module, fn);
+  PyObject* f = PyObject_GetAttrString(operator_module(), fn);
   Py_XDECREF(f);  // the operator module keeps it alive
   return f;
 }
@@ -65,6 +69,7 @@ PyRef Tracer::as_python_constant(const ValueRef& v) {
         if (v->kind == VKind::Tuple) PyTuple_SET_ITEM(out.get(), i, item.release());
         else PyList_SET_ITEM(out.get(), i, item.release());
       }
+      if (v->is(VKind::Tuple) && v->obj) return PyRef::steal(PyObject_CallOneArg(v->obj.get(), out.get()));
       return out;
     }
     case VKind::Dict: {
@@ -116,7 +121,9 @@ ValueRef Tracer::binary_op(int kind, const ValueRef& a, const ValueRef& b) {
     }
     std::vector<ValueRef> items = a->items;
     items.insert(items.end(), b->items.begin(), b->items.end());
-    return make_seq(a->kind, std::move(items));
+    ValueRef out = make_seq(a->kind, std::move(items));
+    out->obj = a->is(VKind::Tuple) ? a->obj : PyRef();  // torch.Size + tuple is a torch.Size
+    return out;
   }
   if (seq_a && inplace && plain == static_cast<int>(BinaryOpKind::Add) && a->is(VKind::List)) {  // list += iterable
     ValueRef it = make_iter(b, "extend a list with");
@@ -134,7 +141,9 @@ ValueRef Tracer::binary_op(int kind, const ValueRef& a, const ValueRef& b) {
       note_mutation(a);
       return a;
     }
-    return make_seq(a->kind, std::move(items));
+    ValueRef out = make_seq(a->kind, std::move(items));
+    out->obj = a->is(VKind::Tuple) ? a->obj : PyRef();  // torch.Size * n is a torch.Size
+    return out;
   }
   if (contains_tensor(a) || contains_tensor(b)) {
     if (!(a->is(VKind::Tensor) || b->is(VKind::Tensor)))

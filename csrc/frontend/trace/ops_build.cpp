@@ -132,7 +132,9 @@ ValueRef Tracer::subscript(const ValueRef& obj, const ValueRef& key) {
         }
         std::vector<ValueRef> items;
         for (Py_ssize_t i = 0, j = start; i < len; ++i, j += step) items.push_back(obj->items[j]);
-        return make_seq(obj->is(VKind::List) ? VKind::List : VKind::Tuple, std::move(items));
+        ValueRef out = make_seq(obj->is(VKind::List) ? VKind::List : VKind::Tuple, std::move(items));
+        if (obj->is(VKind::Tuple)) out->obj = obj->obj;  // a slice of a torch.Size is a torch.Size
+        return out;
       }
       return obj->items[seq_index(k.get(), n, obj->is(VKind::List) ? "list" : "tuple")];
     }

@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "frontend/trace/torch_refs.h"
+#include "cpython/gil_once.h"
 #include "frontend/trace/tracer.h"
 #include "support/pystr.h"
 
@@ -525,12 +526,8 @@ ValueRef Tracer::call_object(const ValueRef& fn, std::vector<ValueRef> args, Kwa
   }
   // functools.lru_cache: a memoised function is taken to be pure, so with constant arguments it is called while
   // tracing (usually a cache hit) and its result is a constant of the trace.
-  static PyObject* lru_wrapper = [] {
-    PyRef functools = PyRef::steal(PyImport_ImportModule("functools"));
-    PyObject* t = functools ? PyObject_GetAttrString(functools.get(), "_lru_cache_wrapper") : nullptr;
-    if (!t) PyErr_Clear();
-    return t;
-  }();
+  static cpython::GilOnce<PyObject> lru_type;
+  PyObject* lru_wrapper = lru_type.get([] { return cpython::import_attr("functools", "_lru_cache_wrapper"); });
   if (lru_wrapper && Py_TYPE(f) == reinterpret_cast<PyTypeObject*>(lru_wrapper)) {
     PyRef argv = PyRef::steal(PyTuple_New(args.size()));
     PyRef kw = PyRef::steal(PyDict_New());

@@ -7,6 +7,7 @@
 
 #include "frontend/trace/rebuild.h"
 #include "frontend/trace/torch_refs.h"
+#include "cpython/gil_once.h"
 #include "frontend/trace/tracer.h"
 #include "support/pystr.h"
 
@@ -119,7 +120,9 @@ graph::Arg Tracer::convert_output(const ValueRef& v) {
       graph::Arg a;
       a.kind = v->kind == VKind::Tuple ? graph::Arg::Kind::Tuple : graph::Arg::Kind::List;
       for (auto& item : v->items) a.items.push_back(to_output_arg(item));
-      return a;
+      if (!v->is(VKind::Tuple) || !v->obj) return a;
+      // A torch.Size of sizes read on each call: made by a call at run time.
+      return rebuild_node(v->obj.get(), "torch.Size", {std::move(a)});
     }
     case VKind::Dict: return dict_output(*v);
     case VKind::Set: {
@@ -186,14 +189,12 @@ graph::Arg Tracer::convert_output(const ValueRef& v) {
                           {to_output_arg(self), graph::Arg::of_const(PyRef::steal(PyUnicode_FromString(name.c_str())))});
     }
     case VKind::Partial: {
-      static PyRef partial = [] {
-        PyRef functools = PyRef::steal(PyImport_ImportModule("functools"));
-        return PyRef::steal(functools ? PyObject_GetAttrString(functools.get(), "partial") : nullptr);
-      }();
+      static cpython::GilOnce<PyObject> partial_type;
+      PyObject* partial = partial_type.get([] { return cpython::import_attr("functools", "partial"); });
       if (!partial) throw Unsupported(BreakCode::Other, "fastcomp internal error: functools.partial is missing");
       graph::Node node;
       node.kind = graph::NodeKind::Call;
-      node.target = partial;
+      node.target = PyRef::borrow(partial);
       node.target_name = "functools.partial";
       node.rebuilds = true;
       node.args.push_back(to_output_arg(v->items[0]));
@@ -258,12 +259,8 @@ graph::Arg Tracer::iterator_output(const ValueRef& it) {
     case IterKind::Zip: return rebuild_node(builtin("zip"), "zip", subs(0));
     case IterKind::Enumerate: return rebuild_node(builtin("enumerate"), "enumerate", {to_output_arg(it->items[0]), integer(it->pos)});
     case IterKind::Chain: {
-      static PyObject* chain = [] {
-        PyRef itertools = PyRef::steal(PyImport_ImportModule("itertools"));
-        PyObject* c = itertools ? PyObject_GetAttrString(itertools.get(), "chain") : nullptr;
-        if (!c) PyErr_Clear();
-        return c;
-      }();
+      static cpython::GilOnce<PyObject> chain_type;
+      PyObject* chain = chain_type.get([] { return cpython::import_attr("itertools", "chain"); });
       return rebuild_node(chain, "itertools.chain", subs(it->pos));
     }
     case IterKind::Generator: break;

@@ -112,9 +112,9 @@ std::vector<int> ShapeEnv::input_dims(PyObject* tensor, const std::string& sourc
   std::vector<int> dims(sizes.size(), -1);
   std::vector<Mark> marks = read_marks(tensor, sizes.size());
   std::vector<bool> automatic(sizes.size(), false);
-  if (mode_ == DynamicMode::Automatic && !parameter && !code_key_.empty()) {
+  if (mode_ == DynamicMode::Automatic && !parameter && memory_) {
     std::vector<std::string> became;
-    automatic = automatic_dynamic_dims(code_key_, source, sizes, &became);
+    automatic = automatic_dynamic_dims(*memory_, code_key_, source, sizes, &became);
     for (const std::string& line : became) {
       log_decision(log::Topic::dynamic, log::Level::info, line);
       log_decision(log::Topic::recompiles, log::Level::info, line);
@@ -222,10 +222,16 @@ void ShapeEnv::unify(int keep, int drop, const std::string& why) {
   FC_DECISION(info, "{} and {} are one size from now on (guarded equal): {}", describe(drop), describe(keep), why);
 }
 
-void ShapeEnv::require_at_least_two(int s, const std::string& why) {
-  if (symbols_[s].min >= 2) return;
-  symbols_[s].min = 2;
-  FC_DECISION(info, "{} must be at least 2 (size 1 is specialised on its own): {}", describe(s), why);
+void ShapeEnv::require_at_least(int s, int64_t n, const std::string& why) {
+  if (symbols_[s].min >= n) return;
+  symbols_[s].min = n;
+  FC_DECISION(info, "{} must be at least {} (smaller sizes are compiled on their own): {}", describe(s), n, why);
+}
+
+void ShapeEnv::require_at_most(int s, int64_t n, const std::string& why) {
+  if (symbols_[s].max <= n) return;
+  symbols_[s].max = n;
+  FC_DECISION(info, "{} must be at most {} (larger sizes are compiled on their own): {}", describe(s), n, why);
 }
 
 void ShapeEnv::add_relation(const graph::Sym& a, SizeCmp cmp, const graph::Sym& b, bool holds, const std::string& why) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "frontend/guards/guards.h"
+#include "frontend/trace/dynamic_memory.h"
 #include "graph/ir.h"
 #include "graph/sym.h"
 
@@ -52,7 +53,9 @@ class DecisionLogScope {
 
 class ShapeEnv {
  public:
-  ShapeEnv(DynamicMode mode, std::string code_key) : mode_(mode), code_key_(std::move(code_key)) {}
+  // `memory`: what the traced code's compiles have seen (CodeInfo::dynamic), for automatic mode.
+  ShapeEnv(DynamicMode mode, std::string code_key, DynamicMemory* memory = nullptr)
+      : mode_(mode), code_key_(std::move(code_key)), memory_(memory) {}
 
   // Symbols (or -1 for static) of the dimensions of the tensor input `tensor` read from `source`, graph input
   // number `input`. Parameters are static unless marked (as in Dynamo).
@@ -77,7 +80,9 @@ class ShapeEnv {
   void specialize(int s, const std::string& why);  // s becomes its hint
   void specialize_all(const graph::Sym& e, const std::string& why);
   void unify(int keep, int drop, const std::string& why);  // `drop` is `keep` from now on
-  void require_at_least_two(int s, const std::string& why);
+  // The trace holds for sizes of `s` in [n, ...] / [..., n] only: its range is narrowed (and guarded).
+  void require_at_least(int s, int64_t n, const std::string& why);
+  void require_at_most(int s, int64_t n, const std::string& why);
   // The trace took a branch on `a <cmp> b` being `holds`.
   void add_relation(const graph::Sym& a, SizeCmp cmp, const graph::Sym& b, bool holds, const std::string& why);
 
@@ -90,6 +95,7 @@ class ShapeEnv {
 
   DynamicMode mode_;
   std::string code_key_;
+  DynamicMemory* memory_;
   std::vector<SymbolInfo> symbols_;
   std::vector<Guard> relations_;
   int replaced_ = 0;  // how many symbols have a replacement (resolve is the identity while 0)

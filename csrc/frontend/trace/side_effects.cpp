@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "cpython/gil_once.h"
 #include "frontend/trace/tracer.h"
 #include "support/pystr.h"
 
@@ -88,18 +89,10 @@ bool apply_side_effects(const std::vector<SideEffect>& effects, PyObject* outs, 
 // with the arguments they had (the README's "Logging inside compiled code").
 bool Tracer::defer_if_logging(PyObject* fn, const ValueRef& self, const std::string& name, const std::vector<ValueRef>& args,
                               const std::vector<std::pair<std::string, ValueRef>>& kwargs, ValueRef* result) {
-  static PyObject* warn = [] {
-    PyRef warnings = PyRef::steal(PyImport_ImportModule("warnings"));
-    PyObject* w = warnings ? PyObject_GetAttrString(warnings.get(), "warn") : nullptr;
-    if (!w) PyErr_Clear();
-    return w;
-  }();
-  static PyObject* logger_type = [] {
-    PyRef logging = PyRef::steal(PyImport_ImportModule("logging"));
-    PyObject* t = logging ? PyObject_GetAttrString(logging.get(), "Logger") : nullptr;
-    if (!t) PyErr_Clear();
-    return t;
-  }();
+  static cpython::GilOnce<PyObject> warn_fn;
+  PyObject* warn = warn_fn.get([] { return cpython::import_attr("warnings", "warn"); });
+  static cpython::GilOnce<PyObject> logger_cls;
+  PyObject* logger_type = logger_cls.get([] { return cpython::import_attr("logging", "Logger"); });
   DeferredCall call;
   if (fn && fn == warn) {
     call.fn = PyRef::borrow(fn);

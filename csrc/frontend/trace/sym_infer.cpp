@@ -4,8 +4,9 @@
 // stride or int argument of the inputs, the input's element count over the other output sizes (reshapes), or the
 // dense layout of the output's own sizes. When no expression fits or a probe raises, the call needs sizes to be
 // related: symbols with equal sizes are tried as one (broadcasting `x + y`), then each symbol on its own, and the
-// ones the call cannot vary are specialised. A last probe with the symbols at 1 tells which of them the call
-// treats differently at size 1; those are guarded to be at least 2.
+// ones the call cannot vary are specialised. The solution is then checked where the growing probes never went
+// (size 1, small sizes, a far larger size, the symbols in another order): a size the call clamps holds only
+// from some size on, which becomes the symbol's bound; what no bound explains is specialised.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -83,8 +84,10 @@ const int64_t kPrimes[] = {3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41};
 
 }  // namespace
 
-// A meta object for `v` at `point`; `at_hint` is the one the call got while tracing.
-PyRef Tracer::probe_meta(const ValueRef& v, PyObject* at_hint, const std::vector<int64_t>& point) {
+// A meta object for `v` at `point`; `at_hint` is the one the call got while tracing. `fresh`: static tensors are
+// new meta tensors too, with the metadata their node had before the call (an in-place op changed `at_hint`).
+PyRef Tracer::probe_meta(const ValueRef& v, PyObject* at_hint, const std::vector<int64_t>& point, bool fresh) {
+  if (fresh && v->is(VKind::Tensor) && v->shape.empty()) return make_meta_tensor(graph_.nodes[v->node].meta);
   if (!has_sym(v)) return PyRef::borrow(at_hint);
   if (v->is(VKind::SymInt)) return PyRef::steal(PyLong_FromLongLong(graph::sym_eval(shapes_.resolve(v->sym), point)));
   if (v->is(VKind::Tensor)) {
@@ -109,6 +112,7 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
   // The expressions the outputs may take, from the inputs (sizes first, then strides and int arguments).
   std::vector<Sym> candidates;
   std::vector<std::pair<Sym, int>> numels;  // element count of each dynamic tensor input
+  std::vector<std::vector<Sym>> later;       // strides of each dynamic tensor input, for candidates tried last
   std::function<void(const ValueRef&)> collect = [&](const ValueRef& v) {
     if (v->is(VKind::SymInt)) candidates.push_back(shapes_.resolve(v->sym));
     if (v->is(VKind::Tensor) && !v->shape.empty()) {
@@ -117,6 +121,7 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
       for (const Sym& e : s.sizes) candidates.push_back(e), numel = graph::sym_mul(numel, e);
       for (const Sym& e : s.strides) candidates.push_back(e);
       numels.emplace_back(numel, 0);
+      later.push_back(s.strides);
     }
     if (v->is(VKind::Tuple) || v->is(VKind::List)) {
       for (const auto& item : v->items) collect(item);
@@ -135,6 +140,9 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
   };
   for (const auto& a : call.args) collect(a);
   for (const auto& kw : call.kwargs) collect(kw.second);
+  for (const auto& strides : later)  // a diagonal's stride: the sum of two of its input's strides
+    for (size_t i = 0; i < strides.size(); ++i)
+      for (size_t j = i + 1; j < strides.size(); ++j) candidates.push_back(graph::sym_add(strides[i], strides[j]));
   std::vector<int> free;
   for (const Sym& c : candidates)
     for (int s : shapes_.free_symbols(c)) free.push_back(s);
@@ -152,12 +160,12 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
   auto run_at = [&](const Point& point) -> std::optional<Observed> {
     PyRef args = PyRef::steal(PyTuple_New(call.args.size()));
     for (size_t i = 0; i < call.args.size(); ++i)
-      PyTuple_SET_ITEM(args.get(), i, probe_meta(call.args[i], PyTuple_GET_ITEM(call.meta_args, i), point).release());
+      PyTuple_SET_ITEM(args.get(), i, probe_meta(call.args[i], PyTuple_GET_ITEM(call.meta_args, i), point, call.writes).release());
     PyRef kwargs = PyRef::steal(PyDict_Copy(call.meta_kwargs));
     for (const auto& [key, value] : call.kwargs)
-      if (has_sym(value)) {
+      if (has_sym(value) || call.writes) {
         PyObject* hint = PyDict_GetItemString(call.meta_kwargs, key.c_str());
-        if (hint) PyDict_SetItemString(kwargs.get(), key.c_str(), probe_meta(value, hint, point).get());
+        if (hint) PyDict_SetItemString(kwargs.get(), key.c_str(), probe_meta(value, hint, point, call.writes).get());
       }
     PyRef out = call.run(args.get(), kwargs.get());
     if (!out) {
@@ -188,10 +196,10 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
         if (graph::sym_eval(e, points[k]) != value_at(k)) return false;
       return true;
     };
-    auto find = [&](auto value_at, bool* constant) -> Sym {
-      *constant = true;
-      for (size_t k = 1; k < points.size(); ++k) *constant &= value_at(k) == value_at(0);
-      if (*constant) return graph::sym_const(value_at(0));
+    auto find = [&](auto value_at) -> Sym {
+      bool constant = true;
+      for (size_t k = 1; k < points.size(); ++k) constant &= value_at(k) == value_at(0);
+      if (constant) return graph::sym_const(value_at(0));
       for (const Sym& c : candidates)
         if (matches(c, value_at)) return c;
       return nullptr;
@@ -200,12 +208,9 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
     for (size_t j = 0; j < seen[0].sizes.size(); ++j) {
       const size_t rank = seen[0].sizes[j].size();
       SymShape shape;
-      bool all_constant = true;
       int unsolved = -1;
       for (size_t d = 0; d < rank; ++d) {
-        bool constant;
-        Sym e = find([&](size_t k) { return seen[k].sizes[j][d]; }, &constant);
-        all_constant &= constant;
+        Sym e = find([&](size_t k) { return seen[k].sizes[j][d]; });
         if (!e) {
           if (unsolved >= 0) return std::nullopt;
           unsolved = static_cast<int>(d);
@@ -228,10 +233,8 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
       }
       std::vector<Sym> dense = dense_strides(shape.sizes, seen[0].sizes[j], seen[0].strides[j]);
       for (size_t d = 0; d < rank; ++d) {
-        bool constant;
         auto stride_at = [&](size_t k) { return seen[k].strides[j][d]; };
-        Sym e = find(stride_at, &constant);
-        all_constant &= constant;
+        Sym e = find(stride_at);
         if (!e && !dense.empty() && matches(dense[d], stride_at)) e = dense[d];
         if (!e) {
           bool always_one = true;  // a stride of a size-1 dimension does not address anything
@@ -241,7 +244,7 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
         }
         shape.strides.push_back(e);
       }
-      out.push_back(all_constant ? SymShape{} : std::move(shape));
+      out.push_back(std::move(shape));
     }
     return out;
   };
@@ -266,56 +269,165 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
   };
 
   const std::string why = fmt::format("{} at {} needs it", call.name, user_loc());
-  std::optional<std::vector<SymShape>> shapes = attempt(free, {});
+  const std::string at = fmt::format("{} at {}", call.name, user_loc());
+
+  // Whether the call's result at `point` is what `shapes` say: as many tensors, each size and stride as the
+  // expressions give (the stride of a size-1 dimension too: stride() shows it), and the same non-tensor part.
+  auto agrees = [&](const std::vector<SymShape>& shapes, const Point& point) {
+    auto o = run_at(point);
+    if (!o || o->sizes.size() != shapes.size()) return false;
+    if (at_hint->rest) {
+      int eq = o->rest ? PyObject_RichCompareBool(at_hint->rest.get(), o->rest.get(), Py_EQ) : 0;
+      if (eq < 0) PyErr_Clear();
+      if (eq != 1) return false;
+    }
+    for (size_t j = 0; j < shapes.size(); ++j) {
+      const SymShape s = shapes_.resolve(shapes[j]);
+      if (o->sizes[j].size() != s.sizes.size()) return false;
+      for (size_t d = 0; d < s.sizes.size(); ++d) {
+        if (graph::sym_eval(s.sizes[d], point) != o->sizes[j][d]) return false;
+        if (graph::sym_eval(s.strides[d], point) != o->strides[j][d]) return false;
+      }
+    }
+    return true;
+  };
+  auto finished = [&](std::vector<SymShape> shapes) {  // resolved; empty where every size and stride is constant
+    for (SymShape& s : shapes) {
+      s = shapes_.resolve(s);
+      bool constant = true;
+      for (const Sym& e : s.sizes) constant &= e->is_const();
+      for (const Sym& e : s.strides) constant &= e->is_const();
+      if (constant) s = SymShape{};
+    }
+    return shapes;
+  };
+  auto unreplaced = [&] {
+    std::vector<int> out;
+    for (int s : free)
+      if (!shapes_.symbol(s).replacement) out.push_back(s);
+    return out;
+  };
+
+  // A result with a tensor per element of a dynamic dimension (unbind, split, iterating a tensor) has as many
+  // outputs as that size: the symbols that change the count are specialised before probing at sizes many
+  // times larger would make that many tensors.
+  if (at_hint->sizes.size() > 1) {
+    for (int s : free) {
+      Point point = shapes_.hints();
+      point[s] *= 2;
+      auto o = run_at(point);
+      if (!o || o->sizes.size() != at_hint->sizes.size())
+        shapes_.specialize(s, fmt::format("the number of tensors {} returns depends on it", at));
+    }
+    if (unreplaced().empty()) return {};
+  }
+
+  std::optional<std::vector<SymShape>> shapes = attempt(unreplaced(), {});
   if (!shapes) {
     std::map<int64_t, std::vector<int>> by_hint;
-    for (int s : free) by_hint[shapes_.symbol(s).hint].push_back(s);
+    for (int s : unreplaced()) by_hint[shapes_.symbol(s).hint].push_back(s);
     std::vector<std::vector<int>> groups;
     for (auto& [hint, members] : by_hint)
       if (members.size() > 1) groups.push_back(members);
-    if (!groups.empty() && (shapes = attempt(free, groups))) {
+    if (!groups.empty() && (shapes = attempt(unreplaced(), groups))) {
       for (const auto& group : groups)
-        for (size_t i = 1; i < group.size(); ++i) shapes_.unify(group[0], group[i], call.name + " at " + user_loc());
+        for (size_t i = 1; i < group.size(); ++i) shapes_.unify(group[0], group[i], at);
     }
   }
   if (!shapes) {
-    for (int s : free)
+    for (int s : unreplaced())
       if (!attempt({s}, {})) shapes_.specialize(s, why);
-    std::vector<int> left;
-    for (int s : free)
-      if (!shapes_.symbol(s).replacement) left.push_back(s);
+    std::vector<int> left = unreplaced();
     shapes = left.empty() ? std::nullopt : attempt(left, {});
     if (!shapes) {
       for (int s : left) shapes_.specialize(s, why);
       return {};  // all inputs static now: the hint shapes are the output shapes
     }
   }
-  for (SymShape& s : *shapes) s = shapes_.resolve(s);
 
-  // Size 1: which symbols the call treats differently there (squeeze, broadcasting against them, ...).
-  std::vector<int> may_be_one;
-  for (int s : free)
-    if (!shapes_.symbol(s).replacement && shapes_.symbol(s).min < 2) may_be_one.push_back(s);
-  auto agrees_at = [&](const std::vector<int>& ones) {
+  // The probes above only grew the sizes. Sizes the call clamps (x[:3], x[-3:-1], diagonal(), x[:y.shape[0]])
+  // follow another expression below or above some size, or in another order of two sizes, so the solution is
+  // checked at sizes it was not found at: 1, two symbols in both orders, the smallest size a symbol may have
+  // and a far larger one. A symbol the call treats differently at 1 must be at least 2, below some size gets
+  // that size as its lower bound (found by bisection), above some size its upper bound; the order of two
+  // symbols that agrees is guarded; what nothing explains specialises the call's symbols.
+  auto with = [&](const std::vector<int>& symbols, int64_t value) {
     Point point = shapes_.hints();
-    for (int s : ones) point[s] = 1;
-    auto o = run_at(point);
-    if (!o || o->sizes.size() != shapes->size()) return false;
-    for (size_t j = 0; j < shapes->size(); ++j) {
-      const SymShape& s = (*shapes)[j];
-      if (s.empty()) continue;
-      if (o->sizes[j].size() != s.sizes.size()) return false;
-      for (size_t d = 0; d < s.sizes.size(); ++d) {
-        if (graph::sym_eval(s.sizes[d], point) != o->sizes[j][d]) return false;
-        if (o->sizes[j][d] > 1 && graph::sym_eval(s.strides[d], point) != o->strides[j][d]) return false;
-      }
-    }
-    return true;
+    for (int s : symbols) point[s] = value;
+    return point;
   };
-  if (!may_be_one.empty() && !agrees_at(may_be_one))
-    for (int s : may_be_one)
-      if (!agrees_at({s})) shapes_.require_at_least_two(s, fmt::format("{} at {} behaves differently at size 1", call.name, user_loc()));
-  return *shapes;
+  // Each symbol at 1 on its own, then all together: a product of sizes is 1 only when each is.
+  std::vector<int> may_be_one;
+  for (int s : unreplaced())
+    if (shapes_.symbol(s).min < 2) may_be_one.push_back(s);
+  for (int s : may_be_one)
+    if (!agrees(*shapes, with({s}, 1))) shapes_.require_at_least(s, 2, at + " behaves differently at size 1");
+  may_be_one.erase(std::remove_if(may_be_one.begin(), may_be_one.end(), [&](int s) { return shapes_.symbol(s).min >= 2; }),
+                   may_be_one.end());
+  if (may_be_one.size() > 1 && !agrees(*shapes, with(may_be_one, 1)))
+    for (int s : may_be_one) shapes_.require_at_least(s, 2, at + " behaves differently with these sizes all 1");
+  if (call.unclamped) return finished(*shapes);
+  // Pairs of symbols in both orders, just above the larger size (a clamp to the shorter of two sizes holds in
+  // one order only): the order that agrees becomes a guard, and a pair that agrees in neither specialises the
+  // call's symbols. Past four symbols, one point with their order reversed stands in for the pairs.
+  std::vector<std::pair<int, int>> at_most;  // (a, b): the trace needs a <= b
+  std::vector<int> left = unreplaced();
+  auto give_up = [&] {
+    for (int s : unreplaced()) shapes_.specialize(s, at + " relates the sizes in a way fastcomp does not model");
+  };
+  if (left.size() > 4) {
+    Point reversed = shapes_.hints();
+    for (size_t i = 0; i < left.size(); ++i) reversed[left[i]] *= kPrimes[(left.size() - 1 - i) % std::size(kPrimes)];
+    if (!agrees(*shapes, reversed)) return give_up(), std::vector<SymShape>{};
+  } else {
+    for (size_t i = 0; i < left.size(); ++i)
+      for (size_t j = i + 1; j < left.size(); ++j) {
+        // Multiples of the sizes while tracing, as in the probes that found the solution.
+        const int a = left[i], b = left[j];
+        const int64_t ha = shapes_.symbol(a).hint, hb = shapes_.symbol(b).hint;
+        Point a_longer = shapes_.hints(), b_longer = shapes_.hints();
+        a_longer[b] = 2 * hb;
+        a_longer[a] = ha * (2 * hb / ha + 1);
+        b_longer[a] = 2 * ha;
+        b_longer[b] = hb * (2 * ha / hb + 1);
+        const bool a_longer_ok = agrees(*shapes, a_longer), b_longer_ok = agrees(*shapes, b_longer);
+        if (!a_longer_ok && !b_longer_ok) return give_up(), std::vector<SymShape>{};
+        if (a_longer_ok && b_longer_ok) continue;
+        const int shorter = a_longer_ok ? b : a, longer = a_longer_ok ? a : b;
+        shapes_.add_relation(graph::sym_symbol(shorter), SizeCmp::Le, graph::sym_symbol(longer), true,
+                             at + " depends on which size is shorter");
+        at_most.emplace_back(shorter, longer);
+      }
+  }
+  // Then each symbol alone, from the smallest size it may have to a far larger one (other symbols at their
+  // sizes while tracing, and the order just guarded kept).
+  constexpr int64_t kLarge = int64_t{1} << 20;
+  for (int s : unreplaced()) {
+    const SymbolInfo& info = shapes_.symbol(s);
+    // The far larger size is a multiple of the size while tracing, like the probes'.
+    int64_t low = std::max<int64_t>(info.min, 2), high = std::min(info.max, info.hint * (kLarge / info.hint + 1));
+    for (auto [shorter, longer] : at_most) {
+      if (longer == s) low = std::max(low, shapes_.symbol(shorter).hint);
+      if (shorter == s) high = std::min(high, shapes_.symbol(longer).hint);
+    }
+    if (info.hint > low && !agrees(*shapes, with({s}, low))) {
+      int64_t bad = low, good = info.hint;  // bisection: the smallest size from which on the solution holds
+      while (good - bad > 1) {
+        int64_t mid = bad + (good - bad) / 2;
+        (agrees(*shapes, with({s}, mid)) ? good : bad) = mid;
+      }
+      shapes_.require_at_least(s, good, fmt::format("{} behaves differently below {}", at, good));
+    }
+    if (high > info.hint && !agrees(*shapes, with({s}, high))) {
+      int64_t good = info.hint, bad = high;  // the largest size up to which the solution holds
+      while (bad - good > 1) {
+        int64_t mid = good + (bad - good) / 2;
+        (agrees(*shapes, with({s}, mid)) ? good : bad) = mid;
+      }
+      shapes_.require_at_most(s, good, fmt::format("{} behaves differently above {}", at, good));
+    }
+  }
+  return finished(*shapes);
 }
 
 }  // namespace fastcomp::frontend

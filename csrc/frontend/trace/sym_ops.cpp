@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "frontend/bytecode/instr.h"
+#include "frontend/trace/torch_refs.h"
 #include "frontend/trace/tracer.h"
 
 namespace fastcomp::frontend {
@@ -35,7 +36,9 @@ ValueRef Tracer::sym_size(const ValueRef& tensor, int64_t dim) {
 ValueRef Tracer::sym_shape(const ValueRef& tensor) {
   std::vector<ValueRef> items;
   for (size_t d = 0; d < tensor->shape.sizes.size(); ++d) items.push_back(symint(tensor->shape.sizes[d]));
-  return make_seq(VKind::Tuple, std::move(items));
+  ValueRef shape = make_seq(VKind::Tuple, std::move(items));
+  shape->obj = torch_refs().size_type;  // a torch.Size, as x.shape is when static
+  return shape;
 }
 
 std::optional<ValueRef> Tracer::size_query(const std::string& name, const std::vector<ValueRef>& args,

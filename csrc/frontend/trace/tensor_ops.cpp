@@ -7,6 +7,7 @@
 
 #include "frontend/trace/attention_meta.h"
 #include "frontend/trace/elementwise_meta.h"
+#include "frontend/trace/kernel_layout.h"
 #include "frontend/trace/meta.h"
 #include "frontend/trace/nn_meta.h"
 #include "frontend/trace/torch_refs.h"
@@ -215,8 +216,9 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
     explicit_device = T.cpu_device;
   }
 
-  // The output metadata: C++ for common ops, else torch's meta function. Dynamic shapes run it again at
-  // other sizes (sym_infer.cpp).
+  // The output metadata: C++ for common ops, else torch's meta function, with the layout the kernel gives
+  // (kernel_layout.h). Dynamic shapes run it again at other sizes (sym_infer.cpp).
+  const bool real_device = device && PyObject_RichCompareBool(device, T.meta_device.get(), Py_EQ) == 0;
   auto run_meta = [&](PyObject* margs, PyObject* mkwargs, std::optional<ComputedMeta>* computed) -> PyRef {
     std::optional<ComputedMeta> local;
     std::optional<ComputedMeta>& fast_meta = computed ? *computed : local;
@@ -228,7 +230,10 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
       PyRef weights = attention->weights ? make_meta_result(attention->weights->meta) : PyRef::borrow(Py_None);
       return PyRef::steal(PyTuple_Pack(2, output.get(), weights.get()));
     }
-    return PyRef::steal(PyObject_Call(target, margs, mkwargs));
+    PyRef out = PyRef::steal(PyObject_Call(target, margs, mkwargs));
+    if (out && real_device)
+      if (PyRef kernel = kernel_layout(target, margs, mkwargs, out.get())) out = kernel;
+    return out;
   };
   // Device-moving methods: compute the real device here and run the meta call without a device.
   PyRef meta_out;
@@ -274,15 +279,26 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
     throw UserCodeError(fmt::format("{} raised: {}", name, msg.substr(0, 300)), exc_type);
   }
   PyObject* out_device = explicit_device ? explicit_device.get() : (device ? device : T.cpu_device.get());
+  const bool writes = graph::writes_an_argument(node);
   std::vector<graph::SymShape> shapes;
   if (shapes_.active() && moves_device && args[0]->is(VKind::Tensor)) {
     shapes = {shapes_.resolve(args[0]->shape)};  // same sizes and layout, another device or dtype
   } else if (shapes_.active()) {
     ProbeCall probe{name, args, kwargs, meta_args.get(), meta_kwargs.get(),
-                    [&](PyObject* a, PyObject* k) { return run_meta(a, k, nullptr); }};
+                    [&](PyObject* a, PyObject* k) { return run_meta(a, k, nullptr); }, writes, fast.has_value()};
     shapes = infer_shapes(probe, meta_out.get());
   }
-  return wrap_output(*this, std::move(node), meta_out.get(), out_device, fast ? &fast->meta : nullptr, shapes);
+  ValueRef result = wrap_output(*this, std::move(node), meta_out.get(), out_device, fast ? &fast->meta : nullptr, shapes);
+  // An in-place op returns its tensor, whose metadata it may have changed (unsqueeze_, t_, resize_, as_strided_
+  // change the meta tensor the Value holds): the tensor's Value is the result, and stands for the op's node,
+  // with the sizes and layout it left.
+  if (writes && !args.empty() && args[0]->is(VKind::Tensor) && result->is(VKind::Tensor) &&
+      meta_out.get() == args[0]->meta.get()) {
+    args[0]->node = result->node;
+    args[0]->shape = result->shape;
+    return args[0];
+  }
+  return result;
 }
 
 ValueRef Tracer::tensor_attr(const ValueRef& tensor, PyObject* name) {

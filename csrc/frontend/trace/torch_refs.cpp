@@ -3,6 +3,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "cpython/gil_once.h"
 namespace fastcomp::frontend {
 namespace {
 
@@ -25,7 +26,8 @@ bool TorchRefs::grad_enabled() const {
 }
 
 const TorchRefs& torch_refs() {
-  static TorchRefs* refs = [] {
+  static cpython::GilOnce<TorchRefs> refs;
+  return *refs.get([] {
     auto* r = new TorchRefs();
     r->torch = must(PyImport_ImportModule("torch"), "torch");
     PyRef nn = must(PyImport_ImportModule("torch.nn"), "torch.nn");
@@ -56,8 +58,7 @@ const TorchRefs& torch_refs() {
     r->setitem = attr(operator_mod, "setitem");
     r->builtin_getattr = attr(builtins, "getattr");
     return r;
-  }();
-  return *refs;
+  });
 }
 
 }  // namespace fastcomp::frontend

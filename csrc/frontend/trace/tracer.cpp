@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "frontend/bytecode/decode.h"
+#include "frontend/code_info.h"
 #include "frontend/resume/continuation.h"
 #include "frontend/trace/dynamic_memory.h"
 #include "frontend/trace/torch_refs.h"
@@ -42,15 +43,13 @@ PyObject* special_object(const char* role) {
 }
 
 std::shared_ptr<const InstrStream> decoded(PyCodeObject* code) {
-  // Code objects are immutable; keeping them alive here keeps the cache keys valid.
-  // Never destroyed, like the code objects it keeps alive.
-  static auto* cache = new std::unordered_map<PyCodeObject*, std::shared_ptr<const InstrStream>>();
-  auto it = cache->find(code);
-  if (it != cache->end()) return it->second;
-  auto stream = std::make_shared<const InstrStream>(decode(code));
-  Py_INCREF(code);
-  cache->emplace(code, stream);
-  return stream;
+  CodeInfo& info = code_info(code);
+  if (!info.decoded) {
+    InstrStream stream = decode(code);
+    stream.code = PyRef();  // the code owns the stream (see CodeInfo::decoded)
+    info.decoded = std::make_shared<const InstrStream>(std::move(stream));
+  }
+  return info.decoded;
 }
 
 namespace {
@@ -64,9 +63,9 @@ struct NotResumable : std::runtime_error {
 
 Tracer::Tracer(const cpython::FrameView& frame, const TraceStop* stop, DynamicMode dynamic)
     : root_(frame),
-      shapes_(dynamic, dynamic == DynamicMode::Automatic
-                           ? code_identity(reinterpret_cast<PyObject*>(frame.code()))
-                           : std::string()) {
+      shapes_(dynamic,
+              dynamic == DynamicMode::Automatic ? code_identity(reinterpret_cast<PyObject*>(frame.code())) : std::string(),
+              dynamic == DynamicMode::Automatic ? &code_info(frame.code()).dynamic : nullptr) {
   if (stop) stop_ = *stop;
 }
 

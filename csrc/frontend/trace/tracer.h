@@ -73,6 +73,10 @@ struct ProbeCall {
   PyObject* meta_args;    // borrowed: what the meta call got while tracing
   PyObject* meta_kwargs;  // borrowed
   std::function<PyRef(PyObject* args, PyObject* kwargs)> run;  // null with a Python error when it raises
+  bool writes = false;  // an in-place op: each probe gets tensors of its own, as it may change their metadata
+  // fastcomp's C++ meta functions computed the result (elementwise_meta.h, nn_meta.h, attention_meta.h): their
+  // sizes follow the inputs' without clamping, so only size 1 needs checking.
+  bool unclamped = false;
 };
 
 class Tracer {
@@ -204,7 +208,7 @@ class Tracer {
   bool sym_truthiness(const ValueRef& v);
   PyRef specialize_symint(const ValueRef& v);  // its value, with the sizes it depends on specialised
   std::vector<SymShape> infer_shapes(const ProbeCall& call, PyObject* meta_out);  // per tensor output
-  PyRef probe_meta(const ValueRef& v, PyObject* at_hint, const std::vector<int64_t>& point);
+  PyRef probe_meta(const ValueRef& v, PyObject* at_hint, const std::vector<int64_t>& point, bool fresh = false);
 
   // exceptions.cpp
   bool handle_exception(TraceFrame& f, const UserCodeError& e);  // jumps to f's handler for it; false if none
@@ -283,7 +287,8 @@ class Tracer {
   friend struct TracerAccess;
 };
 
-// Decoded instructions of a code object, cached for the process (code objects are kept alive).
+// Decoded instructions of a code object, decoded once and kept while the code object lives (code_info.h).
+// The stream's `code` is empty.
 std::shared_ptr<const InstrStream> decoded(PyCodeObject* code);
 
 PyObject* partial_type();  // functools.partial (borrowed)

@@ -19,7 +19,7 @@ enum class VKind : uint8_t {
   Const,     // an immutable Python value known at trace time (int, float, str, None, dtype, slice, ...)
   Tensor,    // a tensor produced by a graph node
   Object,    // a real Python object (module, function, class, nn.Module, plain object)
-  Tuple,
+  Tuple,     // `obj` is its class when a tuple subclass made by torch (torch.Size), else null
   List,
   Dict,      // keys are Const Values
   Slice,     // items = start, stop, step (used only when a bound is not constant)

@@ -1,0 +1,159 @@
+#include "frontend/trace/kernel_layout.h"
+
+#include <algorithm>
+#include <numeric>
+#include <vector>
+
+#include "frontend/trace/meta.h"
+#include "frontend/trace/meta_args.h"
+#include "frontend/trace/torch_refs.h"
+
+namespace fastcomp::frontend {
+namespace {
+
+int64_t cut(int64_t size) { return size > 1 ? 2 : size; }
+
+// Strides of a dense tensor of `sizes` whose dimensions, outermost first, are `order`.
+std::vector<int64_t> dense_in_order(const std::vector<int64_t>& sizes, const std::vector<size_t>& order) {
+  std::vector<int64_t> strides(sizes.size());
+  int64_t running = 1;
+  for (size_t k = order.size(); k-- > 0;) {
+    strides[order[k]] = running;
+    running *= std::max<int64_t>(sizes[order[k]], 1);
+  }
+  return strides;
+}
+
+// Dimensions outermost first by stride, ties outer dimension first (the order torch gives a dense tensor).
+std::vector<size_t> order_of(const std::vector<int64_t>& strides) {
+  std::vector<size_t> order(strides.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return strides[a] > strides[b]; });
+  return order;
+}
+
+// Tensors spanning at most this many elements are stood in for exactly.
+constexpr int64_t kExactSpan = 4096;
+
+int64_t span(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
+  int64_t n = 1;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 0) return 1;
+    n += (sizes[d] - 1) * strides[d];
+  }
+  return n;
+}
+
+// A real CPU tensor of ones standing in for the meta tensor `m`: its own sizes and strides when it spans few
+// elements (`*exact`), else sizes cut to 2 with the strides of broadcast (0) and size-1 dimensions kept and
+// the others dense in the order of `m`'s strides.
+PyRef stand_in(const graph::TensorMeta& m, bool* exact) {
+  const auto& T = torch_refs();
+  std::vector<int64_t> sizes = m.sizes, strides = m.strides;
+  if (span(sizes, strides) > kExactSpan) {
+    for (int64_t s : m.sizes)
+      if (s == 0) return {};
+    *exact = false;
+    for (int64_t& s : sizes) s = cut(s);
+    strides = dense_in_order(sizes, order_of(m.strides));
+    for (size_t d = 0; d < sizes.size(); ++d)
+      if (m.strides[d] == 0 || m.sizes[d] == 1) strides[d] = m.strides[d];
+  }
+  const int64_t storage = span(sizes, strides);
+  PyRef ones = PyRef::steal(PyObject_GetAttrString(T.torch.get(), "ones"));
+  PyRef kwargs = PyRef::steal(PyDict_New());
+  PyDict_SetItemString(kwargs.get(), "dtype", m.dtype.get());
+  PyRef n = PyRef::steal(Py_BuildValue("(L)", static_cast<long long>(storage)));
+  PyRef flat = ones ? PyRef::steal(PyObject_Call(ones.get(), n.get(), kwargs.get())) : PyRef();
+  if (!flat) return {};
+  PyRef size_tuple = PyRef::steal(PyTuple_New(sizes.size())), stride_tuple = PyRef::steal(PyTuple_New(sizes.size()));
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    PyTuple_SET_ITEM(size_tuple.get(), d, PyLong_FromLongLong(sizes[d]));
+    PyTuple_SET_ITEM(stride_tuple.get(), d, PyLong_FromLongLong(strides[d]));
+  }
+  return PyRef::steal(PyObject_CallMethod(flat.get(), "as_strided", "OO", size_tuple.get(), stride_tuple.get()));
+}
+
+// The arguments with each top-level meta tensor replaced by its stand-in; false when one cannot be made or a
+// tensor hides in a container (the cut sizes would have to agree across it).
+bool stand_ins(PyObject* args, PyObject* kwargs, PyRef* real_args, PyRef* real_kwargs, bool* mixed, bool* exact) {
+  const auto& T = torch_refs();
+  *mixed = false;
+  *exact = true;
+  auto replace = [&](PyObject* o) -> PyRef {
+    if ((PyTuple_Check(o) || PyList_Check(o))) {
+      for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); ++i)
+        if (T.is_tensor(PySequence_Fast_GET_ITEM(o, i))) return {};
+      return PyRef::borrow(o);
+    }
+    if (!T.is_tensor(o)) return PyRef::borrow(o);
+    graph::TensorMeta m = meta_of_tensor(o, nullptr);
+    *mixed |= !meta_args::row_major(m.sizes, m.strides);
+    return stand_in(m, exact);
+  };
+  *real_args = PyRef::steal(PyTuple_New(PyTuple_GET_SIZE(args)));
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args); ++i) {
+    PyRef r = replace(PyTuple_GET_ITEM(args, i));
+    if (!r) return false;
+    PyTuple_SET_ITEM(real_args->get(), i, r.release());
+  }
+  *real_kwargs = PyRef::steal(PyDict_New());
+  PyObject *key, *value;
+  Py_ssize_t pos = 0;
+  while (kwargs && PyDict_Next(kwargs, &pos, &key, &value)) {
+    if (PyUnicode_CompareWithASCIIString(key, "out") == 0 || PyUnicode_CompareWithASCIIString(key, "device") == 0)
+      return false;
+    PyRef r = replace(value);
+    if (!r) return false;
+    PyDict_SetItem(real_kwargs->get(), key, r.get());
+  }
+  return true;
+}
+
+}  // namespace
+
+PyRef kernel_layout(PyObject* target, PyObject* meta_args, PyObject* meta_kwargs, PyObject* meta_out) {
+  const auto& T = torch_refs();
+  if (!T.is_tensor(meta_out)) return {};
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(meta_args); ++i)
+    if (PyTuple_GET_ITEM(meta_args, i) == meta_out) return {};  // in place: the argument's own layout
+  PyRef real_args, real_kwargs;
+  bool mixed = false, exact = true;
+  if (!stand_ins(meta_args, meta_kwargs, &real_args, &real_kwargs, &mixed, &exact) || !mixed) {
+    PyErr_Clear();
+    return {};
+  }
+  graph::TensorMeta out = meta_of_tensor(meta_out, nullptr);
+  // The kernel runs on CPU tensors: a random op draws from the CPU generator, which is given back as it was.
+  PyRef random = PyRef::steal(PyImport_ImportModule("torch.random"));
+  PyRef rng = random ? PyRef::steal(PyObject_CallMethod(random.get(), "get_rng_state", nullptr)) : PyRef();
+  PyRef real = rng ? PyRef::steal(PyObject_Call(target, real_args.get(), real_kwargs.get())) : PyRef();
+  PyErr_Clear();
+  if (rng) {
+    PyRef restored = PyRef::steal(PyObject_CallMethod(random.get(), "set_rng_state", "O", rng.get()));
+    PyErr_Clear();
+  }
+  if (!real || !T.is_tensor(real.get())) return {};
+  graph::TensorMeta kernel = meta_of_tensor(real.get(), nullptr);
+  std::vector<int64_t> strides;
+  if (exact) {
+    if (kernel.sizes != out.sizes) return {};
+    strides = kernel.strides;
+  } else {
+    std::vector<int64_t> cut_sizes;
+    for (int64_t s : out.sizes) cut_sizes.push_back(cut(s));
+    if (kernel.sizes != cut_sizes) return {};
+    // The kernel's order, trusted only when it explains the kernel's strides exactly (a dense result).
+    std::vector<size_t> order = order_of(kernel.strides);
+    if (dense_in_order(cut_sizes, order) != kernel.strides) return {};
+    strides = dense_in_order(out.sizes, order);
+  }
+  // Only a dense meta result is re-strided: one that overlaps or has gaps is a view, laid out by its base.
+  if (strides == out.strides || dense_in_order(out.sizes, order_of(out.strides)) != out.strides) return {};
+  out.strides = std::move(strides);
+  PyRef restrided = make_meta_result(out);
+  PyErr_Clear();
+  return restrided;
+}
+
+}  // namespace fastcomp::frontend

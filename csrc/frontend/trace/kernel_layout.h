@@ -1,0 +1,21 @@
+// Strides of an op's result as torch's CPU and CUDA kernels lay it out, where its meta function may not: a
+// pointwise op follows the layout TensorIterator picks, and some meta functions pick another: the reference
+// implementations behind xlogy, copysign or floor_divide on tensors of two layouts, add on a transposed
+// tensor with a size-1 dimension. The trace
+// must see the strides the graph will produce at run time: they decide stride(), is_contiguous() and whether
+// a later view() is possible.
+#pragma once
+#include <Python.h>
+
+#include "cpython/pyref.h"
+
+namespace fastcomp::frontend {
+
+/** `meta_out`, the meta result of `target(*meta_args, **meta_kwargs)` (borrowed), re-strided to the layout the
+    kernel gives, when a tensor argument is not laid out row-major and a run of the kernel on CPU tensors of
+    the same layouts (the same sizes when small, else sizes above 1 cut to 2) lays a dense result out
+    otherwise; null when the meta result stands. Leaves no Python error set and the random number generator
+    as it was. */
+PyRef kernel_layout(PyObject* target, PyObject* meta_args, PyObject* meta_kwargs, PyObject* meta_out);
+
+}  // namespace fastcomp::frontend

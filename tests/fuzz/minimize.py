@@ -1,0 +1,99 @@
+"""Delta debugging of a failing program: drop statements, returned values, module-level definitions, inputs,
+input layouts and steps while the same failure (class and key detail) still reproduces."""
+import re
+import time
+
+
+def failure_key(f):
+    """What must stay the same while minimizing: the class and what kind of difference it is."""
+    if f is None:
+        return None
+    detail = f["detail"]
+    if f["cls"] in ("missing exception", "spurious exception", "wrong exception"):
+        detail = detail.split(":")[0]  # the exception type(s), not the message
+    elif f["cls"] == "internal-error warning":
+        detail = "guards reject" if "reject the inputs" in detail else re.sub(r"\(.*?\)", "", detail)[:80]
+    elif f["cls"] in ("hang", "memory"):
+        detail = ""
+    return f["cls"], f.get("variant"), detail
+
+
+def reduce_list(items, still_fails, deadline):
+    """The smallest sublist (in the ddmin sense, 1-minimal where time allows) for which still_fails holds."""
+    n = 2
+    while items and time.monotonic() < deadline:
+        chunk = max(1, -(-len(items) // n))
+        for start in range(0, len(items), chunk):
+            candidate = items[:start] + items[start + chunk:]
+            if time.monotonic() > deadline:
+                return items
+            if still_fails(candidate):
+                items = candidate
+                n = max(n - 1, 2)
+                break
+        else:
+            if chunk == 1:
+                return items
+            n = min(len(items), n * 2)
+    return items
+
+
+def minimize(program, failure, run, budget_s=120.0):
+    """`run(program)` returns a failure dict or None. Returns (smaller program, its failure, runs made)."""
+    key = failure_key(failure)
+    deadline = time.monotonic() + budget_s
+    best = {"program": program, "failure": failure}
+    runs = [0]
+
+    def check(candidate):
+        runs[0] += 1
+        f = run(candidate)
+        if f is not None and failure_key(f) == key:
+            best.update(program=candidate, failure=f)
+            return True
+        return False
+
+    # Only the failing variant, up to the failing step.
+    steps = {n: s for n, _, s in program.variants()}
+    variant = failure.get("variant")
+    if variant in steps:
+        index = failure["step_index"] if failure.get("step_index", -1) >= 0 else _step_index(steps[variant], failure)
+        cut = program.copy(steps_override={variant: steps[variant][:index + 1]})
+        if not check(cut):
+            return best["program"], best["failure"], runs[0]
+
+    for _ in range(2):
+        size = _size(best["program"])
+        p = best["program"]
+        reduce_list(p.body, lambda b: check(best["program"].copy(body=b)), deadline)
+        reduce_list(best["program"].returns, lambda r: check(best["program"].copy(returns=r)), deadline)
+        if len(best["program"].returns) > 1:
+            check(best["program"].copy(ret_form="tuple"))
+        reduce_list(best["program"].prelude, lambda r: check(best["program"].copy(prelude=r)), deadline)
+        reduce_list(best["program"].inputs, lambda r: check(best["program"].copy(inputs=r)), deadline)
+        for i, spec in enumerate(best["program"].inputs):
+            if spec.layout != ("contiguous",) and time.monotonic() < deadline:
+                inputs = list(best["program"].inputs)
+                inputs[i] = spec.__class__(spec.name, spec.kind, spec.dims, spec.dtype, ("contiguous",))
+                check(best["program"].copy(inputs=inputs))
+        if variant in steps:
+            cur = best["program"].steps_override[variant]
+            kept = reduce_list(cur[:-1], lambda s: check(best["program"].copy(
+                steps_override={variant: s + [best["program"].steps_override[variant][-1]]})), deadline)
+            del kept
+        if _size(best["program"]) == size or time.monotonic() > deadline:
+            break
+        del p
+    return best["program"], best["failure"], runs[0]
+
+
+def _step_index(steps, failure):
+    for i, s in enumerate(steps):
+        if s["name"] == failure.get("step"):
+            return i
+    return len(steps) - 1
+
+
+def _size(p):
+    return (len(p.body), len(p.returns), len(p.prelude), len(p.inputs),
+            sum(len(s) for s in (p.steps_override or {}).values()))

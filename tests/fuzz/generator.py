@@ -90,7 +90,7 @@ CASTS = [
     ("float", "{t}.float()"), ("double", "{t}.double()"), ("half", "{t}.half()"), ("long", "{t}.long()"), ("int", "{t}.int()"),
     ("bool", "{t}.bool()"), ("to_f64", "{t}.to(torch.float64)"), ("to_other", "{t}.to({o}.dtype)"), ("type_as", "{t}.type_as({o})"),
     ("to_kw", "{t}.to(dtype=torch.int64)"), ("to_copy", "{t}.to(torch.float32, copy=True)"),
-    ("as_tensor", "torch.as_tensor({t}, dtype=torch.float64)"),
+    ("as_tensor", "torch.as_tensor({t}, dtype=torch.float64)"), ("type_str", "{t}.type({o}.type())"),
 ]
 
 FACTORIES = [
@@ -315,13 +315,14 @@ class Generator:
                 exec(text, ns)
 
     def submodule(self):
-        existing = [s for s in self.p.prelude if s.kind.startswith("module.")]
+        existing = [s for s in self.p.prelude if s.kind.startswith("module.")]  # not "module_base"
         if existing and self.chance(0.5):
             s = self.rng.choice(existing)
             return s.text.split("\n")[-1].split(" =")[0], s.kind[len("module."):]
         name = f"sub{sum(1 for s in self.p.prelude if s.kind.startswith('module.'))}"
         cls = name.capitalize()
-        style = self.rng.choice(["affine", "counter", "sequential", "training", "param_vector"])
+        style = self.rng.choice(["affine", "counter", "sequential", "training", "param_vector", "call_override",
+                                 "super_method"])
         init = ["        super().__init__()", "        self.scale = torch.nn.Parameter(torch.tensor(1.5))"]
         if style == "affine":
             init.append('        self.register_buffer("shift", torch.tensor(0.25))')
@@ -334,10 +335,19 @@ class Generator:
             body = ["        return self.seq(z) * self.scale"]
         elif style == "training":
             body = ["        if self.training:", "            return z * self.scale", "        return z - self.scale"]
-        else:
+        elif style == "param_vector":
             init.append("        self.bias = torch.nn.Parameter(torch.linspace(-1, 1, 1))")
             body = ["        return (z + self.bias).sigmoid() * self.scale"]
-        text = "\n".join([f"class {cls}(torch.nn.Module):", "    def __init__(self):", *init, "",
+        elif style == "call_override":
+            body = ["        return z * self.scale", "", "    def __call__(self, z):",
+                    "        return super().__call__(z) + 1"]
+        else:
+            body = ["        return z * super().factor() + self.scale"]
+        base = "torch.nn.Module"
+        if style == "super_method":
+            base = f"{cls}Base"
+            self.add_prelude("module_base", f"class {base}(torch.nn.Module):\n    def factor(self):\n        return 2.0")
+        text = "\n".join([f"class {cls}({base}):", "    def __init__(self):", *init, "",
                           "    def forward(self, z):", *body, "", "", f"{name} = {cls}().to(DEVICE)"])
         self.add_prelude("module." + style, text)
         return name, style
@@ -346,7 +356,7 @@ class Generator:
         """(name, kind, call text) of a helper function at module level, made for an operand here."""
         t = self.tensor()
         name = f"helper{sum(1 for s in self.p.prelude if s.kind.startswith('helper.'))}"
-        style = self.rng.choice(["plain", "default_arg", "kwargs", "varargs", "tuple", "breaks", "nested"])
+        style = self.rng.choice(["plain", "default_arg", "kwargs", "varargs", "tuple", "breaks", "nested", "box_varargs"])
         if style == "plain":
             text, call = f"def {name}(a, b):\n    return a * b + a", f"{name}({t}, {self.other_tensor(t)})"
         elif style == "default_arg":
@@ -363,11 +373,22 @@ class Generator:
             self.need_buf()
             text = f"def {name}(a):\n    print('in {name}', a.shape, file=BUF)\n    return a + 1"
             call = f"{name}({t})"
-        else:
+        elif style == "nested":
             text = f"def {name}(a):\n    def inner(b):\n        return b * 2\n    return inner(a) + inner(1)"
             call = f"{name}({t})"
+        else:
+            self.need_buf()
+            self.once("box", "class Box:\n    def __init__(self, t):\n        self.t = t")
+            text = (f"def {name}_inner(a, box):\n    print('break', file=BUF)\n    return a + box.t\n\n\n"
+                    f"def {name}(a, *args, **kwargs):\n    return {name}_inner(a, *args, **kwargs)")
+            call = f"{name}({t}, Box({self.other_tensor(t)}))"
         self.add_prelude("helper." + style, text)
         return name, style, call
+
+    def once(self, kind, text):
+        """A module-level definition the program needs once (a class, a global)."""
+        if not any(s.kind == kind for s in self.p.prelude):
+            self.add_prelude(kind, text)
 
     def need_buf(self):
         if not self.uses_buf:
@@ -430,7 +451,8 @@ class Generator:
                  ("bool", f"{t}.dtype == torch.float32"), ("bool", f"isinstance({t}, torch.Tensor)"),
                  ("size", f"{t}.shape"), ("size", f"{t}.size()"), ("size", f"{t}.shape[1:]"), ("size", f"tuple({t}.shape)"),
                  ("size", f"list({t}.shape)"), ("size", f"{t}.shape + (1,)"), ("size", f"torch.Size([{n}, 2])"),
-                 ("stride", f"{t}.stride()"), ("dtype", f"{t}.dtype"), ("str", f"f'{{{n}}}-{{{t}.dim()}}'"),
+                 ("stride", f"{t}.stride()"), ("divmod", f"divmod({n}, 2)"), ("chained", f"1 < {n} <= 5"),
+                 ("and_or", f"{t}.dim() > 1 and {t}.shape[0] > 2 or {n}"), ("round", f"round({n} / 3, 2)"), ("dtype", f"{t}.dtype"), ("str", f"f'{{{n}}}-{{{t}.dim()}}'"),
                  ("str", f"str({t}.shape)"), ("type", f"type({t}).__name__"), ("device", f"{t}.device.type")]
         kind, expr = self.rng.choice(kinds)
         return "python." + kind, f"{self.fresh('p')} = {expr}"
@@ -446,7 +468,18 @@ class Generator:
         ops = [("list", f"{v} = [{t}, {o}]"), ("tuple", f"{v} = ({t}, {self.int_expr()})"),
                ("dict", f"{v} = {{'a': {t}, 'b': {self.int_expr()}}}"),
                ("listcomp", f"{v} = [{t} * i for i in range({self.rng.randint(1, 3)})]"),
-               ("dictcomp", f"{v} = {{f'k{{i}}': {t} + i for i in range(2)}}")]
+               ("dictcomp", f"{v} = {{f'k{{i}}': {t} + i for i in range(2)}}"),
+               ("tensor_key", f"{v} = {{{t}: 3}}\n{self.fresh()} = {t} + {v}[{t}]"),
+               ("extend_map", f"{v} = [{t}]\n{v}.extend(map(lambda i: {v}[-1] + i, range(3)))"),
+               ("sum_start", f"{v} = sum([{t}, 1.5, 2], start={self.literal()})"),
+               ("sorted", f"{v} = sorted({t}.shape, reverse=True)"),
+               ("namedtuple", f"{v} = Pair({t}, {self.int_expr()})")]
+        pairs = self.live(lambda x: type(x).__name__ == "Pair")
+        if pairs:
+            P = self.recent(pairs)
+            ops += [("namedtuple_attr", f"{v} = {P}.a * {P}.b"), ("namedtuple_asdict", f"{v} = {P}._asdict()"),
+                    ("namedtuple_hasattr", f"{v} = {t} + 1 if hasattr({P}, '_fields') else {t} - 1"),
+                    ("namedtuple_replace", f"{v} = {P}._replace(b=0)")]
         if lists:
             L = self.recent(lists)
             ops += [("append", f"{L}.append({t})"), ("extend", f"{L}.extend([{t}, {o}])"), ("insert", f"{L}.insert(0, {t})"),
@@ -468,6 +501,8 @@ class Generator:
             T = self.recent(tuples)
             ops += [("unpack", f"{v}, {self.fresh('c')} = {T}"), ("index", f"{v} = {T}[0]")]
         kind, text = self.rng.choice(ops)
+        if kind == "namedtuple":
+            self.once("namedtuple", "import collections\nPair = collections.namedtuple('Pair', 'a b')")
         return "container." + kind, text
 
     def s_if_shape(self):
@@ -588,10 +623,13 @@ class Generator:
                ("item", f"{v} = {t}.sum().item()"), ("item_max", f"{v} = {t}.float().max().item()"),
                ("tolist", f"{v} = {t}.tolist()"), ("float", f"{v} = float({t}.float().mean())"),
                ("int_argmax", f"{v} = int({t}.argmax())" if self.val(t).numel() else f"{v} = int({t}.numel())"),
-               ("bool", f"{v} = bool(({t} > 0).any())"), ("str", f"{v} = str({t})")]
+               ("bool", f"{v} = bool(({t} > 0).any())"), ("str", f"{v} = str({t})"),
+               ("global_append", f"LOG.append({t}.sum())")]
         if self.p.device == "cpu":
             ops.append(("numpy", f"{v} = torch.from_numpy({t}.detach().numpy() * 2)"))
         kind, text = self.rng.choice(ops)
+        if kind == "global_append":
+            self.once("log", "LOG = []")
         return "break." + kind, text
 
     def s_del(self):

@@ -20,7 +20,7 @@ def run(seed=0, count=None, time_budget=None, workers=1, out="fuzz-out", device=
     deadline = time.monotonic() + time_budget if time_budget else float("inf")
     indices = itertools.count(start)
     stop_at = start + count if count is not None else float("inf")
-    lock = threading.Lock()
+    lock, gen_lock = threading.Lock(), threading.Lock()
     last_log = [time.monotonic()]
     log_dir = os.path.join(out, "worker-logs")
     os.makedirs(log_dir, exist_ok=True)
@@ -41,7 +41,8 @@ def run(seed=0, count=None, time_budget=None, workers=1, out="fuzz-out", device=
                     i = next(indices)
                 if i >= stop_at:
                     break
-                program = generate(seed, i, device)
+                with gen_lock:  # generating runs torch ops under its global RNG: one thread at a time
+                    program = generate(seed, i, device)
                 outcome = worker.run(job_for(program, f"fuzz_{seed}_{i}"))
                 batch.append(program)
                 with lock:

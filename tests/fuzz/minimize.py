@@ -66,6 +66,7 @@ def minimize(program, failure, run, budget_s=120.0):
         size = _size(best["program"])
         p = best["program"]
         reduce_list(p.body, lambda b: check(best["program"].copy(body=b)), deadline)
+        _simplify_statements(best, check, deadline)
         reduce_list(best["program"].returns, lambda r: check(best["program"].copy(returns=r)), deadline)
         if len(best["program"].returns) > 1:
             check(best["program"].copy(ret_form="tuple"))
@@ -85,6 +86,59 @@ def minimize(program, failure, run, budget_s=120.0):
             break
         del p
     return best["program"], best["failure"], runs[0]
+
+
+def _simplify_statements(best, check, deadline):
+    """Each compound statement in turn: one branch or body instead of the whole, or one line fewer."""
+    i = 0
+    while i < len(best["program"].body) and time.monotonic() < deadline:
+        stmt = best["program"].body[i]
+        for text in simplifications(stmt.text):
+            if time.monotonic() > deadline:
+                return
+            body = list(best["program"].body)
+            body[i] = stmt.__class__(stmt.kind, text, stmt.mutates)
+            if check(best["program"].copy(body=body)):
+                break
+        else:
+            i += 1
+
+
+CONTINUATIONS = ("else", "elif", "except", "finally")
+
+
+def simplifications(text):
+    """Smaller versions of a multi-line statement: an if/else, loop, try or with replaced by one of its bodies,
+    and each top-level line dropped."""
+    lines = text.rstrip().split("\n")
+    if len(lines) < 2:
+        return []
+    blocks = {}  # first line of each block header -> the line after its indented body
+    for k, line in enumerate(lines):
+        if line.endswith(":") and not line.startswith(" "):
+            end = k + 1
+            while end < len(lines) and lines[end].startswith(" "):
+                end += 1
+            blocks[k] = end
+    out = []
+    for first, end in blocks.items():
+        if _word(lines[first]) in ("def", "class"):
+            continue
+        owner = first
+        while _word(lines[owner]) in CONTINUATIONS:
+            owner = max(b for b in blocks if b < owner)
+        stop = blocks[owner]
+        while stop < len(lines) and _word(lines[stop]) in CONTINUATIONS:
+            stop = blocks[stop]
+        out.append("\n".join(lines[:owner] + [l[4:] for l in lines[first + 1:end]] + lines[stop:]))
+    for k, line in enumerate(lines):
+        if not line.startswith(" ") and not line.endswith(":"):
+            out.append("\n".join(lines[:k] + lines[k + 1:]))
+    return [t for t in out if t.strip() and t != text]
+
+
+def _word(line):
+    return line.split(" ")[0].rstrip(":")
 
 
 def _step_index(steps, failure):

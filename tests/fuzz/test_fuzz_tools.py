@@ -111,3 +111,12 @@ def test_repro_file_runs_standalone(tmp_path):
     path.write_text(repro_text(bad, failure, minimized=True))
     r = subprocess.run([sys.executable, str(path)], env=env, capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 1 and "FAIL (wrong value)" in r.stdout, r.stdout + r.stderr
+
+
+def test_statement_simplifications():
+    from tests.fuzz.minimize import simplifications
+
+    assert simplifications("if a > 1:\n    v = 1\nelse:\n    v = 2") == ["v = 1", "v = 2"]
+    assert simplifications("try:\n    v = x.view(-1)\nexcept RuntimeError:\n    v = x") == ["v = x.view(-1)", "v = x"]
+    assert simplifications("torch.manual_seed(3)\nr = torch.rand(2)") == ["r = torch.rand(2)", "torch.manual_seed(3)"]
+    assert simplifications("v = x + 1") == []

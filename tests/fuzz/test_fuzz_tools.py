@@ -35,6 +35,8 @@ def test_generation_is_deterministic_and_runs_eagerly():
     (torch.ones(2), torch.ones(2, dtype=torch.float64), "wrong value"),
     (torch.tensor([1.0, float("nan")]), torch.tensor([1.0, 0.0]), "wrong value"),
     ({"a": 1, "b": 2}, {"b": 2, "a": 1}, "wrong value"),
+    ({torch.ones(1): 3}, {torch.ones(1): 3}, None),
+    ({torch.ones(1): 3}, {torch.zeros(1): 3}, "wrong value"),
     (1.5, 1.5000001, None),
     (torch.tensor([float("nan")]), torch.tensor([float("nan")]), None),
     (torch.ones(2, dtype=torch.float16), torch.ones(2, dtype=torch.float16) + 1e-3, None),

@@ -94,6 +94,12 @@ def repro_text(program, failure, minimized):
                         variants=pprint.pformat(variants, width=116, sort_dicts=False), harness=_harness_source())
 
 
+def _cause_kind(kind):
+    """Kinds that fail for one reason count as one: every random op under a seed draws through the same RNG."""
+    family = kind.split(".")[0]
+    return family if family in ("random", "random_unseeded") else kind
+
+
 def _warning_text(w):
     """A fastcomp warning's headline and why its break cannot be resumed, without places or hints."""
     lines = w.splitlines()
@@ -159,10 +165,10 @@ class Report:
 
     def worth_minimizing(self, sig, program, limit):
         """Whether to minimize a failure: fewer than `limit` of its signature are, and none of those is made of
-        kinds of the families this program also has (then it most likely fails for the same reason)."""
+        kinds this program also has (then it most likely fails for the same reason)."""
         done = [f for f in self.failures if f["signature"] == sig and f["minimized"]]
-        families = {k.split(".")[0] for k in program.kinds()}
-        return len(done) < limit and not any({k.split(".")[0] for k in f["kinds"]} <= families for f in done)
+        kinds = {_cause_kind(k) for k in program.kinds()}
+        return len(done) < limit and not any({_cause_kind(k) for k in f["kinds"]} <= kinds for f in done)
 
     def add_failure(self, program, failure, minimized, runs=0):
         """Records a failure; writes its repro when `minimized` is a (program, failure) pair."""

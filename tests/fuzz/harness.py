@@ -238,7 +238,9 @@ def _check_step(step, index, ns_e, ns_c, args_e, args_c, leaves_e, leaves_c, out
     failure = _compare_step(step, index, ns_e, ns_c, args_e, args_c, leaves_e, leaves_c, out_e, out_c, exc_e, exc_c)
     bad = [w for w in warns if "internal error" in w]
     if failure is None and bad:
-        return _failure(step, index, "internal-error warning", bad[0], "warning", "", bad[0])
+        failure = _failure(step, index, "internal-error warning", bad[0], "warning", "", bad[0])
+    if failure is not None:
+        failure["eager_raised"] = type(exc_e).__name__ if exc_e is not None else None
     return failure
 
 

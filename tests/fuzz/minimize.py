@@ -44,11 +44,14 @@ def minimize(program, failure, run, budget_s=120.0):
     deadline = time.monotonic() + budget_s
     best = {"program": program, "failure": failure}
     runs = [0]
+    broken = ("NameError", "UnboundLocalError", "SyntaxError")
 
     def check(candidate):
         runs[0] += 1
         f = run(candidate)
-        if f is not None and failure_key(f) == key:
+        # A cut that leaves a name undefined makes eager raise: a different program, not a smaller one.
+        if f is not None and failure_key(f) == key and (f.get("eager_raised") not in broken or
+                                                         failure.get("eager_raised") in broken):
             best.update(program=candidate, failure=f)
             return True
         return False
@@ -58,33 +61,34 @@ def minimize(program, failure, run, budget_s=120.0):
     variant = failure.get("variant")
     if variant in steps:
         index = failure["step_index"] if failure.get("step_index", -1) >= 0 else _step_index(steps[variant], failure)
-        cut = program.copy(steps_override={variant: steps[variant][:index + 1]})
-        if not check(cut):
+        if not check(program.copy(steps_override={variant: steps[variant][:index + 1]})):
             return best["program"], best["failure"], runs[0]
 
-    for _ in range(2):
+    def cut(field):
+        reduce_list(getattr(best["program"], field), lambda items: check(best["program"].copy(**{field: items})),
+                    deadline)
+
+    for _ in range(2):  # a second round where the first made progress: a cut can enable another
         size = _size(best["program"])
-        p = best["program"]
-        reduce_list(p.body, lambda b: check(best["program"].copy(body=b)), deadline)
+        cut("returns")  # first: a returned name keeps its statement alive
+        cut("body")
         _simplify_statements(best, check, deadline)
-        reduce_list(best["program"].returns, lambda r: check(best["program"].copy(returns=r)), deadline)
+        cut("returns")
         if len(best["program"].returns) > 1:
             check(best["program"].copy(ret_form="tuple"))
-        reduce_list(best["program"].prelude, lambda r: check(best["program"].copy(prelude=r)), deadline)
-        reduce_list(best["program"].inputs, lambda r: check(best["program"].copy(inputs=r)), deadline)
+        cut("prelude")
+        cut("inputs")
         for i, spec in enumerate(best["program"].inputs):
             if spec.layout != ("contiguous",) and time.monotonic() < deadline:
                 inputs = list(best["program"].inputs)
                 inputs[i] = spec.__class__(spec.name, spec.kind, spec.dims, spec.dtype, ("contiguous",))
                 check(best["program"].copy(inputs=inputs))
-        if variant in steps:
-            cur = best["program"].steps_override[variant]
-            kept = reduce_list(cur[:-1], lambda s: check(best["program"].copy(
-                steps_override={variant: s + [best["program"].steps_override[variant][-1]]})), deadline)
-            del kept
+        if variant in steps:  # the calls before the failing one
+            last = best["program"].steps_override[variant][-1:]
+            reduce_list(best["program"].steps_override[variant][:-1],
+                        lambda s: check(best["program"].copy(steps_override={variant: s + last})), deadline)
         if _size(best["program"]) == size or time.monotonic() > deadline:
             break
-        del p
     return best["program"], best["failure"], runs[0]
 
 

@@ -19,14 +19,17 @@ def main(argv=None):
     ap.add_argument("--memory-limit-mb", type=int, default=4096, help="worker resident memory that counts as a blowup")
     ap.add_argument("--minimize-budget", type=float, default=120.0, help="seconds spent minimizing one failure")
     ap.add_argument("--max-minimize", type=int, default=5, help="failures minimized per signature (the rest are counted)")
+    ap.add_argument("--only", default=None, help="comma-separated program indices to run (e.g. an earlier run's "
+                    "failures, to minimize them with this code)")
     ap.add_argument("--no-verify", action="store_true", help="do not rerun each repro file in a fresh process")
     args = ap.parse_args(argv)
-    if args.count is None and args.time_budget is None:
-        ap.error("give --count or --time-budget")
+    if args.count is None and args.time_budget is None and args.only is None:
+        ap.error("give --count, --time-budget or --only")
     report = run(seed=args.seed, count=args.count, time_budget=args.time_budget, workers=args.workers, out=args.out,
                  device=args.device, timeout=args.timeout, memory_limit_mb=args.memory_limit_mb,
                  minimize_budget=args.minimize_budget, max_minimize=args.max_minimize, start=args.start,
-                 verify=not args.no_verify, argv=["python -m tests.fuzz", *(argv if argv is not None else sys.argv[1:])])
+                 verify=not args.no_verify, only=[int(i) for i in args.only.split(",")] if args.only else None,
+                 argv=["python -m tests.fuzz", *(argv if argv is not None else sys.argv[1:])])
     return 1 if report.failures else 0
 
 

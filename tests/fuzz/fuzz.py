@@ -11,15 +11,16 @@ from tests.fuzz.runner import Worker, job_for
 
 
 def run(seed=0, count=None, time_budget=None, workers=1, out="fuzz-out", device="cpu", timeout=60.0,
-        memory_limit_mb=4096, minimize_budget=120.0, max_minimize=5, start=0, verify=True, log=print, argv=None):
+        memory_limit_mb=4096, minimize_budget=120.0, max_minimize=5, start=0, verify=True, log=print, argv=None,
+        only=None):
     """Fuzzes until `count` programs ran or `time_budget` seconds passed (minimizing included). Returns the Report.
 
     Program i is the same for a given seed whatever the worker count; which ones run before the time budget
-    ends is not."""
+    ends is not. `only` runs just the programs with those indices (an earlier run's failures, say)."""
     report = Report(out, seed, device, argv)
     deadline = time.monotonic() + time_budget if time_budget else float("inf")
-    indices = itertools.count(start)
-    stop_at = start + count if count is not None else float("inf")
+    indices = iter(only) if only is not None else itertools.count(start)
+    stop_at = start + count if count is not None and only is None else float("inf")
     lock, gen_lock = threading.Lock(), threading.Lock()
     last_log = [time.monotonic()]
     log_dir = os.path.join(out, "worker-logs")
@@ -38,8 +39,8 @@ def run(seed=0, count=None, time_budget=None, workers=1, out="fuzz-out", device=
         try:
             while remaining() > 0:
                 with lock:
-                    i = next(indices)
-                if i >= stop_at:
+                    i = next(indices, None)
+                if i is None or i >= stop_at:
                     break
                 with gen_lock:  # generating runs torch ops under its global RNG: one thread at a time
                     program = generate(seed, i, device)

@@ -102,7 +102,7 @@ def _simplify_statements(best, check, deadline):
             if time.monotonic() > deadline:
                 return
             body = list(best["program"].body)
-            body[i] = stmt.__class__(stmt.kind, text, stmt.mutates)
+            body[i] = stmt.__class__(stmt.kind, text)
             if check(best["program"].copy(body=body)):
                 break
         else:

@@ -90,7 +90,6 @@ def make_inputs(sizes, seed, dtypes={{}}, grad=False):
 class Stmt:
     kind: str  # the grammar rule that made it, e.g. "reduce.softmax"; minimized programs are signed by these
     text: str
-    mutates: bool = False
 
 
 @dataclasses.dataclass

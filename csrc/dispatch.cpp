@@ -272,6 +272,10 @@ cpython::FrameOutcome run_compiled(const CompiledFrame& c, const frontend::Guard
     for (PyObject* o : targets) hold.push_back(PyRef::borrow(o));
   }
   PyObject* out = c.executable->run(scratch.inputs.data(), scratch.inputs.size());
+  if (!out && c.reruns_when_graph_raises) {
+    PyErr_Clear();
+    return cpython::FrameOutcome::run_default();
+  }
   if (!out) return cpython::FrameOutcome::error();
   if (!c.side_effects.empty()) {
     if (!frontend::apply_side_effects(c.side_effects, out, targets)) {

@@ -1,5 +1,6 @@
 """Compiled modules behave like the module for copies, checkpoints and container access (as torch.compile's
-OptimizedModule): compiled code is never copied, the copy compiles on its first call."""
+OptimizedModule): compiled code is not copied, and a copy of a module runs the code compiled for the original's
+class (modules are guarded by class, their parameters are the graph's inputs) with its own parameters."""
 import copy
 import io
 import pickle
@@ -34,9 +35,13 @@ def test_compiled_module_survives_copies_and_compiles_again(copier):
     assert isinstance(copied, fastcomp.OptimizedModule)
     assert copied._orig_mod is not model and copied[0].weight is not model[0].weight  # a copy, not a view
     assert copied._fastcomp_compile_kwargs == compiled._fastcomp_compile_kwargs
+    with torch.no_grad():
+        copied[0].weight.mul_(-2)  # the copy's own weights, not the original's
+    eager_copy = copied._orig_mod(x)
     with CompileCounter() as cc:
-        torch.testing.assert_close(copied(x), expected)
-    assert cc.frame_count == 1  # compiled afresh for the copy
+        torch.testing.assert_close(copied(x), eager_copy)
+        torch.testing.assert_close(compiled(x), expected)
+    assert cc.frame_count == 0  # one compiled version serves both
     assert list(copied.state_dict()) == list(compiled.state_dict())
 
 

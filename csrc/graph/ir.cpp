@@ -1,5 +1,7 @@
 #include "graph/ir.h"
 
+#include <string_view>
+
 #include <fmt/format.h>
 
 #include "support/pystr.h"
@@ -39,7 +41,18 @@ std::string arg_to_string(const Arg& a) {
 
 bool writes_an_argument(const graph::Node& n) {
   const std::string& t = n.target_name;
-  if (t.rfind("operator.i", 0) == 0 || t == "operator.setitem" || t == "Tensor.__setitem__") return true;
+  if (t.rfind("operator.", 0) == 0) {
+    // The operator module's in-place functions (iadd ... ixor) and setitem; and_, or_, not_, is_, invert and
+    // index compute new values.
+    static const std::string_view kInPlace[] = {"iadd",  "iand",      "iconcat", "ifloordiv", "ilshift",
+                                               "imod",  "imul",      "imatmul", "ior",       "ipow",
+                                               "irshift", "isub",    "itruediv", "ixor",     "setitem"};
+    const std::string_view op = std::string_view(t).substr(9);
+    for (auto name : kInPlace)
+      if (op == name) return true;
+    return false;
+  }
+  if (t == "Tensor.__setitem__") return true;
   const std::string op = t.substr(t.rfind('.') + 1);
   if (op.size() > 1 && op.back() == '_' && op.rfind("__", 0) != 0) return true;
   if (n.kwnames)

@@ -112,6 +112,19 @@ bool stand_ins(PyObject* args, PyObject* kwargs, PyRef* real_args, PyRef* real_k
 
 }  // namespace
 
+PyRef call_keeping_rng(PyObject* target, PyObject* args, PyObject* kwargs) {
+  const auto& T = torch_refs();
+  PyRef state = PyRef::steal(PyObject_CallMethod(T.torch.get(), "get_rng_state", nullptr));
+  if (!state) return {};
+  PyRef out = PyRef::steal(PyObject_Call(target, args, kwargs));
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);  // the call's error, kept across the restore
+  PyRef restored = PyRef::steal(PyObject_CallMethod(T.torch.get(), "set_rng_state", "O", state.get()));
+  if (!restored) PyErr_Clear();
+  PyErr_Restore(type, value, tb);
+  return out;
+}
+
 PyRef kernel_layout(PyObject* target, PyObject* meta_args, PyObject* meta_kwargs, PyObject* meta_out) {
   const auto& T = torch_refs();
   if (!T.is_tensor(meta_out)) return {};
@@ -124,15 +137,8 @@ PyRef kernel_layout(PyObject* target, PyObject* meta_args, PyObject* meta_kwargs
     return {};
   }
   graph::TensorMeta out = meta_of_tensor(meta_out, nullptr);
-  // The kernel runs on CPU tensors: a random op draws from the CPU generator, which is given back as it was.
-  PyRef random = PyRef::steal(PyImport_ImportModule("torch.random"));
-  PyRef rng = random ? PyRef::steal(PyObject_CallMethod(random.get(), "get_rng_state", nullptr)) : PyRef();
-  PyRef real = rng ? PyRef::steal(PyObject_Call(target, real_args.get(), real_kwargs.get())) : PyRef();
+  PyRef real = call_keeping_rng(target, real_args.get(), real_kwargs.get());
   PyErr_Clear();
-  if (rng) {
-    PyRef restored = PyRef::steal(PyObject_CallMethod(random.get(), "set_rng_state", "O", rng.get()));
-    PyErr_Clear();
-  }
   if (!real || !T.is_tensor(real.get())) return {};
   graph::TensorMeta kernel = meta_of_tensor(real.get(), nullptr);
   std::vector<int64_t> strides;

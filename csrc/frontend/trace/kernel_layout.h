@@ -16,6 +16,11 @@ namespace fastcomp::frontend {
     the same layouts (the same sizes when small, else sizes above 1 cut to 2) lays a dense result out
     otherwise; null when the meta result stands. Leaves no Python error set and the random number generator
     as it was. */
+/** `target(*args, **kwargs)` run for real while tracing (on CPU tensors, or on no tensors at all), with torch's
+    CPU random number generator given back as it was: a random op run at trace time must not change what the
+    program draws at run time. Null with the Python error set when the call raised. */
+PyRef call_keeping_rng(PyObject* target, PyObject* args, PyObject* kwargs);
+
 PyRef kernel_layout(PyObject* target, PyObject* meta_args, PyObject* meta_kwargs, PyObject* meta_out);
 
 }  // namespace fastcomp::frontend

@@ -1,5 +1,8 @@
 #include "frontend/trace/meta.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <stdexcept>
 
 #include "frontend/trace/torch_refs.h"
@@ -51,7 +54,8 @@ PyRef make_meta_tensor(const graph::TensorMeta& meta) {
   PyRef t = PyRef::steal(PyObject_Call(T.empty_strided.get(), args.get(), kwargs.get()));
   if (!t) {
     PyErr_Clear();
-    throw std::runtime_error("fastcomp: could not create a meta tensor");
+    throw std::runtime_error(fmt::format("fastcomp: could not create a meta tensor of sizes [{}] and strides [{}]",
+                                         fmt::join(meta.sizes, ", "), fmt::join(meta.strides, ", ")));
   }
   return t;
 }

@@ -59,7 +59,7 @@ PyTypeObject* python_type(const Value& v) {
     case VKind::SymInt: return &PyLong_Type;
     case VKind::Const:
     case VKind::Object: return Py_TYPE(v.obj.get());
-    case VKind::Tuple: return &PyTuple_Type;
+    case VKind::Tuple: return v.obj ? reinterpret_cast<PyTypeObject*>(v.obj.get()) : &PyTuple_Type;  // torch.Size
     case VKind::List: return &PyList_Type;
     case VKind::Dict: return &PyDict_Type;
     case VKind::Set: return v.flag ? &PyFrozenSet_Type : &PySet_Type;

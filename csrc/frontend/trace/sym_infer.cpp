@@ -177,6 +177,19 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
     return o;
   };
 
+  // Whether the inputs at `point` can be described at all (a size far larger in a symbol several dimensions
+  // share overflows the number of elements).
+  auto fits = [&](const Point& point) {
+    try {
+      for (size_t i = 0; i < call.args.size(); ++i) probe_meta(call.args[i], PyTuple_GET_ITEM(call.meta_args, i), point, false);
+      for (const auto& [key, value] : call.kwargs)
+        if (PyObject* hint = PyDict_GetItemString(call.meta_kwargs, key.c_str())) probe_meta(value, hint, point, false);
+      return true;
+    } catch (const std::runtime_error&) {
+      return false;
+    }
+  };
+
   // Solves every output size and stride over `points` (hint first); null when one has no expression.
   auto solve = [&](const std::vector<Point>& points, const std::vector<Observed>& seen) -> std::optional<std::vector<SymShape>> {
     for (size_t k = 1; k < seen.size(); ++k) {
@@ -410,6 +423,8 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
       if (longer == s) low = std::max(low, shapes_.symbol(shorter).hint);
       if (shorter == s) high = std::min(high, shapes_.symbol(longer).hint);
     }
+    while (high > info.hint && !fits(with({s}, high)))  // as far as tensors of those sizes can exist
+      high = info.hint * std::max<int64_t>(high / info.hint / 2, 1);
     if (info.hint > low && !agrees(*shapes, with({s}, low))) {
       int64_t bad = low, good = info.hint;  // bisection: the smallest size from which on the solution holds
       while (good - bad > 1) {

@@ -239,3 +239,29 @@ def test_unbind_of_a_flattened_dynamic_tensor_traces_in_milliseconds():
     assert time.perf_counter() - start < 5
     assert cc.frame_count == 1
     assert "s0" not in cc.records[0]["graph"]
+
+
+# --- slices whose bounds are sizes ------------------------------------------------------------------------------
+
+def test_slices_bounded_by_sizes_stay_symbolic():
+    positions = torch.arange(64).expand(1, -1)
+
+    def f(x):
+        n = x.size(1)
+        return x + positions[:, 0:n], x[:, 1:n - 1] * 2, x[:, -n // 2:], x[:, : n // 3]
+
+    cc = like_eager(f, [(torch.randn(2, n),) for n in (16, 24, 32, 40, 63)])
+    assert cc.frame_count == 2  # static, then one dynamic entry for every later length
+    graph = cc.records[-1]["graph"]
+    assert "slice(0, s0, None)" in graph and "slice(1, s0 - 1, None)" in graph
+
+
+def test_a_slice_of_a_static_buffer_past_its_end_gets_its_own_entry():
+    positions = torch.arange(20)
+
+    def f(x):
+        return x + positions[: x.size(0)].sum()
+
+    # A length above the buffer's 20 clamps: the dynamic entry holds up to 20, longer lengths compile their own.
+    cc = like_eager(f, [(torch.randn(n),) for n in (8, 12, 16, 20, 30, 40)])
+    assert cc.frame_count == 3, [r["guards"] for r in cc.records]

@@ -391,3 +391,34 @@ def test_stock_transformer_modules_capture_whole(make, training):
         x = torch.randn(2, 5, 32)
         torch.testing.assert_close(compiled(x), m(x))
     assert (cc.graph_count, cc.break_count) == (1, 0)
+
+
+def test_random_ops_without_tensor_arguments_draw_only_at_run_time():
+    def f(x):
+        return torch.normal(0.0, 1.0, (x.shape[0],)) * x + torch.rand(2).sum()
+
+    compiled = fastcomp.compile(f)
+    x = torch.randn(3)
+    for _ in range(2):  # the compiling call too
+        torch.manual_seed(7)
+        expected, state = f(x), torch.get_rng_state()
+        torch.manual_seed(7)
+        same(compiled(x), expected)
+        assert torch.equal(torch.get_rng_state(), state)
+
+
+def test_side_effects_before_an_op_that_raises_at_run_time_happen_first():
+    log = []
+
+    def f(x):
+        log.append(x.sum())
+        # The meta function accepts it, the CPU kernel raises for floats (and `&` is no in-place op: nothing to undo).
+        return (x.clamp(0, 1) & 0.5) + 1
+
+    compiled = fastcomp.compile(f)
+    x = torch.randn(3)
+    for run in (f, compiled, compiled):
+        with pytest.raises(RuntimeError, match="bitwise_and"):
+            run(x)
+    assert len(log) == 3
+

@@ -20,6 +20,8 @@ std::string arg_to_string(const Arg& a) {
     case Arg::Kind::Node: return fmt::format("%{}", a.node);
     case Arg::Kind::Const: return py_repr(a.value.get());
     case Arg::Kind::Sym: return str(a.sym);
+    case Arg::Kind::Slice:
+      return fmt::format("slice({}, {}, {})", arg_to_string(a.items[0]), arg_to_string(a.items[1]), arg_to_string(a.items[2]));
     case Arg::Kind::Tuple:
     case Arg::Kind::List: {
       std::string out = a.kind == Arg::Kind::Tuple ? "(" : "[";

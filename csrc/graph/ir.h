@@ -33,12 +33,13 @@ struct TensorMeta {
 
 // A node argument: a tree of node references and constants.
 struct Arg {
-  enum class Kind : uint8_t { Node, Const, Tuple, List, Dict, Sym };
+  // Slice: items are start, stop and step (a slice with a symbolic bound, `x[:, :s0]`).
+  enum class Kind : uint8_t { Node, Const, Tuple, List, Dict, Sym, Slice };
   Kind kind = Kind::Const;
   NodeId node = -1;          // Kind::Node
   PyRef value;               // Kind::Const; Kind::Sym: its value at trace time
   graph::Sym sym;            // Kind::Sym: a Python int computed from sizes, evaluated on every call
-  std::vector<Arg> items;    // Tuple, List, Dict values
+  std::vector<Arg> items;    // Tuple, List, Dict values; Slice start, stop, step
   std::vector<PyRef> keys;   // Dict keys (constants)
 
   static Arg of_node(NodeId n);

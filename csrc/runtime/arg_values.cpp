@@ -25,6 +25,12 @@ PyObject* new_arg(const graph::Arg& a, PyObject* const* values, const std::vecto
         return nullptr;
       }
       return PyLong_FromLongLong(graph::sym_eval(a.sym, *symbols));
+    case graph::Arg::Kind::Slice: {
+      PyRef parts[3];
+      for (int i = 0; i < 3; ++i)
+        if (!(parts[i] = PyRef::steal(new_arg(a.items[i], values, symbols)))) return nullptr;
+      return PySlice_New(parts[0].get(), parts[1].get(), parts[2].get());
+    }
     case graph::Arg::Kind::Tuple:
     case graph::Arg::Kind::List: {
       const bool tuple = a.kind == graph::Arg::Kind::Tuple;

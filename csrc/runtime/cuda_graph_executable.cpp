@@ -137,7 +137,8 @@ bool collect_outputs(const graph::Arg& arg, PyObject* out, std::vector<PyObject*
     case graph::Arg::Kind::Node:
       if (!values[arg.node]) values[arg.node] = Py_NewRef(out);
       return true;
-    case graph::Arg::Kind::Const: return true;
+    case graph::Arg::Kind::Const:
+    case graph::Arg::Kind::Slice: return true;
     case graph::Arg::Kind::Tuple:
     case graph::Arg::Kind::List: {
       PyRef seq = PyRef::steal(PySequence_Fast(out, "graph output"));

@@ -1,6 +1,8 @@
 // Containers: building, unpacking, indexing and the instructions that mutate them.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include <unordered_map>
 
 #include "frontend/trace/torch_refs.h"
@@ -80,13 +82,7 @@ ValueRef Tracer::subscript(const ValueRef& obj, const ValueRef& key) {
   if (obj->is(VKind::Tensor)) {
     PyObject* getitem = PyObject_GetAttrString(T.tensor_type.get(), "__getitem__");
     PyRef keep = PyRef::steal(getitem);
-    ValueRef k = key;
-    if (key->is(VKind::Slice)) {
-      PyRef s = as_python_constant(key);
-      if (!s) throw Unsupported(BreakCode::UnsupportedValue, "a slice with a tensor bound");
-      k = make_const(s);
-    }
-    return call_torch(getitem, "Tensor.__getitem__", {obj, k}, {});
+    return call_torch(getitem, "Tensor.__getitem__", {obj, key}, {});
   }
   if (dict_storage(*obj)) {
     if (obj->is(VKind::UserObject)) {
@@ -295,7 +291,9 @@ void step_build_or_call(Tracer& t, TraceFrame& f, const Instr& in) {
       std::vector<ValueRef> parts = t.pop_n(in.arg);
       if (parts.size() == 2) parts.push_back(make_const_borrowed(Py_None));
       ValueRef s = make_seq(VKind::Slice, parts);
-      PyRef c = t.as_python_constant(s);
+      // A bound computed from sizes stays symbolic until a use needs its value (a tensor slice never does).
+      const bool constant = std::all_of(parts.begin(), parts.end(), [](const ValueRef& p) { return p->is(VKind::Const); });
+      PyRef c = constant ? t.as_python_constant(s) : PyRef();
       t.push(c ? make_const(c) : s);
       return;
     }

@@ -29,13 +29,6 @@ struct Observed {  // the tensor outputs of one meta call
   PyRef rest;  // the non-tensor part, compared between points
 };
 
-bool has_sym(const ValueRef& v) {
-  if (v->is(VKind::SymInt) || (v->is(VKind::Tensor) && !v->shape.empty())) return true;
-  if (v->is(VKind::Tuple) || v->is(VKind::List))
-    for (const auto& item : v->items)
-      if (has_sym(item)) return true;
-  return false;
-}
 
 std::vector<int64_t> ints(PyObject* seq) {
   std::vector<int64_t> out;
@@ -84,6 +77,14 @@ const int64_t kPrimes[] = {3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41};
 
 }  // namespace
 
+bool has_sym(const ValueRef& v) {
+  if (v->is(VKind::SymInt) || (v->is(VKind::Tensor) && !v->shape.empty())) return true;
+  if (v->is(VKind::Tuple) || v->is(VKind::List) || v->is(VKind::Slice))
+    for (const auto& item : v->items)
+      if (has_sym(item)) return true;
+  return false;
+}
+
 // A meta object for `v` at `point`; `at_hint` is the one the call got while tracing. `fresh`: static tensors are
 // new meta tensors too, with the metadata their node had before the call (an in-place op changed `at_hint`).
 PyRef Tracer::probe_meta(const ValueRef& v, PyObject* at_hint, const std::vector<int64_t>& point, bool fresh) {
@@ -97,6 +98,15 @@ PyRef Tracer::probe_meta(const ValueRef& v, PyObject* at_hint, const std::vector
     for (const Sym& e : shape.sizes) m.sizes.push_back(graph::sym_eval(e, point));
     for (const Sym& e : shape.strides) m.strides.push_back(graph::sym_eval(e, point));
     return make_meta_tensor(m);
+  }
+  if (v->is(VKind::Slice)) {
+    PyRef parts[3];
+    for (int i = 0; i < 3; ++i) {
+      static const char* kParts[] = {"start", "stop", "step"};
+      PyRef hint = PyRef::steal(PyObject_GetAttrString(at_hint, kParts[i]));
+      parts[i] = probe_meta(v->items[i], hint.get(), point);
+    }
+    return PyRef::steal(PySlice_New(parts[0].get(), parts[1].get(), parts[2].get()));
   }
   const bool tuple = v->is(VKind::Tuple);
   PyRef out = PyRef::steal(tuple ? PyTuple_New(v->items.size()) : PyList_New(v->items.size()));
@@ -113,6 +123,7 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
   std::vector<Sym> candidates;
   std::vector<std::pair<Sym, int>> numels;  // element count of each dynamic tensor input
   std::vector<std::vector<Sym>> later;       // strides of each dynamic tensor input, for candidates tried last
+  std::vector<ValueRef> slices;  // slices with a symbolic bound: their lengths are differences of bounds and sizes
   std::function<void(const ValueRef&)> collect = [&](const ValueRef& v) {
     if (v->is(VKind::SymInt)) candidates.push_back(shapes_.resolve(v->sym));
     if (v->is(VKind::Tensor) && !v->shape.empty()) {
@@ -122,6 +133,10 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
       for (const Sym& e : s.strides) candidates.push_back(e);
       numels.emplace_back(numel, 0);
       later.push_back(s.strides);
+    }
+    if (v->is(VKind::Slice)) {
+      for (const auto& item : v->items) collect(item);
+      slices.push_back(v);
     }
     if (v->is(VKind::Tuple) || v->is(VKind::List)) {
       for (const auto& item : v->items) collect(item);
@@ -140,6 +155,20 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
   };
   for (const auto& a : call.args) collect(a);
   for (const auto& kw : call.kwargs) collect(kw.second);
+  const std::vector<Sym> sizes_and_zero = [&] {
+    std::vector<Sym> out(candidates.begin(), candidates.end());
+    out.push_back(graph::sym_const(0));
+    return out;
+  }();
+  for (const ValueRef& slice : slices) {
+    const Sym start = sym_of(slice->items[0]), stop = sym_of(slice->items[1]);
+    auto minus = [](const Sym& a, const Sym& b) { return graph::sym_add(a, graph::sym_mul(graph::sym_const(-1), b)); };
+    for (const Sym& end : sizes_and_zero) {  // x[:, a:], x[:, -a:], x[:, :-b]: a size (or 0) minus/plus a bound
+      if (start) candidates.push_back(minus(end, start));
+      if (stop) candidates.push_back(graph::sym_add(end, stop));
+    }
+    if (start && stop) candidates.push_back(minus(stop, start));
+  }
   for (const auto& strides : later)  // a diagonal's stride: the sum of two of its input's strides
     for (size_t i = 0; i < strides.size(); ++i)
       for (size_t j = i + 1; j < strides.size(); ++j) candidates.push_back(graph::sym_add(strides[i], strides[j]));
@@ -262,15 +291,18 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
     return out;
   };
 
-  // Probes with `varied` scaled (members of a group share their first member's value).
-  auto attempt = [&](const std::vector<int>& varied, const std::vector<std::vector<int>>& groups)
+  // Probes with `varied` scaled (members of a group share their first member's value); `near`: moved a step or
+  // two instead (a size clamped to a static one, `buffer[:, :s0]`, follows s0 only below that size).
+  auto attempt = [&](const std::vector<int>& varied, const std::vector<std::vector<int>>& groups, bool near = false)
       -> std::optional<std::vector<SymShape>> {
     std::vector<Point> points = {shapes_.hints()};
     std::vector<Observed> seen = {*at_hint};
     for (int p = 0; p < 2; ++p) {
       Point point = shapes_.hints();
-      for (size_t i = 0; i < varied.size(); ++i)
-        point[varied[i]] *= kPrimes[(i + 3 * p) % std::size(kPrimes)];
+      for (size_t i = 0; i < varied.size(); ++i) {
+        if (near) point[varied[i]] += p == 0 ? 1 + static_cast<int64_t>(i) : 3 + 2 * static_cast<int64_t>(i);
+        else point[varied[i]] *= kPrimes[(i + 3 * p) % std::size(kPrimes)];
+      }
       for (const auto& group : groups)
         for (int s : group) point[s] = point[group[0]];
       auto o = run_at(point);
@@ -347,6 +379,7 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
         for (size_t i = 1; i < group.size(); ++i) shapes_.unify(group[0], group[i], at);
     }
   }
+  if (!shapes) shapes = attempt(unreplaced(), {}, /*near=*/true);  // checked far away below, like any solution
   if (!shapes) {
     for (int s : unreplaced())
       if (!attempt({s}, {})) shapes_.specialize(s, why);
@@ -407,6 +440,9 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
         if (!a_longer_ok && !b_longer_ok) return give_up(), std::vector<SymShape>{};
         if (a_longer_ok && b_longer_ok) continue;
         const int shorter = a_longer_ok ? b : a, longer = a_longer_ok ? a : b;
+        // The order that agrees must be the one traced (the solution was found there); when it is not, more
+        // than the order matters.
+        if (shapes_.symbol(shorter).hint > shapes_.symbol(longer).hint) return give_up(), std::vector<SymShape>{};
         shapes_.add_relation(graph::sym_symbol(shorter), SizeCmp::Le, graph::sym_symbol(longer), true,
                              at + " depends on which size is shorter");
         at_most.emplace_back(shorter, longer);

@@ -71,23 +71,35 @@ static Converted convert_arg(Tracer& t, const ValueRef& v, PyObject** device) {
       }
       return c;
     }
+    case VKind::Slice: {
+      if (!has_sym(v)) break;  // a constant slice
+      // A bound computed from sizes (x[:, :seq_len]): each bound is evaluated on every call.
+      Converted c;
+      c.arg.kind = graph::Arg::Kind::Slice;
+      PyRef parts[3];
+      for (int i = 0; i < 3; ++i) {
+        Converted part = convert_arg(t, v->items[i], device);
+        c.arg.items.push_back(std::move(part.arg));
+        parts[i] = std::move(part.meta);
+      }
+      c.meta = PyRef::steal(PySlice_New(parts[0].get(), parts[1].get(), parts[2].get()));
+      return c;
+    }
     case VKind::SymInt: {
       // Evaluated from the inputs' sizes on every call; the meta call sees its value while tracing.
       graph::Sym e = t.shapes().resolve(v->sym);
       return {graph::Arg::of_sym(e, PyLong_AsLongLong(v->obj.get())), v->obj};
     }
-    default: {
-      // An object read from the frame and guarded by type only (a numpy array, say) would be baked into the
-      // graph as the object seen while tracing.
-      if ((v->is(VKind::Object) && v->source >= 0 && !guard_by_identity(v->obj.get())) || (v->is(VKind::Const) && v->flag))
-        throw Unsupported(BreakCode::UnsupportedValue,
-                          fmt::format("cannot pass {} from the frame to a torch function", describe(*v)));
-      PyRef c = t.as_python_constant(v);
-      if (!c)
-        throw Unsupported(BreakCode::UnsupportedValue, fmt::format("cannot pass {} to a torch function", describe(*v)));
-      return {graph::Arg::of_const(c), c};
-    }
+    default: break;
   }
+  // An object read from the frame and guarded by type only (a numpy array, say) would be baked into the
+  // graph as the object seen while tracing.
+  if ((v->is(VKind::Object) && v->source >= 0 && !guard_by_identity(v->obj.get())) || (v->is(VKind::Const) && v->flag))
+    throw Unsupported(BreakCode::UnsupportedValue,
+                      fmt::format("cannot pass {} from the frame to a torch function", describe(*v)));
+  PyRef c = t.as_python_constant(v);
+  if (!c) throw Unsupported(BreakCode::UnsupportedValue, fmt::format("cannot pass {} to a torch function", describe(*v)));
+  return {graph::Arg::of_const(c), c};
 }
 
 // Turns the meta output of a recorded node into Values (with extra getitem nodes for tuple outputs).

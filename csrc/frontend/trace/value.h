@@ -97,6 +97,8 @@ ValueRef make_null();
 ValueRef make_const(PyRef v);
 ValueRef make_const_borrowed(PyObject* v);
 ValueRef make_object(PyRef obj, int source);
+// Whether `v` is or holds (in a tuple, list or slice) a size computed from dynamic sizes or a dynamic tensor.
+bool has_sym(const ValueRef& v);
 ValueRef make_seq(VKind kind, std::vector<ValueRef> items);  // Tuple or List
 ValueRef make_cell(ValueRef content);
 ValueRef make_symint(graph::Sym e, int64_t hint);  // a Const when `e` is a constant

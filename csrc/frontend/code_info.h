@@ -26,6 +26,8 @@ struct CodeInfo {
   std::optional<GeneratedCode> generated;
   // Automatic dynamic shapes: the sizes its compiles have seen.
   DynamicMemory dynamic;
+  // FASTCOMP_LOGS=bytecode listed it (once per code object).
+  bool bytecode_logged = false;
 
   CodeInfo();
   ~CodeInfo();

@@ -142,8 +142,8 @@ int InstrStream::index_of_offset(int byte_offset) const {
   return it != instrs.end() && it->offset == byte_offset ? static_cast<int>(it - instrs.begin()) : -1;
 }
 
-std::string InstrStream::to_string() const {
-  PyCodeObject* co = code && PyCode_Check(code.get()) ? reinterpret_cast<PyCodeObject*>(code.get()) : nullptr;
+std::string InstrStream::to_string(PyCodeObject* of) const {
+  PyCodeObject* co = code && PyCode_Check(code.get()) ? reinterpret_cast<PyCodeObject*>(code.get()) : of;
   std::string out;
   for (size_t i = 0; i < instrs.size(); ++i) {
     const Instr& instr = instrs[i];

@@ -66,8 +66,9 @@ struct InstrStream {
   int index_of_offset(int byte_offset) const;
   // One instruction per line: "  12 L34    LOAD_FAST               0 (x)" (index, line, op, arg and what the arg
   // names: constant, name, local, comparison, "to <index>" for jumps), then the exception table as
-  // "  3 to 7 -> 9 depth 1 lasti". Stable for golden tests; needs the GIL to print constants.
-  std::string to_string() const;
+  // "  3 to 7 -> 9 depth 1 lasti". Stable for golden tests; needs the GIL to print constants. `of`: the code the
+  // names and constants come from, where `code` is empty (a stream kept by its code object, see code_info.h).
+  std::string to_string(PyCodeObject* of = nullptr) const;
 };
 
 }  // namespace fastcomp::frontend

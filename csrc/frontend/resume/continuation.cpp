@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <stdexcept>
+#include <utility>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -295,18 +296,17 @@ class Builder {
 
 // The bytecode log, in TORCH_LOGS=bytecode's shape: the user's code once, then each code object made from it.
 void log_bytecode(const ContinuationSpec& spec, PyCodeObject* made, const InstrStream& made_stream) {
-  static auto* logged = new std::unordered_set<PyCodeObject*>();  // originals, kept alive by the registry
   auto header = [](const char* kind, PyCodeObject* code, const std::string& name) {
     return fmt::format("{} BYTECODE {} {} line {}\n", kind, name, utf8(code->co_filename), code->co_firstlineno);
   };
   PyCodeObject* original = spec.original;
-  if (logged->insert(original).second)
+  if (CodeInfo& info = code_info(original); !std::exchange(info.bytecode_logged, true))
     log::emit(log::Topic::bytecode, log::Level::info,
-              header("ORIGINAL", original, utf8(original->co_qualname)) + decoded(original)->to_string());
+              header("ORIGINAL", original, utf8(original->co_qualname)) + decoded(original)->to_string(original));
   const int line = made_stream.instrs.empty() ? -1 : made_stream.instrs.front().line;  // the break's line
   const std::string name = spec.region ? fmt::format("{} (break code at line {})", utf8(made->co_qualname), line)
                                        : utf8(made->co_qualname);
-  log::emit(log::Topic::bytecode, log::Level::info, header("MODIFIED", made, name) + made_stream.to_string());
+  log::emit(log::Topic::bytecode, log::Level::info, header("MODIFIED", made, name) + made_stream.to_string(made));
 }
 
 }  // namespace

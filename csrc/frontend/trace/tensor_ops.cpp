@@ -230,7 +230,9 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
 
   // The output metadata: C++ for common ops, else torch's meta function, with the layout the kernel gives
   // (kernel_layout.h). Dynamic shapes run it again at other sizes (sym_infer.cpp).
-  const bool real_device = device && PyObject_RichCompareBool(device, T.meta_device.get(), Py_EQ) == 0;
+  // The stand-ins run on the CPU, so only CPU tensors take their layout from them: for a CUDA tensor the CPU kernel
+  // may be another algorithm with another layout (SDPA's CPU flash kernel permutes its output, by sizes).
+  const bool cpu_device = device && PyObject_RichCompareBool(device, T.cpu_device.get(), Py_EQ) == 1;
   auto run_meta = [&](PyObject* margs, PyObject* mkwargs, std::optional<ComputedMeta>* computed) -> PyRef {
     std::optional<ComputedMeta> local;
     std::optional<ComputedMeta>& fast_meta = computed ? *computed : local;
@@ -245,7 +247,7 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
     // Without a tensor argument (torch.normal(0.0, 1.0, size), torch.tensor(...)) the call runs for real.
     const bool runs_for_real = !device && !PyDict_GetItemString(mkwargs, "device");
     PyRef out = runs_for_real ? call_keeping_rng(target, margs, mkwargs) : PyRef::steal(PyObject_Call(target, margs, mkwargs));
-    if (out && real_device)
+    if (out && cpu_device)
       if (PyRef kernel = kernel_layout(target, margs, mkwargs, out.get())) out = kernel;
     return out;
   };

@@ -1,0 +1,282 @@
+"""Library models on the GPU, side by side: eager, torch.compile (default, reduce-overhead) and fastcomp (default,
+reduce-overhead). `python -m benchmarks.models --out DIR` writes models.json and models.md.
+
+Each (model, batch, dtype, mode) runs in a fresh process, so that a mode's first call ("cold ready": compile() to
+the first result, synchronised) pays every start-up cost it has, as a user's program would: fastcomp with an empty
+FASTCOMP_CACHE_DIR, torch.compile with an empty TORCHINDUCTOR_CACHE_DIR. fastcomp's "warm ready" is a second fresh
+process on the first one's cache directory (kernels on disk). Steady state: median µs per call over repeats of
+back-to-back calls after a warm-up, synchronised at the end of each repeat. Every mode's output is compared with an
+eager run of the same weights on the same inputs in the same process.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+MODES = ("eager", "torch.compile", "torch.compile reduce-overhead", "fastcomp", "fastcomp reduce-overhead")
+TOLERANCE = {"f32": 2e-3, "bf16": 6e-2}  # relative to each output's largest magnitude (after reductions and GEMMs)
+
+
+# --- the models: random weights, built from configs ---------------------------------------------------------------
+
+def _hf(name):
+    import transformers as T
+
+    gpt2 = dict(n_layer=4, n_embd=768, n_head=12, vocab_size=50257, attn_implementation="sdpa")
+    llama = dict(num_hidden_layers=4, hidden_size=512, num_attention_heads=8, num_key_value_heads=4,
+                 intermediate_size=1376, vocab_size=32000, use_cache=False)
+    return {
+        "gpt2": lambda: T.GPT2Model(T.GPT2Config(**gpt2)),
+        "bert": lambda: T.BertModel(T.BertConfig(num_hidden_layers=4)),
+        "llama": lambda: T.LlamaModel(T.LlamaConfig(**llama)),
+        "t5": lambda: T.T5Model(T.T5Config(d_model=512, d_ff=2048, num_layers=4, num_decoder_layers=4, num_heads=8)),
+        "vit": lambda: T.ViTModel(T.ViTConfig(num_hidden_layers=4)),
+    }[name]()
+
+
+def _torchvision_beside_a_cpu_torch():
+    """PyPI's torchvision (which timm and transformers import) is a CUDA build: beside a CPU build of torch its ops
+    library cannot load and its import fails registering fake kernels for two ops; their schemas defined first let
+    the Python parts import. Does nothing where torchvision imports (the GPU machine)."""
+    try:
+        import torchvision  # noqa: F401
+        return
+    except Exception:  # noqa: BLE001
+        pass
+    import torch
+
+    for name in [n for n in sys.modules if n == "torchvision" or n.startswith("torchvision.")]:
+        del sys.modules[name]
+    lib = torch.library.Library("torchvision", "DEF")
+    lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+    lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+    _KEEP.append(lib)
+
+
+_KEEP = []
+
+
+def build(name):
+    _torchvision_beside_a_cpu_torch()
+    if name.startswith("timm-"):
+        import timm
+
+        return timm.create_model(name[5:], pretrained=False)
+    return _hf(name)
+
+
+def inputs(name, batch, device):
+    import torch
+
+    g = torch.Generator().manual_seed(1)
+    if name in ("vit",) or name.startswith("timm-"):
+        return {("pixel_values" if name == "vit" else "x"): torch.randn(batch, 3, 224, 224, generator=g).to(device)}
+    ids = lambda n: torch.randint(0, 30000, (batch, n), generator=g).to(device)  # noqa: E731
+    if name == "t5":
+        return {"input_ids": ids(128), "decoder_input_ids": ids(64)}
+    return {"input_ids": ids(128)}
+
+
+MODELS = ("gpt2", "bert", "llama", "t5", "vit", "timm-resnet18", "timm-vit_tiny_patch16_224", "timm-convnext_atto")
+
+
+# --- one process: one mode of one model ---------------------------------------------------------------------------
+
+def _tensors(out):
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, dict):
+        return [t for v in out.values() for t in _tensors(v)]
+    if isinstance(out, (list, tuple)):
+        return [t for v in out for t in _tensors(v)]
+    return []
+
+
+def _error(got, want):
+    """Largest difference of any output tensor, relative to that output's largest magnitude."""
+    worst = 0.0
+    a, b = _tensors(got), _tensors(want)
+    if len(a) != len(b):
+        return float("inf")
+    for x, y in zip(a, b):
+        if x.shape != y.shape:
+            return float("inf")
+        x, y = x.float(), y.float()
+        worst = max(worst, ((x - y).abs().max() / y.abs().max().clamp_min(1e-6)).item())
+    return worst
+
+
+def child(cfg):
+    import torch
+
+    device, mode = cfg["device"], cfg["mode"]
+    dtype = {"f32": torch.float32, "bf16": torch.bfloat16}[cfg["dtype"]]
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    torch.manual_seed(0)
+    model = build(cfg["model"]).eval().to(device=device, dtype=dtype)
+    kwargs = inputs(cfg["model"], cfg["batch"], device)
+    kwargs = {k: v.to(dtype) if v.is_floating_point() else v for k, v in kwargs.items()}
+    result = {}
+    with torch.no_grad():
+        reference = model(**kwargs)
+        sync()
+        counter = None
+        start = time.perf_counter()
+        if mode == "eager":
+            run = model
+        elif mode.startswith("torch.compile"):
+            run = torch.compile(model, mode="reduce-overhead" if "reduce" in mode else None)
+        else:
+            import fastcomp
+            from fastcomp.testing import CompileCounter
+
+            run = fastcomp.compile(model, mode="reduce-overhead" if "reduce" in mode else None)
+            counter = CompileCounter().__enter__()
+        out = run(**kwargs)
+        sync()
+        result["ready_s"] = time.perf_counter() - start
+        if counter:
+            counter.__exit__(None, None, None)
+            result.update(graphs=counter.graph_count, breaks=counter.break_count,
+                          backend=sorted({r["backend"] for r in counter.records if r.get("backend")}))
+        if cfg.get("ready_only"):
+            return result
+        for _ in range(cfg["warmup"]):
+            out = run(**kwargs)
+        sync()
+        result["error"] = _error(out, reference)
+        times = []
+        for _ in range(cfg["repeats"]):
+            sync()
+            start = time.perf_counter()
+            for _ in range(cfg["calls"]):
+                run(**kwargs)
+            sync()
+            times.append((time.perf_counter() - start) / cfg["calls"] * 1e6)
+        result["us"] = statistics.median(times)
+    return result
+
+
+def spawn(cfg, env, timeout):
+    start = time.perf_counter()
+    try:
+        p = subprocess.run([sys.executable, "-m", "benchmarks.models", "--child", json.dumps(cfg)], env=env,
+                           capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"failed": f"timed out after {timeout} s"}
+    lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
+    if p.returncode or not lines:
+        tail = (p.stderr.strip().splitlines() or ["?"])[-1]
+        return {"failed": tail[:200], "wall_s": time.perf_counter() - start}
+    return json.loads(lines[-1])
+
+
+# --- the run and its table ----------------------------------------------------------------------------------------
+
+def environment():
+    import platform
+
+    import torch
+
+    _torchvision_beside_a_cpu_torch()
+    info = {"python": platform.python_version(), "torch": torch.__version__,
+            "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "none"}
+    for lib in ("transformers", "timm"):
+        try:
+            info[lib] = __import__(lib).__version__
+        except Exception:  # noqa: BLE001 - a missing library is reported as such
+            info[lib] = "missing"
+    return info
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--child")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--batches", default="8")
+    ap.add_argument("--dtypes", default="f32")
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--calls", type=int, default=30)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--time-budget", type=float, default=480, help="no new process after this many seconds")
+    ap.add_argument("--timeout", type=float, default=180)
+    ap.add_argument("--out", default="benchmarks/results/models")
+    args = ap.parse_args(argv)
+    if args.child:
+        print(json.dumps(child(json.loads(args.child))))
+        return 0
+    began = time.perf_counter()
+    rows = []
+    for model in args.models.split(","):
+        for batch in map(int, args.batches.split(",")):
+            for dtype in args.dtypes.split(","):
+                row = {"model": model, "batch": batch, "dtype": dtype, "modes": {}}
+                rows.append(row)
+                for mode in args.modes.split(","):
+                    if time.perf_counter() - began > args.time_budget:
+                        row["modes"][mode] = {"failed": "not run: time budget"}
+                        continue
+                    cache = tempfile.mkdtemp(prefix="models-bench-")
+                    env = dict(os.environ, FASTCOMP_CACHE_DIR=cache, TORCHINDUCTOR_CACHE_DIR=cache)
+                    cfg = dict(model=model, batch=batch, dtype=dtype, mode=mode, device=args.device,
+                               calls=args.calls, repeats=args.repeats, warmup=args.warmup)
+                    r = spawn(cfg, env, args.timeout)
+                    if mode.startswith("fastcomp") and "failed" not in r:  # kernels on disk, a new process
+                        warm = spawn(dict(cfg, ready_only=True), env, args.timeout)
+                        r["warm_ready_s"] = warm.get("ready_s")
+                    row["modes"][mode] = r
+                    print(model, batch, dtype, mode, {k: v for k, v in r.items() if k != "backend"}, flush=True)
+    os.makedirs(args.out, exist_ok=True)
+    report = {"environment": environment(), "args": vars(args), "rows": rows}
+    with open(os.path.join(args.out, "models.json"), "w") as f:
+        json.dump(report, f, indent=1)
+    with open(os.path.join(args.out, "models.md"), "w") as f:
+        f.write(markdown(report))
+    print(markdown(report))
+    return 0
+
+
+def markdown(report):
+    e = report["environment"]
+    out = [f"# Library models: eager, torch.compile and fastcomp\n",
+           f"{e['gpu']}, Python {e['python']}, torch {e['torch']}, transformers {e['transformers']}, timm {e['timm']}; "
+           f"`python -m benchmarks.models {' '.join(sys.argv[1:])}`; µs per call (median of {report['args']['repeats']} "
+           f"× {report['args']['calls']} calls), ready = first call from compile(), s.\n",
+           "| model | batch | dtype | eager | torch.compile | tc reduce-overhead | fastcomp | fc reduce-overhead "
+           "| fc / tc | fc-ro / tc-ro | ready tc / tc-ro | ready fc cold / warm | graphs / breaks | max rel err | backend |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in report["rows"]:
+        m = row["modes"]
+        us = lambda k: (f"{m[k]['us']:.0f}" if "us" in m.get(k, {}) else ("fail" if k in m else "—"))  # noqa: E731
+        ratio = lambda a, b: (f"{m[a]['us'] / m[b]['us']:.2f}" if "us" in m.get(a, {}) and "us" in m.get(b, {})  # noqa: E731
+                              else "—")
+        ready = lambda k, f="ready_s": (f"{m[k][f]:.2f}" if m.get(k, {}).get(f) is not None else "—")  # noqa: E731
+        fc = m.get("fastcomp", {})
+        errs = [v.get("error") for v in m.values() if v.get("error") is not None]
+        tol = TOLERANCE.get(row["dtype"], 1e-3)
+        err = (f"{max(errs):.1e}" + ("" if max(errs) <= tol else " **over**")) if errs else "—"
+        out.append(f"| {row['model']} | {row['batch']} | {row['dtype']} | {us('eager')} | {us('torch.compile')} | "
+                   f"{us('torch.compile reduce-overhead')} | {us('fastcomp')} | {us('fastcomp reduce-overhead')} | "
+                   f"{ratio('fastcomp', 'torch.compile')} | "
+                   f"{ratio('fastcomp reduce-overhead', 'torch.compile reduce-overhead')} | "
+                   f"{ready('torch.compile')} / {ready('torch.compile reduce-overhead')} | "
+                   f"{ready('fastcomp')} / {ready('fastcomp', 'warm_ready_s')} | "
+                   f"{fc.get('graphs', '—')} / {fc.get('breaks', '—')} | {err} | {'; '.join(fc.get('backend', []))} |")
+    failures = [(r["model"], r["batch"], k, v["failed"]) for r in report["rows"] for k, v in r["modes"].items()
+                if "failed" in v]
+    if failures:
+        out.append("\nFailed or not run:\n")
+        out += [f"- {m} batch {b}, {k}: {why}" for m, b, k, why in failures]
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

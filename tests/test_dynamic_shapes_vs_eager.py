@@ -265,3 +265,15 @@ def test_a_slice_of_a_static_buffer_past_its_end_gets_its_own_entry():
     # A length above the buffer's 20 clamps: the dynamic entry holds up to 20, longer lengths compile their own.
     cc = like_eager(f, [(torch.randn(n),) for n in (8, 12, 16, 20, 30, 40)])
     assert cc.frame_count == 3, [r["guards"] for r in cc.records]
+
+
+def test_a_view_inside_try_that_needs_sizes_to_divide_evenly():
+    def f(x):
+        try:
+            return x.view(-1, 6)
+        except RuntimeError:
+            return x.reshape(-1)
+
+    # 6 * 6 and 7 * 6 divide by 6, 7 * 7 does not: the except branch must run there, as eagerly.
+    for dynamic in (None, True):
+        like_eager(f, [(torch.randn(1, a, b),) for a, b in ((6, 6), (7, 6), (6, 7), (7, 7), (5, 5))], dynamic=dynamic)

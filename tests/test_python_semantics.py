@@ -422,3 +422,19 @@ def test_side_effects_before_an_op_that_raises_at_run_time_happen_first():
             run(x)
     assert len(log) == 3
 
+
+
+def test_a_random_op_of_a_tensor_made_without_tensor_arguments_draws_at_run_time():
+    log = io.StringIO()
+
+    def f():
+        r = torch.nn.functional.dropout(torch.normal(0.0, 1.0, (64,)), 0.5)
+        print("between", file=log)  # a graph break: the draw happens in the first graph
+        return r + 1
+
+    compiled = fastcomp.compile(f)
+    for _ in range(2):
+        torch.manual_seed(3)
+        expected = f()
+        torch.manual_seed(3)
+        same(compiled(), expected)

@@ -5,6 +5,8 @@
 // decides on a guess (an exception of unknown class inside a `try` ends the trace there instead).
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "frontend/trace/tracer.h"
 #include "support/pystr.h"
 
@@ -25,6 +27,23 @@ ValueRef exception_value(const UserCodeError& e) {
 }
 
 }  // namespace
+
+bool Tracer::inside_catching_try() const {
+  for (const TraceFrame* f : frames_) {
+    const ExceptionEntry* h = handler_for(*f->instrs, f->pc - 1);
+    if (!h || h->target >= static_cast<int>(f->instrs->instrs.size())) continue;
+    // A handler that catches starts with PUSH_EXC_INFO; a `with` block's cleanup then calls __exit__
+    // (WITH_EXCEPT_START), which is taken not to swallow the error; other handlers (re-raising cleanups) start
+    // otherwise.
+    const auto& code = f->instrs->instrs;
+    if (code[h->target].op != Op::PUSH_EXC_INFO) continue;
+    bool with_cleanup = false;
+    for (int i = h->target + 1; i < std::min<int>(h->target + 4, code.size()); ++i)
+      with_cleanup |= code[i].op == Op::WITH_EXCEPT_START;
+    if (!with_cleanup) return true;
+  }
+  return false;
+}
 
 bool Tracer::handle_exception(TraceFrame& f, const UserCodeError& e) {
   const int raising = f.pc - 1;

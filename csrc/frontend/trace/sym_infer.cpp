@@ -412,7 +412,29 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
                    may_be_one.end());
   if (may_be_one.size() > 1 && !agrees(*shapes, with(may_be_one, 1)))
     for (int s : may_be_one) shapes_.require_at_least(s, 2, at + " behaves differently with these sizes all 1");
-  if (call.unclamped) return finished(*shapes);
+  // Every probe so far was a multiple of the sizes while tracing: a call that needs sizes to divide evenly
+  // (`x.view(-1, 6)`) holds at all of them and raises one size further, for one symbol or only for all of them
+  // together (7 * 7). Where the code would catch that error, those symbols are specialised.
+  auto one_further = [&](const std::vector<int>& symbols) {
+    Point point = shapes_.hints();
+    for (int s : symbols) point[s] = std::min(shapes_.symbol(s).hint + 1, shapes_.symbol(s).max);
+    return point;
+  };
+  const std::string uneven = fmt::format("{} holds only at some sizes (they must divide evenly)", at);
+  // Each symbol alone only where no order of sizes matters (an op that clamps: see the orders below); all of them
+  // together keeps every order of their sizes.
+  // Only inside a `try`: elsewhere the graph raises eager's error at such sizes, as the op would.
+  const bool caught = inside_catching_try();
+  auto check_uneven = [&](bool alone) {
+    if (!caught) return false;
+    if (alone)
+      for (int s : unreplaced())
+        if (!agrees(*shapes, one_further({s}))) shapes_.specialize(s, uneven);
+    if (std::vector<int> left = unreplaced(); !left.empty() && !agrees(*shapes, one_further(left)))
+      for (int s : left) shapes_.specialize(s, uneven);
+    return unreplaced().empty();
+  };
+  if (call.unclamped) return check_uneven(/*alone=*/true) ? std::vector<SymShape>{} : finished(*shapes);
   // Pairs of symbols in both orders, just above the larger size (a clamp to the shorter of two sizes holds in
   // one order only): the order that agrees becomes a guard, and a pair that agrees in neither specialises the
   // call's symbols. Past four symbols, one point with their order reversed stands in for the pairs.
@@ -478,7 +500,7 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
       shapes_.require_at_most(s, good, fmt::format("{} behaves differently above {}", at, good));
     }
   }
-  return finished(*shapes);
+  return check_uneven(/*alone=*/false) ? std::vector<SymShape>{} : finished(*shapes);
 }
 
 }  // namespace fastcomp::frontend

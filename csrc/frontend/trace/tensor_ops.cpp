@@ -247,6 +247,9 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
     // Without a tensor argument (torch.normal(0.0, 1.0, size), torch.tensor(...)) the call runs for real.
     const bool runs_for_real = !device && !PyDict_GetItemString(mkwargs, "device");
     PyRef out = runs_for_real ? call_keeping_rng(target, margs, mkwargs) : PyRef::steal(PyObject_Call(target, margs, mkwargs));
+    // A real result stands in as a meta tensor, so that later ops on it run on "meta" too (a dropout of it would
+    // draw from the generator while tracing).
+    if (out && runs_for_real && T.is_tensor(out.get())) out = PyRef::steal(PyObject_CallMethod(out.get(), "to", "s", "meta"));
     if (out && cpu_device)
       if (PyRef kernel = kernel_layout(target, margs, mkwargs, out.get())) out = kernel;
     return out;

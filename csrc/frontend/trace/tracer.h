@@ -212,6 +212,9 @@ class Tracer {
 
   // exceptions.cpp
   bool handle_exception(TraceFrame& f, const UserCodeError& e);  // jumps to f's handler for it; false if none
+  // Whether an error of the instruction being traced would be caught by a `try` of a traced frame (so an op that
+  // raises at some sizes only must not be in a graph that other sizes reuse).
+  bool inside_catching_try() const;
   [[noreturn]] void raise_value(const ValueRef& exc);            // `raise exc`
   void step_exception(TraceFrame& f, const Instr& in);
 

@@ -235,7 +235,7 @@ def main(argv=None):
                     row["modes"][mode] = r
                     print(model, batch, dtype, mode, {k: v for k, v in r.items() if k != "backend"}, flush=True)
     os.makedirs(args.out, exist_ok=True)
-    report = {"environment": environment(), "args": vars(args), "rows": rows}
+    report = {"environment": environment(), "args": vars(args), "command": " ".join(sys.argv[1:]), "rows": rows}
     with open(os.path.join(args.out, "models.json"), "w") as f:
         json.dump(report, f, indent=1)
     with open(os.path.join(args.out, "models.md"), "w") as f:
@@ -248,14 +248,15 @@ def markdown(report):
     e = report["environment"]
     out = [f"# Library models: eager, torch.compile and fastcomp\n",
            f"{e['gpu']}, Python {e['python']}, torch {e['torch']}, transformers {e['transformers']}, timm {e['timm']}; "
-           f"`python -m benchmarks.models {' '.join(sys.argv[1:])}`; µs per call (median of {report['args']['repeats']} "
-           f"× {report['args']['calls']} calls), ready = first call from compile(), s.\n",
+           f"`python -m benchmarks.models {report.get('command', ' '.join(sys.argv[1:]))}`; µs per call (median of {report['args']['repeats']} "
+           f"× {report['args']['calls']} calls), ready = first call from compile(), s (fastcomp's first call runs through torch while its kernels compile in the background).\n",
            "| model | batch | dtype | eager | torch.compile | tc reduce-overhead | fastcomp | fc reduce-overhead "
            "| fc / tc | fc-ro / tc-ro | ready tc / tc-ro | ready fc cold / warm | graphs / breaks | max rel err | backend |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in report["rows"]:
         m = row["modes"]
-        us = lambda k: (f"{m[k]['us']:.0f}" if "us" in m.get(k, {}) else ("fail" if k in m else "—"))  # noqa: E731
+        us = lambda k: (f"{m[k]['us']:.0f}" if "us" in m.get(k, {})  # noqa: E731
+                        else "fail" if k in m and not m[k].get("failed", "").startswith("not run") else "—")
         ratio = lambda a, b: (f"{m[a]['us'] / m[b]['us']:.2f}" if "us" in m.get(a, {}) and "us" in m.get(b, {})  # noqa: E731
                               else "—")
         ready = lambda k, f="ready_s": (f"{m[k][f]:.2f}" if m.get(k, {}).get(f) is not None else "—")  # noqa: E731

@@ -81,4 +81,4 @@ def test_model_captures_whole_and_matches_eager(spec):
             for size in (new_size, another):
                 inputs = spec.inputs(size)
                 assert_same_output(call(compiled, inputs), call(model, inputs))
-        assert cc.frame_count <= spec.new_size_compiles and cc.break_count == 0, cc.records
+        assert cc.frame_count <= 1 and cc.break_count == 0, cc.records

@@ -15,10 +15,6 @@ class ZooModel:
     build: Callable[[], torch.nn.Module]
     inputs: Callable[[int], dict]  # size -> keyword arguments (the size is a sequence length or a batch)
     sizes: tuple = (16, 24, 32)    # first call, a new size (recompiles once, dynamic), another (compiles nothing)
-    # Compiles the two new sizes may take. T5's cross-attention SDPA lays its output out by the CPU kernel torch
-    # picks, which changes with the two sequence lengths in ways no size order explains: those sizes are
-    # specialised (each new length pair compiles) rather than given strides that would be wrong at some sizes.
-    new_size_compiles: int = 1
 
 
 def _ids(batch, seq):
@@ -56,7 +52,7 @@ def transformers_models():
         ZooModel("llama", lambda: T.LlamaModel(T.LlamaConfig(use_cache=False, **llama)), _text),
         ZooModel("llama-causal-lm-cache", lambda: T.LlamaForCausalLM(T.LlamaConfig(**llama)), _text),
         ZooModel("t5", lambda: T.T5Model(T.T5Config(**t5)),
-                 lambda seq: {"input_ids": _ids(2, seq), "decoder_input_ids": _ids(2, seq // 2)}, new_size_compiles=2),
+                 lambda seq: {"input_ids": _ids(2, seq), "decoder_input_ids": _ids(2, seq // 2)}),
         ZooModel("vit", lambda: T.ViTModel(T.ViTConfig(**vit)), _image, sizes=(2, 3, 4)),
     ]
 

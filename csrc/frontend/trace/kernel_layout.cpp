@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "frontend/trace/meta.h"
@@ -110,6 +111,14 @@ bool stand_ins(PyObject* args, PyObject* kwargs, PyRef* real_args, PyRef* real_k
   return true;
 }
 
+// Ops whose kernel picks among algorithms by the sizes, each with its own layout (SDPA's CPU flash kernel
+// permutes its output; the math path does not): stand-ins of other sizes would show another algorithm's layout,
+// and their meta function's layout is kept.
+bool picks_kernel_by_size(const std::string& name) {
+  const std::string base = name.substr(name.rfind('.') + 1);
+  return base == "scaled_dot_product_attention";
+}
+
 }  // namespace
 
 PyRef call_keeping_rng(PyObject* target, PyObject* args, PyObject* kwargs) {
@@ -125,14 +134,15 @@ PyRef call_keeping_rng(PyObject* target, PyObject* args, PyObject* kwargs) {
   return out;
 }
 
-PyRef kernel_layout(PyObject* target, PyObject* meta_args, PyObject* meta_kwargs, PyObject* meta_out) {
+PyRef kernel_layout(const std::string& name, PyObject* target, PyObject* meta_args, PyObject* meta_kwargs,
+                    PyObject* meta_out) {
   const auto& T = torch_refs();
   if (!T.is_tensor(meta_out)) return {};
   for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(meta_args); ++i)
     if (PyTuple_GET_ITEM(meta_args, i) == meta_out) return {};  // in place: the argument's own layout
   PyRef real_args, real_kwargs;
   bool mixed = false, exact = true;
-  if (!stand_ins(meta_args, meta_kwargs, &real_args, &real_kwargs, &mixed, &exact) || !mixed) {
+  if (!stand_ins(meta_args, meta_kwargs, &real_args, &real_kwargs, &mixed, &exact) || !mixed || picks_kernel_by_size(name)) {
     PyErr_Clear();
     return {};
   }

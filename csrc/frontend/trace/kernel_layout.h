@@ -7,6 +7,8 @@
 #pragma once
 #include <Python.h>
 
+#include <string>
+
 #include "cpython/pyref.h"
 
 namespace fastcomp::frontend {
@@ -21,6 +23,7 @@ namespace fastcomp::frontend {
     program draws at run time. Null with the Python error set when the call raised. */
 PyRef call_keeping_rng(PyObject* target, PyObject* args, PyObject* kwargs);
 
-PyRef kernel_layout(PyObject* target, PyObject* meta_args, PyObject* meta_kwargs, PyObject* meta_out);
+PyRef kernel_layout(const std::string& name, PyObject* target, PyObject* meta_args, PyObject* meta_kwargs,
+                    PyObject* meta_out);
 
 }  // namespace fastcomp::frontend

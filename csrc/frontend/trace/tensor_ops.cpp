@@ -230,8 +230,7 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
 
   // The output metadata: C++ for common ops, else torch's meta function, with the layout the kernel gives
   // (kernel_layout.h). Dynamic shapes run it again at other sizes (sym_infer.cpp).
-  // The stand-ins run on the CPU, so only CPU tensors take their layout from them: for a CUDA tensor the CPU kernel
-  // may be another algorithm with another layout (SDPA's CPU flash kernel permutes its output, by sizes).
+  // The stand-ins run on the CPU, so only CPU tensors take their layout from them.
   const bool cpu_device = device && PyObject_RichCompareBool(device, T.cpu_device.get(), Py_EQ) == 1;
   auto run_meta = [&](PyObject* margs, PyObject* mkwargs, std::optional<ComputedMeta>* computed) -> PyRef {
     std::optional<ComputedMeta> local;
@@ -251,7 +250,7 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
     // draw from the generator while tracing).
     if (out && runs_for_real && T.is_tensor(out.get())) out = PyRef::steal(PyObject_CallMethod(out.get(), "to", "s", "meta"));
     if (out && cpu_device)
-      if (PyRef kernel = kernel_layout(target, margs, mkwargs, out.get())) out = kernel;
+      if (PyRef kernel = kernel_layout(name, target, margs, mkwargs, out.get())) out = kernel;
     return out;
   };
   // Device-moving methods: compute the real device here and run the meta call without a device.

@@ -1,4 +1,4 @@
-// Matrix products as cuBLASLt calls: F.linear (bias fused as cuBLASLt's epilogue), matmul/mm/bmm and `@` on
+// Matrix products as cuBLASLt calls: F.linear and addmm (bias fused as cuBLASLt's epilogue), matmul/mm/bmm and `@` on
 // 2-D and batched operands. Operands are read in place when one of their two matrix strides is 1 (a transposed
 // view such as k.transpose(-2, -1) needs no copy) and their batch or leading dimensions collapse into one
 // stride; otherwise a contiguous copy is made first. The pointwise ops that follow read the result in the next
@@ -128,6 +128,44 @@ bool lower_linear(Lowerer& L, const graph::Node& n) {
   return true;
 }
 
+// torch.addmm(bias, x, w) = x @ w + bias (GPT-2's Conv1D), with beta and alpha at their default 1: a product with
+// the bias as cuBLASLt's epilogue, as F.linear's, but with w read as [k, n].
+bool lower_addmm(Lowerer& L, const graph::Node& n) {
+  if (n.args.size() != 3 || n.kwnames) return false;
+  for (const graph::Arg& a : n.args)
+    if (a.kind != graph::Arg::Kind::Node) return false;
+  const DType t = L.node_dtype(n.id);
+  const graph::NodeId xb = n.args[0].node, xa = n.args[1].node, xw = n.args[2].node;
+  if (!gemm_dtype(t) || L.node_dtype(xa) != t || L.node_dtype(xw) != t || L.node_dtype(xb) != t) return false;
+  const auto& bias = L.node(xb).meta;
+  if (L.node(xa).meta.sizes.size() != 2 || L.node(xw).meta.sizes.size() != 2 || bias.sizes.size() != 1 ||
+      (bias.sizes[0] > 1 && bias.strides[0] != 1) || bias.sizes[0] != L.node(xw).meta.sizes[1])
+    return false;
+  int a = L.buffer_for(xa), w = L.buffer_for(xw);
+  const int bias_buffer = L.buffer_for(xb);
+  auto am = operand(L, &a, true, {});
+  auto wm = operand(L, &w, false, {});
+  if (!am || !wm) return false;
+  MatmulStep s;
+  s.dtype = t;
+  s.m = am->rows;
+  s.k = am->cols;
+  s.n = wm->cols;
+  s.a = a;
+  s.a_row_stride = am->row_stride;
+  s.a_col_stride = am->col_stride;
+  s.b = w;
+  s.b_row_stride = wm->row_stride;
+  s.b_col_stride = wm->col_stride;
+  s.bias = bias_buffer;
+  s.epilogue = MatmulStep::Epilogue::Bias;
+  s.d = output_buffer(L, n);
+  s.d_row_stride = s.n;
+  s.node = n.id;
+  L.add_matmul(s);
+  return true;
+}
+
 bool lower_product(Lowerer& L, const graph::Node& n) {
   if (n.args.size() != 2 || n.kwnames || n.args[0].kind != graph::Arg::Kind::Node ||
       n.args[1].kind != graph::Arg::Kind::Node)
@@ -204,6 +242,7 @@ bool lower_matmul_op(Lowerer& L, const graph::Node& n, const std::string& op) {
   if (n.type != graph::ValueType::Tensor) return false;
   if (op == "linear") return lower_linear(L, n);
   if (op == "matmul" || op == "mm" || op == "bmm") return lower_product(L, n);
+  if (op == "addmm") return lower_addmm(L, n);
   return false;
 }
 

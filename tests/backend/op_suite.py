@@ -310,6 +310,22 @@ def batched_args(shape, dtype, device):
 # F.linear through cuBLASLt (small products too, with fastcomp.config.small_matmul off) ...
 CUBLASLT_ONLY = {"small_matmul": False}
 case("linear_bias", F.linear, linear_args, MM_SHAPES, plan=(0, 1, 0), config=CUBLASLT_ONLY)
+
+
+def addmm_args(shape, dtype, device):
+    m, k, n = shape
+    return randn((n,), dtype, device), randn((m, k), dtype, device), randn((k, n), dtype, device) * k**-0.5
+
+
+def linear_args_bias_first(shape, dtype, device):
+    x, w, b = linear_args(shape, dtype, device)
+    return b, x, w
+
+
+# torch.addmm(bias, x, w) (GPT-2's Conv1D): one product, the bias as its epilogue; a transposed w is read in place.
+case("addmm_bias", torch.addmm, addmm_args, MM_SHAPES, plan=(0, 1, 0))
+case("addmm_transposed_weight", lambda b, x, w: torch.addmm(b, x, w.t()), linear_args_bias_first, MM_SHAPES,
+     plan=(0, 1, 0))
 case("linear_no_bias_gelu", lambda x, w, b: F.gelu(F.linear(x, w)) + b, linear_args, MM_SHAPES, plan=(1, 1, 0),
      config=CUBLASLT_ONLY)
 # ... and as small-matmul kernels (at most 32 rows; emit_small_matmul.cpp): one row; odd sizes where each row and

@@ -80,6 +80,8 @@ CompiledFrame compile_frame(const cpython::FrameView& frame, const CompileOption
   }
   const auto dynamic = static_cast<frontend::DynamicMode>(options.dynamic);
   frontend::TraceResult trace = frontend::trace_frame(frame, nullptr, dynamic);
+  for (int again = 0; again < 3 && trace.failure && trace.failure->trace_again; ++again)
+    trace = frontend::trace_frame(frame, nullptr, dynamic);  // see Unsupported::trace_again
   const double trace_ms = ms_since(start);
   FC_LOG(compile, debug, "traced {} in {:.2f} ms: {} nodes, {} guards{}", utf8(code->co_qualname), trace_ms,
          trace.graph.nodes.size(), trace.guards.guards.size(),

@@ -461,8 +461,10 @@ cpython::FrameOutcome dispatch(const cpython::FrameView& frame, DispatchContext&
   if (!e.compiled.executable) return cpython::FrameOutcome::run_default();
   if (!frontend::check_guards(e.compiled.guards, frame, scratch, nullptr)) {
     // The guards of a fresh trace must accept the frame they came from.
-    const std::string msg = fmt::format("fastcomp internal error: the guards of {} reject the inputs they were built from",
-                                        where(code));
+    std::string failing;
+    frontend::check_guards(e.compiled.guards, frame, scratch, &failing);
+    const std::string msg = fmt::format(
+        "fastcomp internal error: the guards of {} reject the inputs they were built from ({})", where(code), failing);
     if (!config().suppress_errors) {
       raise("InternalError", msg);
       return cpython::FrameOutcome::error();

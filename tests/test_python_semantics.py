@@ -438,3 +438,28 @@ def test_a_random_op_of_a_tensor_made_without_tensor_arguments_draws_at_run_time
         expected = f()
         torch.manual_seed(3)
         same(compiled(), expected)
+
+
+def test_an_lru_cache_method_of_a_global_object_is_called_once_and_guarded_through_its_class():
+    import functools
+
+    calls = []
+
+    class Log:
+        @functools.lru_cache(None)
+        def once(self, message):
+            calls.append(message)  # a side effect on its first call only, like logger.warning_once
+
+    log = Log()
+
+    def f(x):
+        log.once("slow path")
+        return x * 2
+
+    compiled = fastcomp.compile(f)
+    with CompileCounter() as cc:
+        for _ in range(3):
+            x = torch.randn(3)
+            same(compiled(x), x * 2)
+    assert (cc.frame_count, cc.graph_count, cc.break_count) == (1, 1, 0)  # the bound method is never guarded as itself
+    assert calls == ["slow path"]

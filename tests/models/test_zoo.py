@@ -82,3 +82,40 @@ def test_model_captures_whole_and_matches_eager(spec):
                 inputs = spec.inputs(size)
                 assert_same_output(call(compiled, inputs), call(model, inputs))
         assert cc.frame_count <= 1 and cc.break_count == 0, cc.records
+
+
+@pytest.mark.parametrize("name", ["gpt2-lm-head", "llama-causal-lm-cache"])
+def test_training_step_with_labels_captures_whole_and_matches_eager(name):
+    """train() with labels: the loss path (the library's loss function, logger.warning_once behind a memoised
+    method) is one graph; loss and every gradient equal eager's."""
+    import copy
+
+    specs = [m for m in zoo.transformers_models() if m.name == name] if _has("transformers") else []
+    if not specs:
+        pytest.skip("transformers is not installed")
+    torch.manual_seed(0)
+    model = specs[0].build().train()
+    twin = copy.deepcopy(model)
+    compiled = fastcomp.compile(twin)
+    ids = zoo._ids(2, 16)
+    for step in range(2):
+        torch.manual_seed(step)
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        with CompileCounter() as cc:
+            torch.manual_seed(step)
+            compiled_loss = compiled(input_ids=ids, labels=ids).loss
+            compiled_loss.backward()
+        torch.testing.assert_close(compiled_loss, loss, rtol=1e-6, atol=1e-6)
+        assert cc.break_count == 0 and cc.graph_count == (1 if step == 0 else 0), cc.records
+    grads = dict(model.named_parameters())
+    for n, p in twin.named_parameters():
+        torch.testing.assert_close(p.grad, grads[n].grad, rtol=1e-5, atol=1e-6, msg=n)
+
+
+def _has(module):
+    try:
+        __import__(module)
+        return True
+    except Exception:  # noqa: BLE001 - missing or not importable here
+        return False

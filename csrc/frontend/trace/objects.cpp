@@ -155,7 +155,16 @@ ValueRef Tracer::bind_descriptor(PyObject* descr, const ValueRef& instance, PyTy
       // cls) is itself for every C descriptor kind that reaches here.
       return wrap_untracked(descr);
     }
-    if (instance->is(VKind::Object)) return real_attr(instance, name);
+    if (instance->is(VKind::Object)) {
+      // A C descriptor that binds like a function (functools.lru_cache's wrapper on a class: logger.warning_once)
+      // makes a new bound method on every read: a method of the instance, never guarded as the bound object.
+      PyRef bound = PyRef::steal(Py_TYPE(descr)->tp_descr_get(descr, instance->obj.get(), owner_obj));
+      if (!bound) PyErr_Clear();
+      if (bound && PyMethod_Check(bound.get()) && PyMethod_GET_FUNCTION(bound.get()) == descr &&
+          PyMethod_GET_SELF(bound.get()) == instance->obj.get())
+        return make_method(instance, PyRef::borrow(descr), n);
+      return real_attr(instance, name);
+    }
     throw Unsupported(BreakCode::UnsupportedValue,
                       fmt::format("attribute '{}' of {} is a {} descriptor", n, describe(*instance), Py_TYPE(descr)->tp_name));
   }

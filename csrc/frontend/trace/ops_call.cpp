@@ -367,7 +367,9 @@ ValueRef Tracer::call_method(const ValueRef& fn, std::vector<ValueRef> args, Kwa
   }
   if (Py_TYPE(f) == &PyMethodDescr_Type || Py_TYPE(f) == &PyWrapperDescr_Type || Py_TYPE(f) == &PyClassMethodDescr_Type)
     return call_c_method(f, self, std::move(args), std::move(kwargs));
-  throw Unsupported(BreakCode::UnsupportedCall, "call of " + describe(*fn));
+  // Another callable bound as a method (MethodType(f, self): an lru_cache wrapper on a class): f(self, *args).
+  args.insert(args.begin(), self);
+  return call_object(wrap_untracked(f), std::move(args), std::move(kwargs));
 }
 
 ValueRef Tracer::call_c_method(PyObject* descr, const ValueRef& self, std::vector<ValueRef> args, Kwargs kwargs) {
@@ -548,8 +550,23 @@ ValueRef Tracer::call_object(const ValueRef& fn, std::vector<ValueRef> args, Kwa
       if (constant) PyDict_SetItemString(kw.get(), k.c_str(), c.get());
     }
     if (constant) {
+      auto misses = [f] {
+        PyRef info = PyRef::steal(PyObject_CallMethod(f, "cache_info", nullptr));
+        PyRef n = info ? PyRef::steal(PyObject_GetAttrString(info.get(), "misses")) : PyRef();
+        const long v = n ? PyLong_AsLong(n.get()) : -1;
+        PyErr_Clear();
+        return v;
+      };
+      const long before = misses();
       PyRef out = PyRef::steal(PyObject_Call(f, argv.get(), kw.get()));
       if (!out) throw UserCodeError("a memoised function raised " + take_error_message());
+      if (misses() != before) {
+        // Its body ran (a first call: logger.warning_once logs and fills caches), which may change what this
+        // trace has already read and guarded: the trace starts over, and the call is then a cache hit.
+        Unsupported again(BreakCode::Other, "the first call of a memoised function ran its body");
+        again.trace_again = true;
+        throw again;
+      }
       return wrap_untracked(out.get());
     }
     PyRef wrapped = PyRef::steal(PyObject_GetAttrString(f, "__wrapped__"));

@@ -38,6 +38,9 @@ struct Unsupported : std::runtime_error {
   int depth = 0;          // 0: raised by the traced frame's own code; n: inside a function it inlined, n deep
   int root_instr = -1;    // the traced frame's instruction that was executing (a call, for depth > 0)
   int root_visit = 0;     // how many times that instruction had started executing, this one included
+  // The trace ran code for real that may have changed what it had read (the first call of a memoised function):
+  // tracing again, with that code's effects done, gives a consistent trace.
+  bool trace_again = false;
 };
 
 struct Value;

@@ -30,3 +30,15 @@ def assert_as_accurate_as_eager(out, model, inputs):
         reference = float64_model(model)(*to_float64(inputs))
         verdict = compare(out, model(*inputs), reference)
     assert verdict["within_tolerance"], verdict
+
+
+def pythonpath_with_this_fastcomp(*first):
+    """PYTHONPATH for a child interpreter that imports the fastcomp this process imported (a checkout's python/ with
+    a developer build, or site-packages after `pip install .`), after `first` and before the inherited entries."""
+    import importlib.util
+    import os
+
+    spec = importlib.util.find_spec("fastcomp")
+    paths = list(first) + ([os.path.dirname(os.path.dirname(spec.origin))] if spec and spec.origin else [])
+    return os.pathsep.join(paths + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+

@@ -10,7 +10,7 @@ import sys
 import time
 
 from tests.fuzz import harness
-from tests.fuzz.runner import ROOT
+from tests.helpers import pythonpath_with_this_fastcomp
 
 REPRO = '''\
 """fastcomp differential-fuzz repro: {cls}: {detail}
@@ -118,9 +118,7 @@ def _harness_source():
 
 def verify_repro(path, timeout=120):
     """Runs a repro file in a fresh process: True if it fails (non-zero exit, or a hang past `timeout`)."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (os.path.join(ROOT, "python"),
-                                                                  os.environ.get("PYTHONPATH")) if p),
-               OMP_NUM_THREADS="1")
+    env = dict(os.environ, PYTHONPATH=pythonpath_with_this_fastcomp(), OMP_NUM_THREADS="1")
     try:
         r = subprocess.run([sys.executable, path], env=env, capture_output=True, timeout=timeout)
     except subprocess.TimeoutExpired:

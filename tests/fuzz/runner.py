@@ -7,7 +7,6 @@ Each worker process gets a fresh FASTCOMP_CACHE_DIR (automatic-dynamic decisions
 bugs), and each program variant is compiled from a file name of its own, so decisions never carry over between
 programs either.
 """
-import importlib.util
 import json
 import os
 import select
@@ -17,6 +16,8 @@ import sys
 import tempfile
 import time
 import traceback
+
+from tests.helpers import pythonpath_with_this_fastcomp
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -179,9 +180,7 @@ class Worker:
 
 def _python_path():
     """The worker imports the same fastcomp as this process would (a checkout's python/ or site-packages)."""
-    spec = importlib.util.find_spec("fastcomp")
-    paths = [ROOT] + ([os.path.dirname(os.path.dirname(spec.origin))] if spec and spec.origin else [])
-    return os.pathsep.join(paths + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return pythonpath_with_this_fastcomp(ROOT)
 
 
 def _status_name(rc):

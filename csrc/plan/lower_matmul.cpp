@@ -4,6 +4,7 @@
 // stride; otherwise a contiguous copy is made first. The pointwise ops that follow read the result in the next
 // kernel.
 #include <optional>
+#include <utility>
 
 #include "plan/lowering.h"
 
@@ -81,6 +82,29 @@ int output_buffer(Lowerer& L, const graph::Node& n) {
   return id;
 }
 
+// D = A @ B (+ bias as cuBLASLt's epilogue when `bias` >= 0), A and B unbatched, D row-major: F.linear's and
+// addmm's product.
+void add_biased_product(Lowerer& L, DType t, int a, const Matrices& am, int b, const Matrices& bm, int bias, int d,
+                        graph::NodeId node) {
+  MatmulStep s;
+  s.dtype = t;
+  s.m = am.rows;
+  s.k = am.cols;
+  s.n = bm.cols;
+  s.a = a;
+  s.a_row_stride = am.row_stride;
+  s.a_col_stride = am.col_stride;
+  s.b = b;
+  s.b_row_stride = bm.row_stride;
+  s.b_col_stride = bm.col_stride;
+  s.bias = bias;
+  s.epilogue = bias >= 0 ? MatmulStep::Epilogue::Bias : MatmulStep::Epilogue::None;
+  s.d = d;
+  s.d_row_stride = s.n;
+  s.node = node;
+  L.add_matmul(s);
+}
+
 bool lower_linear(Lowerer& L, const graph::Node& n) {
   CallArgs args(n);
   const graph::Arg* x = args.get(0, "input");
@@ -108,23 +132,10 @@ bool lower_linear(Lowerer& L, const graph::Node& n) {
   if (small_linear(L, {t, a, wb, bias_buffer, d, am->rows, wm->rows, am->cols, am->row_stride, am->col_stride,
                        wm->row_stride, wm->col_stride}))
     return true;
-  MatmulStep s;
-  s.dtype = t;
-  s.m = am->rows;
-  s.k = am->cols;
-  s.n = wm->rows;
-  s.a = a;
-  s.a_row_stride = am->row_stride;
-  s.a_col_stride = am->col_stride;
-  s.b = wb;  // B = W^T: B[k][n] = W[n][k]
-  s.b_row_stride = wm->col_stride;
-  s.b_col_stride = wm->row_stride;
-  s.bias = bias_buffer;
-  s.epilogue = bias_buffer >= 0 ? MatmulStep::Epilogue::Bias : MatmulStep::Epilogue::None;
-  s.d = d;
-  s.d_row_stride = s.n;
-  s.node = n.id;
-  L.add_matmul(s);
+  Matrices b = *wm;  // B = W^T: B[k][n] = W[n][k]
+  std::swap(b.rows, b.cols);
+  std::swap(b.row_stride, b.col_stride);
+  add_biased_product(L, t, a, *am, wb, b, bias_buffer, d, n.id);
   return true;
 }
 
@@ -146,23 +157,7 @@ bool lower_addmm(Lowerer& L, const graph::Node& n) {
   auto am = operand(L, &a, true, {});
   auto wm = operand(L, &w, false, {});
   if (!am || !wm) return false;
-  MatmulStep s;
-  s.dtype = t;
-  s.m = am->rows;
-  s.k = am->cols;
-  s.n = wm->cols;
-  s.a = a;
-  s.a_row_stride = am->row_stride;
-  s.a_col_stride = am->col_stride;
-  s.b = w;
-  s.b_row_stride = wm->row_stride;
-  s.b_col_stride = wm->col_stride;
-  s.bias = bias_buffer;
-  s.epilogue = MatmulStep::Epilogue::Bias;
-  s.d = output_buffer(L, n);
-  s.d_row_stride = s.n;
-  s.node = n.id;
-  L.add_matmul(s);
+  add_biased_product(L, t, a, *am, w, *wm, bias_buffer, output_buffer(L, n), n.id);
   return true;
 }
 

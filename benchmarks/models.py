@@ -38,7 +38,7 @@ def _hf(name):
     }[name]()
 
 
-def _torchvision_beside_a_cpu_torch():
+def import_torchvision_beside_a_cpu_torch():
     """PyPI's torchvision (which timm and transformers import) is a CUDA build: beside a CPU build of torch its ops
     library cannot load and its import fails registering fake kernels for two ops; their schemas defined first let
     the Python parts import. Does nothing where torchvision imports (the GPU machine)."""
@@ -54,14 +54,15 @@ def _torchvision_beside_a_cpu_torch():
     lib = torch.library.Library("torchvision", "DEF")
     lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
     lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    _KEEP.append(lib)
+    _KEEP.append(lib)  # a Library takes its definitions back when it is collected
+    import torchvision  # noqa: F401, F811
 
 
 _KEEP = []
 
 
 def build(name):
-    _torchvision_beside_a_cpu_torch()
+    import_torchvision_beside_a_cpu_torch()
     if name.startswith("timm-"):
         import timm
 
@@ -184,7 +185,7 @@ def environment():
 
     import torch
 
-    _torchvision_beside_a_cpu_torch()
+    import_torchvision_beside_a_cpu_torch()
     info = {"python": platform.python_version(), "torch": torch.__version__,
             "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "none"}
     for lib in ("transformers", "timm"):

@@ -90,11 +90,10 @@ def test_training_step_with_labels_captures_whole_and_matches_eager(name):
     method) is one graph; loss and every gradient equal eager's."""
     import copy
 
-    specs = [m for m in zoo.transformers_models() if m.name == name] if _has("transformers") else []
-    if not specs:
-        pytest.skip("transformers is not installed")
+    pytest.importorskip("transformers")
+    (spec,) = [m for m in zoo.transformers_models() if m.name == name]
     torch.manual_seed(0)
-    model = specs[0].build().train()
+    model = spec.build().train()
     twin = copy.deepcopy(model)
     compiled = fastcomp.compile(twin)
     ids = zoo._ids(2, 16)
@@ -112,10 +111,3 @@ def test_training_step_with_labels_captures_whole_and_matches_eager(name):
     for n, p in twin.named_parameters():
         torch.testing.assert_close(p.grad, grads[n].grad, rtol=1e-5, atol=1e-6, msg=n)
 
-
-def _has(module):
-    try:
-        __import__(module)
-        return True
-    except Exception:  # noqa: BLE001 - missing or not importable here
-        return False

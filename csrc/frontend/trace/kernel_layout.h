@@ -13,16 +13,16 @@
 
 namespace fastcomp::frontend {
 
-/** `meta_out`, the meta result of `target(*meta_args, **meta_kwargs)` (borrowed), re-strided to the layout the
-    kernel gives, when a tensor argument is not laid out row-major and a run of the kernel on CPU tensors of
-    the same layouts (the same sizes when small, else sizes above 1 cut to 2) lays a dense result out
-    otherwise; null when the meta result stands. Leaves no Python error set and the random number generator
-    as it was. */
 /** `target(*args, **kwargs)` run for real while tracing (on CPU tensors, or on no tensors at all), with torch's
     CPU random number generator given back as it was: a random op run at trace time must not change what the
     program draws at run time. Null with the Python error set when the call raised. */
 PyRef call_keeping_rng(PyObject* target, PyObject* args, PyObject* kwargs);
 
+/** `meta_out`, the meta result of `target(*meta_args, **meta_kwargs)` (borrowed; `name` as in the graph,
+    "torch.xlogy"), re-strided to the layout the kernel gives, when a tensor argument is not laid out row-major
+    and a run of the kernel on CPU tensors of the same layouts (the same sizes when small, else sizes above 1 cut
+    to 2) lays a dense result out otherwise; null when the meta result stands (and always for an op that picks
+    its kernel by size: SDPA). Leaves no Python error set and the random number generator as it was. */
 PyRef kernel_layout(const std::string& name, PyObject* target, PyObject* meta_args, PyObject* meta_kwargs,
                     PyObject* meta_out);
 

@@ -463,3 +463,43 @@ def test_an_lru_cache_method_of_a_global_object_is_called_once_and_guarded_throu
             same(compiled(x), x * 2)
     assert (cc.frame_count, cc.graph_count, cc.break_count) == (1, 1, 0)  # the bound method is never guarded as itself
     assert calls == ["slow path"]
+
+
+_CACHED_NAMES = []
+
+
+def _names_once():
+    return _CACHED_NAMES  # an existing list: what the program changes in it stays changed
+
+
+def test_new_containers_returned_by_calls_made_while_tracing_are_new_on_every_call():
+    # sorted(), str.split() and dict(zip()) of constants run at trace time; their results are new objects on every
+    # call of the program, so a change after a graph break must not carry over to the next call (fuzz seed 2, #354).
+    def f(x):
+        order = sorted(x.shape, reverse=True)
+        words = "a b c".split()
+        table = dict(zip("xy", (1, 2)))
+        total = x.sum().item()  # a graph break: the containers cross it
+        order.pop()
+        words.append(str(len(words)))
+        table["z"] = len(table)
+        return x + total, order, words, table
+
+    check(f, rand(4, 3), calls=4)
+
+
+def test_existing_containers_returned_by_calls_keep_their_identity():
+    import functools
+
+    cached = functools.lru_cache(maxsize=None)(lambda: _CACHED_NAMES)
+
+    def f(x):
+        names = cached()
+        names.append("n")  # the memoised list itself grows, as in eager
+        return x * len(names)
+
+    compiled = fastcomp.compile(f)
+    for n in range(1, 4):
+        torch.testing.assert_close(compiled(torch.ones(2)), torch.full((2,), 2.0 * n - 1))
+        torch.testing.assert_close(f(torch.ones(2)), torch.full((2,), 2.0 * n))
+    assert _CACHED_NAMES == ["n"] * 6

@@ -140,7 +140,7 @@ ValueRef Tracer::call_builtin(PyObject* fn, std::vector<ValueRef>& args, Kwargs&
       PyObject* known = known_exception();
       throw UserCodeError("builtin call raised " + take_error_message(), known);
     }
-    return wrap_untracked(out.get());
+    return wrap_call_result(out.get());
   };
   auto kwarg = [&](const char* name) -> ValueRef {
     for (auto& [k, v] : kwargs)
@@ -429,7 +429,7 @@ ValueRef Tracer::call_builtin(PyObject* fn, std::vector<ValueRef>& args, Kwargs&
         PyObject* known = known_exception();
         throw UserCodeError(take_error_message(), known);
       }
-      return wrap_untracked(out.get());
+      return wrap_call_result(out.get());
     }
     case B::id: {
       if (args.size() != 1) throw type_error("id() takes exactly one argument");

@@ -145,7 +145,7 @@ ValueRef Tracer::subscript(const ValueRef& obj, const ValueRef& key) {
                           : type && PyErr_GivenExceptionMatches(type, PyExc_TypeError) ? PyExc_TypeError : nullptr;
         throw UserCodeError(take_error_message(), known);
       }
-      return wrap_untracked(out.get());
+      return wrap_call_result(out.get());
     }
     default: break;
   }

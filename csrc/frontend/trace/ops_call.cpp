@@ -442,7 +442,7 @@ ValueRef Tracer::call_c_method(PyObject* descr, const ValueRef& self, std::vecto
           if (type && PyErr_GivenExceptionMatches(type, t)) known = t;
         throw UserCodeError(take_error_message(), known);
       }
-      return wrap_untracked(out.get());
+      return wrap_call_result(out.get());
     }
   }
   throw Unsupported(BreakCode::UnsupportedCall,
@@ -567,7 +567,7 @@ ValueRef Tracer::call_object(const ValueRef& fn, std::vector<ValueRef> args, Kwa
         again.trace_again = true;
         throw again;
       }
-      return wrap_untracked(out.get());
+      return wrap_call_result(out.get());
     }
     PyRef wrapped = PyRef::steal(PyObject_GetAttrString(f, "__wrapped__"));
     if (!wrapped) throw Unsupported(BreakCode::UnsupportedCall, "an lru_cache function without __wrapped__");

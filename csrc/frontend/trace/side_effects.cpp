@@ -116,6 +116,12 @@ bool Tracer::defer_if_logging(PyObject* fn, const ValueRef& self, const std::str
 
 void Tracer::note_mutation(const ValueRef& v) {
   if (v->source < 0 || v->mutated) return;
+  if ((v->is(VKind::List) || v->is(VKind::Dict)) && guards_.sources.at(v->source).kind == SourceKind::ConstObject)
+    // Its contents were read without guards (wrap_untracked: a library's table, a memoised function's result), so
+    // the next call could find them changed; writing this trace's final contents back would undo that change.
+    throw Unsupported(BreakCode::UnsupportedValue,
+                      fmt::format("changes {}, a {} the trace read without guards on its contents",
+                                  guards_.sources.name(v->source), v->is(VKind::List) ? "list" : "dict"));
   v->mutated = true;
   mutated_.push_back(v);
 }

@@ -100,6 +100,7 @@ class Tracer {
   // wrap.cpp: a real object read from `source` becomes a Value, with guards.
   ValueRef wrap(PyObject* obj, int source);
   ValueRef wrap_untracked(PyObject* obj);  // an object with no source (e.g. a torch module attribute)
+  ValueRef wrap_call_result(PyObject* obj);  // what a call the trace made for real returned (new containers stay new)
   ValueRef dict_key(PyObject* key);          // a key of a dict read from the frame
   void guard(GuardKind kind, int source, PyObject* expected);
   void guard_length(int source, int64_t n);

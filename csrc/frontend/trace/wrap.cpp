@@ -191,6 +191,44 @@ ValueRef Tracer::wrap(PyObject* obj, int source) {
   return v;
 }
 
+// A call the trace makes for real (a builtin or a method of constants, a memoised function) returns either a new
+// object, which the program makes afresh on every call, or one that something else holds (a memoised function's
+// cached result, a class's table). Only this reference holding a list, dict or set (or a tuple of them) means it is
+// new: it is traced as a container made in the frame, so a graph break rebuilds it per call and the trace's changes
+// to it are not replayed onto the trace-time object (which would leak them into the next call).
+ValueRef Tracer::wrap_call_result(PyObject* obj) {
+  if (Py_REFCNT(obj) != 1 || is_constant(obj)) return wrap_untracked(obj);
+  auto item = [&](PyObject* o) { return wrap_call_result(o); };  // held only by `obj`: new as well
+  if (PyList_CheckExact(obj) || PyTuple_CheckExact(obj)) {
+    std::vector<ValueRef> items;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(obj); ++i) items.push_back(item(PySequence_Fast_ITEMS(obj)[i]));
+    return make_seq(PyList_CheckExact(obj) ? VKind::List : VKind::Tuple, std::move(items));
+  }
+  if (PyDict_CheckExact(obj)) {
+    ValueRef d = make_dict();
+    PyObject *k, *v;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(obj, &pos, &k, &v)) {
+      d->keys.push_back(dict_key(k));
+      d->items.push_back(item(v));
+    }
+    return d;
+  }
+  if (PyAnySet_CheckExact(obj)) {
+    PyRef items = PyRef::steal(PySequence_Tuple(obj));
+    if (!items) {
+      PyErr_Clear();
+      return wrap_untracked(obj);
+    }
+    std::vector<ValueRef> out;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(items.get()); ++i) out.push_back(wrap_untracked(PyTuple_GET_ITEM(items.get(), i)));
+    ValueRef s = make_seq(VKind::Set, std::move(out));
+    s->flag = PyFrozenSet_CheckExact(obj);
+    return s;
+  }
+  return wrap_untracked(obj);
+}
+
 ValueRef Tracer::dict_key(PyObject* k) {
   // Keys are compared with the real objects' own == and hash; the guard on the dict's keys keeps them the same.
   if (is_constant(k)) return make_const_borrowed(k);

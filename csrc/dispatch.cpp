@@ -55,11 +55,13 @@ std::string traceback_lines(const std::vector<std::string>& stack) {
   std::string text;
   for (const std::string& loc : stack) {
     auto colon = loc.rfind(':');
+    if (loc.empty() || colon == std::string::npos) continue;
     text += fmt::format("\n  File \"{}\", line {}", loc.substr(0, colon), loc.substr(colon + 1));
     std::string line = source_line(loc);
     if (!line.empty()) text += "\n    " + line;
   }
-  return text;
+  // A value that cannot leave the compiled code is found where it hands values back, at no one instruction.
+  return text.empty() ? "\n  (where the compiled code hands its values back: its return, a store, or a graph break)" : text;
 }
 
 // The break's code, headline and reason, the user's stack from the compiled function down to it, and the hint.

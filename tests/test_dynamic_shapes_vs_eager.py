@@ -277,3 +277,16 @@ def test_a_view_inside_try_that_needs_sizes_to_divide_evenly():
     # 6 * 6 and 7 * 6 divide by 6, 7 * 7 does not: the except branch must run there, as eagerly.
     for dynamic in (None, True):
         like_eager(f, [(torch.randn(1, a, b),) for a, b in ((6, 6), (7, 6), (6, 7), (7, 7), (5, 5))], dynamic=dynamic)
+
+
+def test_a_view_of_a_computed_size_inside_try_checks_each_size_alone():
+    # 2 * 2 * 3 divides by 4, and so does every multiple the probes try; 2 * 3 * 3 does not (fuzz seed 2, #12388).
+    def f(x):
+        y = torch.cat([x, x], -1)
+        try:
+            z = y.view(-1, 4)
+        except RuntimeError:
+            z = y.reshape(-1)
+        return z
+
+    like_eager(f, [(torch.randn(a, b),) for a, b in ((2, 3), (3, 3), (2, 4), (4, 6))], dynamic=True)

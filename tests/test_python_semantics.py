@@ -503,3 +503,105 @@ def test_existing_containers_returned_by_calls_keep_their_identity():
         torch.testing.assert_close(compiled(torch.ones(2)), torch.full((2,), 2.0 * n - 1))
         torch.testing.assert_close(f(torch.ones(2)), torch.full((2,), 2.0 * n))
     assert _CACHED_NAMES == ["n"] * 6
+
+
+def test_forward_hooks_and_pre_hooks_are_traced_in_call_order():
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        def forward(self, x, scale=1.0):
+            return self.lin(x) * scale
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = Block(), Block()
+
+        def forward(self, x):
+            return self.b(self.a(x), scale=2.0)
+
+    torch.manual_seed(0)
+    net = Net()
+    net.a.register_forward_pre_hook(lambda m, args: (args[0] + 1,))
+    net.a.register_forward_hook(lambda m, args, out: setattr(m, "seen", out) or out.relu())
+    net.b.register_forward_pre_hook(lambda m, args, kwargs: (args, {"scale": kwargs["scale"] * 3}), with_kwargs=True)
+    net.b.register_forward_hook(lambda m, args, kwargs, out: out - kwargs["scale"], with_kwargs=True)
+    net.b.register_forward_hook(lambda m, args, out: None)  # None keeps the output
+    compiled = fastcomp.compile(net)
+    with CompileCounter() as cc:
+        for _ in range(3):
+            x = torch.randn(2, 4)
+            expected, eager_seen = net(x), net.a.seen
+            same(compiled(x), expected)
+            same(net.a.seen, eager_seen)  # the hook saw what eager's hook saw
+    # The first compile runs while `seen` is already an attribute (eager ran first): nothing to recompile.
+    assert (cc.frame_count, cc.graph_count, cc.break_count) == (1, 1, 0), cc.records
+
+
+def test_adding_or_removing_a_hook_recompiles():
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh())
+    compiled = fastcomp.compile(net)
+    x = torch.randn(2, 4)
+    same(compiled(x), net(x))
+    handle = net[0].register_forward_hook(lambda m, args, out: out * 10)
+    with CompileCounter() as cc:
+        same(compiled(x), net(x))
+        handle.remove()
+        same(compiled(x), net(x))
+    assert cc.frame_count == 1, cc.records  # the hook added: one compile; removed: the first compile again
+
+
+def test_a_module_with_backward_hooks_runs_in_cpython():
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 4))
+    grads = []
+    net[0].register_full_backward_hook(lambda m, gin, gout: grads.append(gout[0]))
+    x = torch.randn(2, 4, requires_grad=True)
+    fastcomp.compile(net)(x).sum().backward()
+    assert len(grads) == 1
+
+
+def test_torch_loss_and_activation_modules_built_inside_forward_are_traced():
+    def f(x, target):
+        act = torch.nn.GELU(approximate="tanh")
+        loss = torch.nn.CrossEntropyLoss(label_smoothing=0.1)
+        return loss(act(x), target)
+
+    compiled = fastcomp.compile(f)
+    with CompileCounter() as cc:
+        for _ in range(3):
+            x, t = torch.randn(4, 5, requires_grad=True), torch.randint(0, 5, (4,))
+            got, want = compiled(x, t), f(x, t)
+            same(got, want)
+            g1, = torch.autograd.grad(got, x)
+            g2, = torch.autograd.grad(want, x)
+            same(g1, g2)
+    assert (cc.frame_count, cc.graph_count, cc.break_count) == (1, 1, 0), cc.records
+
+
+def test_a_module_built_inside_the_function_is_new_on_every_call():
+    def f(x):
+        m = torch.nn.ReLU()
+        return m(x), m
+
+    compiled = fastcomp.compile(f)
+    x = torch.randn(3)
+    (a, m1), (b, m2) = compiled(x), compiled(x)
+    same(a, x.relu()), same(b, x.relu())
+    assert type(m1) is torch.nn.ReLU and m1 is not m2
+
+
+def test_a_module_with_parameters_built_inside_the_function_draws_as_eager():
+    def f(x):
+        return torch.nn.Linear(3, 2)(x)
+
+    compiled = fastcomp.compile(f)
+    for seed in range(2):
+        x = torch.randn(4, 3)
+        torch.manual_seed(seed)
+        want = f(x)
+        torch.manual_seed(seed)
+        same(compiled(x), want)

@@ -68,15 +68,6 @@ bool is_pure_library_function(PyObject* fn) {
   return m == "math" || m == "_operator" || m == "operator";
 }
 
-// The exception class CPython raised (one the trace can match in an `except` clause), or null.
-PyObject* known_exception() {
-  PyObject* type = PyErr_Occurred();
-  for (PyObject* t : {PyExc_ValueError, PyExc_TypeError, PyExc_IndexError, PyExc_KeyError, PyExc_AttributeError,
-                      PyExc_ZeroDivisionError, PyExc_OverflowError})
-    if (type && PyErr_GivenExceptionMatches(type, t)) return t;
-  return nullptr;
-}
-
 bool dict_like(const Value& v) {
   return v.is(VKind::Dict) ||
          (v.is(VKind::UserObject) && PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(v.obj.get()), &PyDict_Type));

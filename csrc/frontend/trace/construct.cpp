@@ -3,6 +3,7 @@
 // context managers, namedtuples, and the builtin classes (builtins.cpp).
 #include <fmt/format.h>
 
+#include "frontend/trace/kernel_layout.h"
 #include "frontend/trace/torch_refs.h"
 #include "cpython/gil_once.h"
 #include "frontend/trace/tracer.h"
@@ -108,7 +109,7 @@ ValueRef Tracer::construct(const ValueRef& cls_value, std::vector<ValueRef> args
   }
   if (!(cls->tp_flags & Py_TPFLAGS_HEAPTYPE)) return call_builtin(f, args, kwargs);
   if (T.is_module(f) || PyType_IsSubtype(cls, reinterpret_cast<PyTypeObject*>(T.module_type.get())))
-    throw Unsupported(BreakCode::UnsupportedCall, fmt::format("constructing an nn.Module ({}) inside the function", cls->tp_name));
+    return construct_stateless_module(cls, args, kwargs);
   if (PyType_IsSubtype(cls, reinterpret_cast<PyTypeObject*>(T.tensor_type.get())))
     throw Unsupported(BreakCode::UnsupportedCall, fmt::format("constructing a tensor subclass ({})", cls->tp_name));
 
@@ -153,6 +154,48 @@ ValueRef Tracer::construct(const ValueRef& cls_value, std::vector<ValueRef> args
   }
   throw Unsupported(BreakCode::UnsupportedCall, fmt::format("constructing an object of class {} (its __init__ is {})",
                                                             cls->tp_name, init ? Py_TYPE(init)->tp_name : "missing"));
+}
+
+// `loss_fct = nn.CrossEntropyLoss()` in a forward: torch's own modules that hold no parameters or buffers, built
+// from constants, are built for real once at trace time; the trace calls that one. Such a constructor's result
+// depends only on its arguments, and its forward reads only what the constructor set. The object must not leave
+// the trace (every eager call makes a new one): convert_output refuses it. Modules from elsewhere (whose __init__
+// may read anything) and modules with state stay a graph break.
+ValueRef Tracer::construct_stateless_module(PyTypeObject* cls, const std::vector<ValueRef>& args, const Kwargs& kwargs) {
+  auto refuse = [&](const std::string& why) {
+    return Unsupported(BreakCode::UnsupportedCall, fmt::format("constructing an nn.Module ({}) inside the function: {}",
+                                                               cls->tp_name, why));
+  };
+  PyRef module_name = PyRef::steal(PyObject_GetAttrString(reinterpret_cast<PyObject*>(cls), "__module__"));
+  if (!module_name) PyErr_Clear();
+  const std::string where = module_name && PyUnicode_Check(module_name.get()) ? utf8(module_name.get()) : "";
+  if (where.rfind("torch.", 0) != 0) throw refuse("only torch's own modules without parameters are built in a trace");
+  PyRef argv = PyRef::steal(PyTuple_New(args.size()));
+  for (size_t i = 0; i < args.size(); ++i) {
+    PyRef c = args[i]->is(VKind::Object) ? PyRef() : as_python_constant(args[i]);
+    if (!c) throw refuse("an argument is not a constant");
+    PyTuple_SET_ITEM(argv.get(), i, c.release());
+  }
+  PyRef kw = PyRef::steal(PyDict_New());
+  for (const auto& [k, v] : kwargs) {
+    PyRef c = v->is(VKind::Object) ? PyRef() : as_python_constant(v);
+    if (!c) throw refuse(fmt::format("argument '{}' is not a constant", k));
+    PyDict_SetItemString(kw.get(), k.c_str(), c.get());
+  }
+  PyRef module = call_keeping_rng(reinterpret_cast<PyObject*>(cls), argv.get(), kw.get());
+  if (!module) {
+    PyObject* known = known_exception();
+    throw UserCodeError(take_error_message(), known);
+  }
+  for (const char* state : {"parameters", "buffers"}) {
+    PyRef items = PyRef::steal(PyObject_CallMethod(module.get(), state, nullptr));
+    PyRef first = items ? PyRef::steal(PyIter_Next(items.get())) : PyRef();
+    if (PyErr_Occurred()) PyErr_Clear();
+    if (!items || first) throw refuse(fmt::format("it has {}", state));
+  }
+  ValueRef v = make_object(module, -1);
+  v->made_in_trace = true;
+  return v;
 }
 
 ValueRef Tracer::make_namedtuple(PyTypeObject* cls, const std::vector<ValueRef>& args, const Kwargs& kwargs) {

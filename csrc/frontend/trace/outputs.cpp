@@ -221,6 +221,9 @@ graph::Arg Tracer::convert_output(const ValueRef& v) {
     default: {
       if (v->is(VKind::Const) && v->flag)
         throw Unsupported(BreakCode::UnsupportedValue, "the id() of an object the compiled code makes leaves it");
+      if (v->made_in_trace)
+        throw Unsupported(BreakCode::UnsupportedValue, describe(*v) + ", made inside the function, leaves the compiled code "
+                                                       "(returned, stored, or live across a graph break)");
       PyRef c = as_python_constant(v);
       if (!c) throw Unsupported(BreakCode::UnsupportedValue, "cannot return " + describe(*v) + " from a compiled function");
       return graph::Arg::of_const(c);

@@ -421,20 +421,24 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
     return point;
   };
   const std::string uneven = fmt::format("{} holds only at some sizes (they must divide evenly)", at);
-  // Each symbol alone only where no order of sizes matters (an op that clamps: see the orders below); all of them
-  // together keeps every order of their sizes.
+  // Each symbol alone (keeping the orders of sizes guarded below), then all of them together.
   // Only inside a `try`: elsewhere the graph raises eager's error at such sizes, as the op would.
   const bool caught = inside_catching_try();
-  auto check_uneven = [&](bool alone) {
+  // `at_most`: orders of two sizes the trace guarded (a <= b); a symbol one further past its partner's size would
+  // test that order, not divisibility, so it is checked only with the others.
+  auto check_uneven = [&](const std::vector<std::pair<int, int>>& at_most) {
     if (!caught) return false;
-    if (alone)
-      for (int s : unreplaced())
-        if (!agrees(*shapes, one_further({s}))) shapes_.specialize(s, uneven);
+    for (int s : unreplaced()) {
+      bool breaks_order = false;
+      for (auto [shorter, longer] : at_most)
+        breaks_order |= shorter == s && shapes_.symbol(s).hint >= shapes_.symbol(longer).hint;
+      if (!breaks_order && !agrees(*shapes, one_further({s}))) shapes_.specialize(s, uneven);
+    }
     if (std::vector<int> left = unreplaced(); !left.empty() && !agrees(*shapes, one_further(left)))
       for (int s : left) shapes_.specialize(s, uneven);
     return unreplaced().empty();
   };
-  if (call.unclamped) return check_uneven(/*alone=*/true) ? std::vector<SymShape>{} : finished(*shapes);
+  if (call.unclamped) return check_uneven({}) ? std::vector<SymShape>{} : finished(*shapes);
   // Pairs of symbols in both orders, just above the larger size (a clamp to the shorter of two sizes holds in
   // one order only): the order that agrees becomes a guard, and a pair that agrees in neither specialises the
   // call's symbols. Past four symbols, one point with their order reversed stands in for the pairs.
@@ -500,7 +504,7 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
       shapes_.require_at_most(s, good, fmt::format("{} behaves differently above {}", at, good));
     }
   }
-  return check_uneven(/*alone=*/false) ? std::vector<SymShape>{} : finished(*shapes);
+  return check_uneven(at_most) ? std::vector<SymShape>{} : finished(*shapes);
 }
 
 }  // namespace fastcomp::frontend

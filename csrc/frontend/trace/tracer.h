@@ -116,6 +116,12 @@ class Tracer {
   void note_requires_grad(bool requires_grad);  // a tensor that requires grad makes grad mode matter
   ValueRef call_module(const ValueRef& module, std::vector<ValueRef> args,
                        std::vector<std::pair<std::string, ValueRef>> kwargs);
+  struct ModuleHook {
+    ValueRef fn;
+    bool takes_kwargs;  // registered with with_kwargs=True
+  };
+  // The hooks of a module in `dict_name` (e.g. "_forward_hooks"), in calling order, with guards that they stay.
+  std::vector<ModuleHook> module_hooks(const ValueRef& module, const char* dict_name, const char* with_kwargs_name);
 
   // ops_load_store.cpp
   ValueRef load_global(PyObject* name);
@@ -175,6 +181,8 @@ class Tracer {
   ValueRef new_instance(PyTypeObject* cls);  // object.__new__(cls)
   // object.__reduce_ex__ / __reduce__ / __getstate__ of a plain instance (how copy.deepcopy and pickle take it apart).
   ValueRef object_reduce(const ValueRef& self, const std::string& name, const std::vector<ValueRef>& args);
+  ValueRef construct_stateless_module(PyTypeObject* cls, const std::vector<ValueRef>& args,
+                                      const std::vector<std::pair<std::string, ValueRef>>& kwargs);
   ValueRef make_namedtuple(PyTypeObject* cls, const std::vector<ValueRef>& args,
                            const std::vector<std::pair<std::string, ValueRef>>& kwargs);
   // A builtin class's method called on the class (object.__new__(cls), tuple.__new__(cls, it)); null if not modelled.

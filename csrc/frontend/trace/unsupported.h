@@ -64,4 +64,13 @@ inline UserCodeError index_error(const std::string& what) { return UserCodeError
 inline UserCodeError value_error(const std::string& what) { return UserCodeError(what, PyExc_ValueError); }
 inline UserCodeError stop_iteration() { return UserCodeError("StopIteration", PyExc_StopIteration); }
 
+// The class of the pending Python exception when it is one the trace can match in an `except` clause, or null.
+inline PyObject* known_exception() {
+  PyObject* type = PyErr_Occurred();
+  for (PyObject* t : {PyExc_ValueError, PyExc_TypeError, PyExc_IndexError, PyExc_KeyError, PyExc_AttributeError,
+                      PyExc_ZeroDivisionError, PyExc_OverflowError})
+    if (type && PyErr_GivenExceptionMatches(type, t)) return t;
+  return nullptr;
+}
+
 }  // namespace fastcomp::frontend

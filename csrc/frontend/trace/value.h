@@ -89,6 +89,7 @@ struct Value {
   ValueRef inst_dict;
   bool inst_dict_complete = false;
   bool mutated = false;  // an object from outside the trace that the trace changed (see Tracer::note_mutation)
+  bool made_in_trace = false;  // Object: built for real at trace time (construct_stateless_module); must not leave it
 
   bool is(VKind k) const { return kind == k; }
 };

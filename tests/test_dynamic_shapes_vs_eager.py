@@ -1,6 +1,7 @@
 """Dynamic shapes against eager, on the programs differential testing found wrong (issue 26): every result the
 trace depends on is guarded or computed on each call. Each test calls the compiled function at the sizes that
 broke it, in order, and compares every result (values, shapes, strides, Python types) with eager's."""
+import os
 import time
 
 import pytest
@@ -290,3 +291,28 @@ def test_a_view_of_a_computed_size_inside_try_checks_each_size_alone():
         return z
 
     like_eager(f, [(torch.randn(a, b),) for a, b in ((2, 3), (3, 3), (2, 4), (4, 6))], dynamic=True)
+
+
+EXPANDED_PROGRAM = """
+import resource, torch, fastcomp
+x = torch.randn(1, 9, 9, 9, dtype=torch.float64).expand(4, 9, 9, 9)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+out = fastcomp.compile(lambda t: t.sigmoid(), dynamic=True)(x)
+torch.testing.assert_close(out, x.sigmoid(), rtol=0, atol=0)
+assert out.stride() == x.sigmoid().stride()
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
+"""
+
+
+def test_probing_an_op_on_an_expanded_input_allocates_little():
+    # The expanded dimension spans no memory, but the op's result has all its elements: probe sizes 2**20 times
+    # larger made 6 GB results while tracing (fuzz seed 2, #16453).
+    import subprocess
+    import sys
+
+    from tests.helpers import pythonpath_with_this_fastcomp
+
+    out = subprocess.run([sys.executable, "-c", EXPANDED_PROGRAM], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=pythonpath_with_this_fastcomp()))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert int(out.stdout) < 256, f"tracing grew the peak RSS by {out.stdout.strip()} MB"

@@ -45,13 +45,16 @@ int64_t span(const std::vector<int64_t>& sizes, const std::vector<int64_t>& stri
   return n;
 }
 
-// A real CPU tensor of ones standing in for the meta tensor `m`: its own sizes and strides when it spans few
-// elements (`*exact`), else sizes cut to 2 with the strides of broadcast (0) and size-1 dimensions kept and
-// the others dense in the order of `m`'s strides.
+// A real CPU tensor of ones standing in for the meta tensor `m`: its own sizes and strides when it has few
+// elements and spans few (`*exact`; an expanded tensor spans few, but an op's result on it has all of its elements),
+// else sizes cut to 2 with the strides of broadcast (0) and size-1 dimensions kept and the others dense in the order
+// of `m`'s strides.
 PyRef stand_in(const graph::TensorMeta& m, bool* exact) {
   const auto& T = torch_refs();
   std::vector<int64_t> sizes = m.sizes, strides = m.strides;
-  if (span(sizes, strides) > kExactSpan) {
+  int64_t elements = 1;
+  for (int64_t s : sizes) elements = s > 0 && elements > kExactSpan / s ? kExactSpan + 1 : elements * s;
+  if (span(sizes, strides) > kExactSpan || elements > kExactSpan) {
     for (int64_t s : m.sizes)
       if (s == 0) return {};
     *exact = false;

@@ -157,3 +157,51 @@ def test_model_on_cuda_captures_whole_and_matches_eager(spec, mode):
                 inputs = _to(spec.inputs(first), "cuda")
                 assert_close_on_cuda(call(compiled, inputs), call(model, inputs))
         assert cc.frame_count == 0, cc.records
+
+
+def _padded_text(seq):
+    mask = torch.ones(2, seq, dtype=torch.long)
+    mask[0, -seq // 3:] = 0  # the first sequence is padded
+    return {"input_ids": zoo._ids(2, seq), "attention_mask": mask}
+
+
+def _usage_variants():
+    """How users call these models beyond input_ids: padding masks, classification labels (the loss module is built
+    inside forward), hidden states and attentions (forward hooks the library installs), tuples instead of
+    ModelOutputs."""
+    try:
+        import transformers as T
+    except Exception as e:  # noqa: BLE001
+        return [pytest.param(None, None, id="transformers", marks=pytest.mark.skip(reason=str(e)))]
+    bert = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128, vocab_size=zoo.VOCAB)
+    llama = dict(bert, num_key_value_heads=2)
+    gpt2 = dict(n_layer=2, n_embd=64, n_head=4, vocab_size=zoo.VOCAB, n_positions=128)
+    return [
+        pytest.param(lambda: T.GPT2LMHeadModel(T.GPT2Config(**gpt2)), _padded_text, id="gpt2-padding-mask"),
+        pytest.param(lambda: T.LlamaModel(T.LlamaConfig(**llama)), _padded_text, id="llama-padding-mask"),
+        pytest.param(lambda: T.BertForSequenceClassification(T.BertConfig(**bert)),
+                     lambda seq: {"input_ids": zoo._ids(2, seq), "labels": torch.randint(0, 2, (2,))},
+                     id="bert-classification-labels"),
+        pytest.param(lambda: T.BertModel(T.BertConfig(**bert)),
+                     lambda seq: {"input_ids": zoo._ids(2, seq), "output_hidden_states": True,
+                                  "output_attentions": True}, id="bert-hidden-states-attentions"),
+        pytest.param(lambda: T.LlamaModel(T.LlamaConfig(**llama)),
+                     lambda seq: {"input_ids": zoo._ids(2, seq), "output_hidden_states": True}, id="llama-hidden-states"),
+        pytest.param(lambda: T.GPT2Model(T.GPT2Config(**gpt2)),
+                     lambda seq: {"input_ids": zoo._ids(2, seq), "return_dict": False}, id="gpt2-tuple-output"),
+    ]
+
+
+@pytest.mark.parametrize("build, inputs", _usage_variants())
+def test_usage_variants_capture_whole_and_match_eager(build, inputs):
+    torch.manual_seed(0)
+    model = build().eval()
+    with torch.no_grad():
+        call(model, inputs(16))  # eager first: a library that installs hooks on its first call has done so
+        compiled = fastcomp.compile(model)
+        with CompileCounter() as cc:
+            for _ in range(3):
+                kw = inputs(16)
+                assert_same_output(call(compiled, kw), call(model, kw))
+    # One compile; classification stores its problem_type in the config on the first call, which eager made.
+    assert (cc.frame_count, cc.graph_count, cc.break_count) == (1, 1, 0), cc.records

@@ -293,6 +293,16 @@ def test_a_view_of_a_computed_size_inside_try_checks_each_size_alone():
     like_eager(f, [(torch.randn(a, b),) for a, b in ((2, 3), (3, 3), (2, 4), (4, 6))], dynamic=True)
 
 
+def test_cat_of_a_dynamic_and_a_static_tensor_stays_dynamic():
+    # A key/value cache grown by one decoding step: [B, H, n, D] and [B, H, 1, D] give n + 1.
+    def f(cache, step):
+        return torch.cat([cache, step], dim=-2) * 2
+
+    step = torch.randn(2, 3, 1, 4)
+    cc = like_eager(f, [(torch.randn(2, 3, n, 4), step) for n in (5, 6, 7, 9)])
+    assert cc.frame_count == 2, [r["guards"] for r in cc.records]
+
+
 EXPANDED_PROGRAM = """
 import resource, torch, fastcomp
 x = torch.randn(1, 9, 9, 9, dtype=torch.float64).expand(4, 9, 9, 9)

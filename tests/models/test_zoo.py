@@ -205,3 +205,24 @@ def test_usage_variants_capture_whole_and_match_eager(build, inputs):
                 assert_same_output(call(compiled, kw), call(model, kw))
     # One compile; classification stores its problem_type in the config on the first call, which eager made.
     assert (cc.frame_count, cc.graph_count, cc.break_count) == (1, 1, 0), cc.records
+
+
+@pytest.mark.parametrize("name", ["gpt2-lm-head", "llama-causal-lm-cache"])
+def test_greedy_generation_with_a_compiled_forward(name):
+    """model.forward compiled, then generate(): the prompt, the first step and the dynamic steps after it (the cache
+    grows by one static-length step each: cat of a dynamic and a static tensor) compile 3 entries, the tokens are
+    eager's, and a new prompt of the same length compiles nothing."""
+    pytest.importorskip("transformers")
+    (spec,) = [m for m in zoo.transformers_models() if m.name == name]
+    torch.manual_seed(0)
+    model = spec.build().eval()
+    prompts = [zoo._ids(2, 8) for _ in range(2)]
+    with torch.no_grad():
+        expected = [model.generate(p, max_new_tokens=12, do_sample=False, pad_token_id=0) for p in prompts]
+        model.forward = fastcomp.compile(model.forward)
+        with CompileCounter() as cc:
+            assert torch.equal(model.generate(prompts[0], max_new_tokens=12, do_sample=False, pad_token_id=0), expected[0])
+        assert (cc.frame_count, cc.break_count) == (3, 0), cc.records
+        with CompileCounter() as cc:
+            assert torch.equal(model.generate(prompts[1], max_new_tokens=12, do_sample=False, pad_token_id=0), expected[1])
+        assert cc.frame_count == 0, cc.records

@@ -140,15 +140,26 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
     }
     if (v->is(VKind::Tuple) || v->is(VKind::List)) {
       for (const auto& item : v->items) collect(item);
-      // A list of dynamic tensors of one rank (torch.cat's): each dimension's sum over them, tried after the
-      // items' own sizes.
-      bool same_rank = !v->items.empty();
-      for (const auto& item : v->items)
-        same_rank = same_rank && item->is(VKind::Tensor) && !item->shape.empty() &&
-                    item->shape.sizes.size() == v->items[0]->shape.sizes.size();
-      for (size_t d = 0; same_rank && d < v->items[0]->shape.sizes.size(); ++d) {
+      // A list of tensors of one rank, some dynamic (torch.cat's: a cache grown by one step's static keys): each
+      // dimension's sum over them, tried after the items' own sizes.
+      std::vector<std::vector<Sym>> sizes;
+      bool dynamic = false;
+      for (const auto& item : v->items) {
+        if (!item->is(VKind::Tensor) || !item->meta) break;
+        dynamic |= !item->shape.empty();
+        std::vector<Sym> its;
+        if (!item->shape.empty()) {
+          its = shapes_.resolve(item->shape).sizes;
+        } else {
+          for (int64_t n : meta_of_tensor(item->meta.get(), nullptr).sizes) its.push_back(graph::sym_const(n));
+        }
+        if (!sizes.empty() && its.size() != sizes[0].size()) break;
+        sizes.push_back(std::move(its));
+      }
+      const bool same_rank = dynamic && !sizes.empty() && sizes.size() == v->items.size();
+      for (size_t d = 0; same_rank && d < sizes[0].size(); ++d) {
         Sym sum = graph::sym_const(0);
-        for (const auto& item : v->items) sum = graph::sym_add(sum, shapes_.resolve(item->shape).sizes[d]);
+        for (const auto& its : sizes) sum = graph::sym_add(sum, its[d]);
         candidates.push_back(sum);
       }
     }

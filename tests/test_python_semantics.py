@@ -605,3 +605,20 @@ def test_a_module_with_parameters_built_inside_the_function_draws_as_eager():
         want = f(x)
         torch.manual_seed(seed)
         same(compiled(x), want)
+
+
+def test_double_star_dicts_override_and_calls_reject_repeated_keywords():
+    def g(x, **kw):
+        return x * kw.get("s", 1) + kw.get("b", 0)
+
+    def f(x):
+        base = {"s": 2}
+        merged = {**base, "s": 5, "t": 1, "t": 2}  # noqa: F601 - a literal's repeated key keeps the last value
+        try:
+            g(x, **base, **{"s": 3})
+            message = None
+        except TypeError as e:
+            message = str(e)
+        return g(x, **base, b=3), g(x, **{**base, "s": 5}), merged, {i % 2: x * i for i in range(4)}, message
+
+    check(f, rand(3), calls=2)

@@ -272,18 +272,16 @@ void step_build_or_call(Tracer& t, TraceFrame& f, const Instr& in) {
     case Op::BUILD_MAP: {
       std::vector<ValueRef> flat = t.pop_n(2 * in.arg);
       ValueRef d = make_seq(VKind::Dict, {});
-      for (int i = 0; i < in.arg; ++i) {
-        d->keys.push_back(flat[2 * i]);
-        d->items.push_back(flat[2 * i + 1]);
-      }
+      for (int i = 0; i < in.arg; ++i) dict_put(*d, flat[2 * i], flat[2 * i + 1]);  // {"a": 1, "a": 2}: one key
       t.push(d);
       return;
     }
     case Op::BUILD_CONST_KEY_MAP: {
       ValueRef keys = t.pop();
       std::vector<ValueRef> values = t.pop_n(in.arg);
-      ValueRef d = make_seq(VKind::Dict, std::move(values));
-      d->keys = t.unpack(keys, "unpack");
+      std::vector<ValueRef> names = t.unpack(keys, "unpack");
+      ValueRef d = make_seq(VKind::Dict, {});
+      for (size_t i = 0; i < names.size() && i < values.size(); ++i) dict_put(*d, names[i], values[i]);
       t.push(d);
       return;
     }
@@ -340,9 +338,7 @@ void step_build_or_call(Tracer& t, TraceFrame& f, const Instr& in) {
     case Op::MAP_ADD: {
       ValueRef value = t.pop();
       ValueRef key = t.pop();
-      ValueRef d = t.top(in.arg);
-      d->keys.push_back(key);
-      d->items.push_back(value);
+      dict_put(*t.top(in.arg), key, value);  // a comprehension's repeated key keeps its first place
       return;
     }
     case Op::DICT_UPDATE:
@@ -350,8 +346,25 @@ void step_build_or_call(Tracer& t, TraceFrame& f, const Instr& in) {
       ValueRef src = t.pop();
       if (!src->is(VKind::Dict)) throw Unsupported(BreakCode::UnsupportedValue, "** of " + describe(*src));
       ValueRef d = t.top(in.arg);
-      d->keys.insert(d->keys.end(), src->keys.begin(), src->keys.end());
-      d->items.insert(d->items.end(), src->items.begin(), src->items.end());
+      for (size_t i = 0; i < src->keys.size(); ++i) {
+        // DICT_MERGE builds a call's **kwargs: a keyword given twice is an error there, not an override.
+        if (in.op == Op::DICT_MERGE && dict_find(*d, *src->keys[i]) >= 0) {
+          PyRef k = t.as_python_constant(src->keys[i]);
+          // CPython names the function as module.qualname(); the stack is [..., fn, args, kwargs].
+          const ValueRef& fn = t.top(in.arg + 2);
+          std::string who;
+          if (fn->is(VKind::Function)) {
+            PyObject* module = fn->globals ? PyDict_GetItemString(fn->globals.get(), "__name__") : nullptr;
+            who = (module && PyUnicode_Check(module) ? utf8(module) + "." : "") + fn->name + "() ";
+          } else if (fn->is(VKind::Object) && PyFunction_Check(fn->obj.get())) {
+            PyObject* module = PyFunction_GET_MODULE(fn->obj.get());
+            PyObject* qualname = reinterpret_cast<PyFunctionObject*>(fn->obj.get())->func_qualname;
+            who = (module && PyUnicode_Check(module) ? utf8(module) + "." : "") + utf8(qualname) + "() ";
+          }
+          throw type_error(fmt::format("{}got multiple values for keyword argument '{}'", who, k ? py_str(k.get()) : "?"));
+        }
+        dict_put(*d, src->keys[i], src->items[i]);
+      }
       return;
     }
     case Op::UNPACK_SEQUENCE: {

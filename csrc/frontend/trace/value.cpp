@@ -104,6 +104,15 @@ int dict_find(const Value& dict, PyObject* key) {
   return dict_find(dict, k);
 }
 
+void dict_put(Value& dict, ValueRef key, ValueRef v) {
+  if (int i = dict_find(dict, *key); i >= 0) {
+    dict.items[i] = std::move(v);
+    return;
+  }
+  dict.keys.push_back(std::move(key));
+  dict.items.push_back(std::move(v));
+}
+
 ValueRef inst_dict_get(const Value& dict, PyObject* name) {
   int i = dict_find(dict, name);
   return i < 0 ? nullptr : dict.items[i];

@@ -112,6 +112,9 @@ bool same_key(const Value& a, const Value& b);
 // Index of `key` among a dict-like Value's keys (Dict, dict-derived UserObject), -1 when absent.
 int dict_find(const Value& dict, const Value& key);
 int dict_find(const Value& dict, PyObject* key);
+// d[key] = v with Python's dict semantics: an equal key keeps its place (and its first key object); a new one is
+// appended.
+void dict_put(Value& dict, ValueRef key, ValueRef v);
 // The value of attribute `name` in an instance-dict Value, null when absent (a Null Value when deleted).
 ValueRef inst_dict_get(const Value& dict, PyObject* name);
 void inst_dict_set(Value& dict, PyObject* name, ValueRef v);

@@ -622,3 +622,20 @@ def test_double_star_dicts_override_and_calls_reject_repeated_keywords():
         return g(x, **base, b=3), g(x, **{**base, "s": 5}), merged, {i % 2: x * i for i in range(4)}, message
 
     check(f, rand(3), calls=2)
+
+
+def test_an_integer_tensor_that_requires_grad_after_an_in_place_copy_runs_without_internal_error(recwarn):
+    # torch lets ints[i] = floats_that_require_grad make an int64 tensor require grad; no meta tensor can be made
+    # like it, so the code after the break runs in CPython (fuzz seed 2, #27274).
+    def f(x, ints):
+        ints[1:, -1] = x
+        total = x.sum().item()  # a graph break with `ints` live
+        return ints.numel() + total, ints.requires_grad
+
+    for _ in range(2):
+        x = torch.randn((), requires_grad=True).clone()
+        a, b = torch.randint(-4, 9, (3, 1)), None
+        b = a.clone()
+        same(fastcomp.compile(f)(x, a), f(x, b))
+        same(a, b)
+    assert not [w for w in recwarn if "internal error" in str(w.message)]

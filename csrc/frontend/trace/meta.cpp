@@ -6,6 +6,8 @@
 #include <stdexcept>
 
 #include "frontend/trace/torch_refs.h"
+#include "frontend/trace/unsupported.h"
+#include "support/pystr.h"
 
 namespace fastcomp::frontend {
 namespace {
@@ -52,6 +54,12 @@ PyRef make_meta_tensor(const graph::TensorMeta& meta) {
   PyDict_SetItemString(kwargs.get(), "device", T.meta_device.get());
   PyDict_SetItemString(kwargs.get(), "requires_grad", meta.requires_grad ? Py_True : Py_False);
   PyRef t = PyRef::steal(PyObject_Call(T.empty_strided.get(), args.get(), kwargs.get()));
+  if (!t && meta.requires_grad) {
+    // An integer tensor can require grad after an in-place copy from one that does (`ints[i] = floats`), but
+    // no tensor of that kind can be made: the code around it runs in CPython.
+    PyErr_Clear();
+    throw Unsupported(BreakCode::UnsupportedValue, fmt::format("a tensor of dtype {} that requires grad", py_str(meta.dtype.get())));
+  }
   if (!t) {
     PyErr_Clear();
     throw std::runtime_error(fmt::format("fastcomp: could not create a meta tensor of sizes [{}] and strides [{}]",

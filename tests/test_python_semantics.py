@@ -639,3 +639,30 @@ def test_an_integer_tensor_that_requires_grad_after_an_in_place_copy_runs_withou
         same(fastcomp.compile(f)(x, a), f(x, b))
         same(a, b)
     assert not [w for w in recwarn if "internal error" in str(w.message)]
+
+
+def test_sets_made_in_the_trace_iterate_in_cpythons_order():
+    # A set's order follows its hashes, its table size and its history (adds, removals, merges), not the order the
+    # trace added its items in.
+    def f(x):
+        s = set()
+        for k in ("q", "a", "m", 7, 1, "zz", 300):
+            s.add(k)
+        big = set(range(20))
+        for i in range(17):
+            big.discard(i)
+        merged = big | {"z", 3}
+        u = big.union(["k", "b"]).difference({18})
+        c = big.copy()
+        c.add(-1)
+        return list(s), list(big), sorted(merged, key=str), [v for v in u], tuple(c), x + len(s)
+
+    check(f, rand(2), calls=2)
+
+
+def test_a_set_of_tensors_is_iterated_in_cpython():
+    def f(x):
+        found = {x, x + 1}
+        return len(found), sorted(t.sum().item() for t in found)
+
+    check(f, rand(3), calls=2)

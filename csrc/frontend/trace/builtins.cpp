@@ -326,10 +326,8 @@ ValueRef Tracer::call_builtin(PyObject* fn, std::vector<ValueRef>& args, Kwargs&
     case B::set:
     case B::frozenset: {
       if (args.size() > 1 || !kwargs.empty()) throw type_error("set expected at most 1 argument");
-      ValueRef s = make_seq(VKind::Set, {});
-      if (!args.empty())
-        for (const ValueRef& item : unpack(args[0], "build a set from")) set_add(s, item);
-      s->flag = entry->second == B::frozenset;
+      ValueRef s = new_set(entry->second == B::frozenset);
+      if (!args.empty()) set_update(s, args[0]);
       return s;
     }
     case B::any:

@@ -34,7 +34,59 @@ void Tracer::set_add(const ValueRef& set, const ValueRef& item) {
   for (const ValueRef& have : set->items)
     if (same_key(*have, *item)) return;
   set->items.push_back(item);
+  if (set->set_order && (!item->is(VKind::Const) || PySet_Add(set->set_order.get(), item->obj.get()) < 0)) {
+    PyErr_Clear();
+    set->set_order = PyRef();  // an object's or a tensor's hash is its address: no order known at trace time
+  }
   note_mutation(set);
+}
+
+std::vector<ValueRef> Tracer::members(const ValueRef& v) {
+  return v->is(VKind::Set) ? v->items : unpack(v, "combine a set with");  // a set's own: no order needed
+}
+
+ValueRef Tracer::new_set(bool frozen) {
+  ValueRef s = make_seq(VKind::Set, {});
+  s->flag = frozen;
+  s->set_order = PyRef::steal(PySet_New(nullptr));
+  if (!s->set_order) PyErr_Clear();
+  return s;
+}
+
+void Tracer::set_update(const ValueRef& set, const ValueRef& items) {
+  // From another set CPython merges table to table (set_merge), which can size the table, and so order the items,
+  // otherwise than adding them one by one; from any other iterable it adds them one by one.
+  PyObject* real = items->is(VKind::Set) ? items->set_order.get()
+                   : items->is(VKind::Const) && PyAnySet_Check(items->obj.get()) ? items->obj.get() : nullptr;
+  if (!real || !set->set_order) {
+    for (const ValueRef& item : members(items)) set_add(set, item);
+    return;
+  }
+  PyRef order = std::move(set->set_order);
+  for (const ValueRef& item : members(items)) set_add(set, item);  // the order aside meanwhile
+  PyRef r = PyRef::steal(PyObject_CallMethod(order.get(), "update", "O", real));
+  if (!r) PyErr_Clear();
+  else set->set_order = std::move(order);
+}
+
+std::vector<ValueRef> Tracer::set_in_order(const Value& set) {
+  if (set.items.size() <= 1) return set.items;
+  if (!set.set_order)
+    throw Unsupported(BreakCode::UnsupportedValue,
+                      "iterating a set of objects or tensors (its order follows their addresses at run time)");
+  std::vector<ValueRef> out;
+  PyRef it = PyRef::steal(PyObject_GetIter(set.set_order.get()));
+  while (PyRef e = it ? PyRef::steal(PyIter_Next(it.get())) : PyRef()) {
+    for (const ValueRef& item : set.items)
+      if (item->obj.get() == e.get() || same_key(*item, *make_const_borrowed(e.get()))) {
+        out.push_back(item);
+        break;
+      }
+  }
+  PyErr_Clear();
+  if (out.size() != set.items.size())
+    throw Unsupported(BreakCode::Other, "fastcomp internal error: a set's order disagrees with its items");
+  return out;
 }
 
 ValueRef Tracer::container_method(const ValueRef& self, const std::string& name, std::vector<ValueRef>& args,
@@ -244,6 +296,11 @@ ValueRef Tracer::container_method(const ValueRef& self, const std::string& name,
       expect_args(name, args, 1, 1);
       for (size_t i = 0; i < self->items.size(); ++i)
         if (same_key(*self->items[i], *args[0])) {
+          // CPython leaves a dummy slot: the order after a removal is the real set's after the same removal.
+          if (self->set_order && PySet_Discard(self->set_order.get(), self->items[i]->obj.get()) < 0) {
+            PyErr_Clear();
+            self->set_order = PyRef();
+          }
           self->items.erase(self->items.begin() + i);
           mutate();
           return none();
@@ -252,13 +309,14 @@ ValueRef Tracer::container_method(const ValueRef& self, const std::string& name,
       return none();
     }
     if (name == "update" && !self->flag) {
-      for (const ValueRef& a : args)
-        for (const ValueRef& item : unpack(a, "update a set with")) set_add(self, item);
+      for (const ValueRef& a : args) set_update(self, a);
       return none();
     }
     if (name == "copy") {
       ValueRef s = make_seq(VKind::Set, self->items);
       s->flag = self->flag;
+      if (self->set_order) s->set_order = PyRef::steal(PySet_New(self->set_order.get()));  // a copy is a merge
+      PyErr_Clear();
       return s;
     }
     auto member = [&](const std::vector<ValueRef>& pool, const ValueRef& item) {
@@ -270,7 +328,7 @@ ValueRef Tracer::container_method(const ValueRef& self, const std::string& name,
         name == "issuperset" || name == "isdisjoint") {
       std::vector<ValueRef> out = self->items;
       for (const ValueRef& a : args) {
-        std::vector<ValueRef> other = unpack(a, "combine a set with");
+        std::vector<ValueRef> other = members(a);
         if (name == "issubset" || name == "issuperset" || name == "isdisjoint") {
           const auto& small = name == "issuperset" ? other : self->items;
           const auto& big = name == "issuperset" ? self->items : other;
@@ -294,6 +352,19 @@ ValueRef Tracer::container_method(const ValueRef& self, const std::string& name,
       }
       ValueRef s = make_seq(VKind::Set, std::move(out));
       s->flag = self->flag;
+      // The same method on the real sets orders the result as CPython does (other arguments as constants).
+      PyRef order = self->set_order ? PyRef::steal(PyObject_GetAttrString(self->set_order.get(), name.c_str())) : PyRef();
+      PyRef real_args = PyRef::steal(PyTuple_New(args.size()));
+      for (size_t i = 0; order && i < args.size(); ++i) {
+        PyRef r = args[i]->is(VKind::Set) ? args[i]->set_order : as_python_constant(args[i]);
+        if (!r) order = PyRef();
+        else PyTuple_SET_ITEM(real_args.get(), i, r.release());
+      }
+      if (order) s->set_order = PyRef::steal(PyObject_Call(order.get(), real_args.get(), nullptr));
+      if (s->set_order && !PySet_Check(s->set_order.get())) {  // a frozenset's method gives a frozenset
+        s->set_order = PyRef::steal(PySet_New(s->set_order.get()));
+      }
+      PyErr_Clear();
       return s;
     }
   }

@@ -32,9 +32,9 @@ ValueRef Tracer::start_generator(std::shared_ptr<TraceFrame> frame) {
 ValueRef Tracer::make_iter(const ValueRef& v, const char* what) {
   switch (v->kind) {
     case VKind::Iterator: return v;
+    case VKind::Set: return make_iterator(IterKind::Snapshot, set_in_order(*v));
     case VKind::List:
     case VKind::Tuple:
-    case VKind::Set:
     case VKind::DictView: return make_iterator(IterKind::Live, {v});
     case VKind::Dict: return make_iterator(IterKind::Live, {v});
     case VKind::Record: return make_iterator(IterKind::Snapshot, v->items);
@@ -134,8 +134,8 @@ std::vector<ValueRef> Tracer::unpack(const ValueRef& v, const char* what) {
   switch (v->kind) {
     case VKind::Tuple:
     case VKind::List:
-    case VKind::Record:
-    case VKind::Set: return v->items;
+    case VKind::Record: return v->items;
+    case VKind::Set: return set_in_order(*v);
     case VKind::Dict: return v->keys;
     case VKind::Iterator:
     case VKind::DictView:

@@ -406,7 +406,7 @@ void step_build_or_call(Tracer& t, TraceFrame& f, const Instr& in) {
       return;
     }
     case Op::BUILD_SET: {
-      ValueRef set = make_seq(VKind::Set, {});
+      ValueRef set = t.new_set();
       for (ValueRef& item : t.pop_n(in.arg)) t.set_add(set, item);
       t.push(set);
       return;
@@ -418,8 +418,7 @@ void step_build_or_call(Tracer& t, TraceFrame& f, const Instr& in) {
     }
     case Op::SET_UPDATE: {
       ValueRef items = t.pop();
-      ValueRef set = t.top(in.arg);
-      for (ValueRef& item : t.unpack(items, "update a set with")) t.set_add(set, item);
+      t.set_update(t.top(in.arg), items);
       return;
     }
     case Op::CALL_INTRINSIC_1:

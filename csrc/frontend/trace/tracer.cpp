@@ -526,7 +526,7 @@ void Tracer::step(TraceFrame& f, const Instr& in, bool* returned, ValueRef* resu
       return;
     }
     case Op::GET_LEN: {
-      std::vector<ValueRef> items = unpack(top(), "take len() of");
+      std::vector<ValueRef> items = top()->is(VKind::Set) ? top()->items : unpack(top(), "take len() of");
       push(make_const(PyRef::steal(PyLong_FromSsize_t(items.size()))));
       return;
     }

@@ -197,6 +197,10 @@ class Tracer {
   void raw_setitem(const ValueRef& obj, const ValueRef& key, const ValueRef& value);  // null value: delete
   ValueRef dict_contents(const ValueRef& obj);  // a dict subclass instance from the frame, as a Dict Value
   void set_add(const ValueRef& set, const ValueRef& item);  // set.add (mutation-tracked)
+  ValueRef new_set(bool frozen = false);                     // an empty set made in the trace
+  void set_update(const ValueRef& set, const ValueRef& items);  // set.update(items), as CPython orders it
+  std::vector<ValueRef> set_in_order(const Value& set);      // the items in CPython's iteration order
+  std::vector<ValueRef> members(const ValueRef& v);          // a set's items in any order; other iterables' in order
 
   // iterators.cpp: the iterator protocol, lazily and in program order
   ValueRef make_iter(const ValueRef& v, const char* what);  // iter(v)

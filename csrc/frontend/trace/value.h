@@ -89,6 +89,9 @@ struct Value {
   ValueRef inst_dict;
   bool inst_dict_complete = false;
   bool mutated = false;  // an object from outside the trace that the trace changed (see Tracer::note_mutation)
+  // Set: a real set of the same constants built by the same operations, whose iteration order is CPython's (it
+  // depends on the set's history, not only its items); null when an item is not a constant.
+  PyRef set_order;
   bool made_in_trace = false;  // Object: built for real at trace time (construct_stateless_module); must not leave it
 
   bool is(VKind k) const { return kind == k; }

@@ -224,6 +224,7 @@ ValueRef Tracer::wrap_call_result(PyObject* obj) {
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(items.get()); ++i) out.push_back(wrap_untracked(PyTuple_GET_ITEM(items.get(), i)));
     ValueRef s = make_seq(VKind::Set, std::move(out));
     s->flag = PyFrozenSet_CheckExact(obj);
+    s->set_order = PyRef::borrow(obj);  // nothing else holds it: the object itself keeps CPython's order
     return s;
   }
   return wrap_untracked(obj);

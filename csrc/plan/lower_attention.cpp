@@ -107,26 +107,8 @@ int alloc(Lowerer& L, DType t, const Sizes& sizes, graph::NodeId node = -1) {
 void linear(Lowerer& L, DType t, int x, const Size& x_row_stride, int w, int bias, int out, const Size& m,
             graph::NodeId node) {
   const Buffer& wb = L.buffer(w);
-  if (small_linear(L, {t, x, w, bias, out, m, wb.sizes[0], wb.sizes[1], x_row_stride, 1, wb.strides[0],
-                       wb.strides[1]}))
-    return;
-  MatmulStep s;
-  s.dtype = t;
-  s.m = m;
-  s.n = wb.sizes[0];
-  s.k = wb.sizes[1];
-  s.a = x;
-  s.a_row_stride = x_row_stride;
-  s.a_col_stride = 1;
-  s.b = w;  // B = W^T: B[k][n] = W[n][k]
-  s.b_row_stride = wb.strides[1];
-  s.b_col_stride = wb.strides[0];
-  s.bias = bias;
-  s.epilogue = bias >= 0 ? MatmulStep::Epilogue::Bias : MatmulStep::Epilogue::None;
-  s.d = out;
-  s.d_row_stride = s.n;
-  s.node = node;
-  L.add_matmul(s);
+  linear_product(L, {t, x, w, bias, out, m, wb.sizes[0], wb.sizes[1], x_row_stride, 1, wb.strides[0], wb.strides[1]},
+                 node);
 }
 
 const graph::Arg* tensor_arg(const graph::Arg* a) {

@@ -4,7 +4,6 @@
 // stride; otherwise a contiguous copy is made first. The pointwise ops that follow read the result in the next
 // kernel.
 #include <optional>
-#include <utility>
 
 #include "plan/lowering.h"
 
@@ -82,24 +81,22 @@ int output_buffer(Lowerer& L, const graph::Node& n) {
   return id;
 }
 
-// D = A @ B (+ bias as cuBLASLt's epilogue when `bias` >= 0), A and B unbatched, D row-major: F.linear's and
-// addmm's product.
-void add_biased_product(Lowerer& L, DType t, int a, const Matrices& am, int b, const Matrices& bm, int bias, int d,
-                        graph::NodeId node) {
+// The product as a cuBLASLt call, the bias as its epilogue.
+void add_linear_matmul(Lowerer& L, const LinearOperands& p, graph::NodeId node) {
   MatmulStep s;
-  s.dtype = t;
-  s.m = am.rows;
-  s.k = am.cols;
-  s.n = bm.cols;
-  s.a = a;
-  s.a_row_stride = am.row_stride;
-  s.a_col_stride = am.col_stride;
-  s.b = b;
-  s.b_row_stride = bm.row_stride;
-  s.b_col_stride = bm.col_stride;
-  s.bias = bias;
-  s.epilogue = bias >= 0 ? MatmulStep::Epilogue::Bias : MatmulStep::Epilogue::None;
-  s.d = d;
+  s.dtype = p.dtype;
+  s.m = p.m;
+  s.n = p.n;
+  s.k = p.k;
+  s.a = p.a;
+  s.a_row_stride = p.a_row_stride;
+  s.a_col_stride = p.a_col_stride;
+  s.b = p.w;  // B = W^T: B[k][n] = W[n][k]
+  s.b_row_stride = p.w_col_stride;
+  s.b_col_stride = p.w_row_stride;
+  s.bias = p.bias;
+  s.epilogue = p.bias >= 0 ? MatmulStep::Epilogue::Bias : MatmulStep::Epilogue::None;
+  s.d = p.d;
   s.d_row_stride = s.n;
   s.node = node;
   L.add_matmul(s);
@@ -128,19 +125,13 @@ bool lower_linear(Lowerer& L, const graph::Node& n) {
   auto am = operand(L, &a, true, {});
   auto wm = operand(L, &wb, true, {});
   if (!am || !wm) return false;
-  const int d = output_buffer(L, n);
-  if (small_linear(L, {t, a, wb, bias_buffer, d, am->rows, wm->rows, am->cols, am->row_stride, am->col_stride,
-                       wm->row_stride, wm->col_stride}))
-    return true;
-  Matrices b = *wm;  // B = W^T: B[k][n] = W[n][k]
-  std::swap(b.rows, b.cols);
-  std::swap(b.row_stride, b.col_stride);
-  add_biased_product(L, t, a, *am, wb, b, bias_buffer, d, n.id);
+  linear_product(L, {t, a, wb, bias_buffer, output_buffer(L, n), am->rows, wm->rows, am->cols, am->row_stride,
+                     am->col_stride, wm->row_stride, wm->col_stride}, n.id);
   return true;
 }
 
-// torch.addmm(bias, x, w) = x @ w + bias (GPT-2's Conv1D), with beta and alpha at their default 1: a product with
-// the bias as cuBLASLt's epilogue, as F.linear's, but with w read as [k, n].
+// torch.addmm(bias, x, w) = x @ w + bias (GPT-2's Conv1D), with beta and alpha at their default 1: F.linear's
+// cuBLASLt product with W = w^T.
 bool lower_addmm(Lowerer& L, const graph::Node& n) {
   if (n.args.size() != 3 || n.kwnames) return false;
   for (const graph::Arg& a : n.args)
@@ -157,7 +148,8 @@ bool lower_addmm(Lowerer& L, const graph::Node& n) {
   auto am = operand(L, &a, true, {});
   auto wm = operand(L, &w, false, {});
   if (!am || !wm) return false;
-  add_biased_product(L, t, a, *am, w, *wm, bias_buffer, output_buffer(L, n), n.id);
+  add_linear_matmul(L, {t, a, w, bias_buffer, output_buffer(L, n), am->rows, wm->cols, am->cols, am->row_stride,
+                        am->col_stride, wm->col_stride, wm->row_stride}, n.id);
   return true;
 }
 
@@ -203,8 +195,7 @@ bool lower_product(Lowerer& L, const graph::Node& n) {
   return true;
 }
 
-}  // namespace
-
+// A small-matmul kernel for the product, when linear_product may make one; false otherwise.
 bool small_linear(Lowerer& L, const LinearOperands& p) {
   if (!L.options().small_matmul) return false;
   if (!codegen::all_static({p.m, p.n, p.k, p.a_row_stride, p.a_col_stride, p.w_row_stride, p.w_col_stride,
@@ -231,6 +222,12 @@ bool small_linear(Lowerer& L, const LinearOperands& p) {
     c.store(a_load, p.d, p.dtype, {p.n, 1, 0}, 0);  // the kernel computes D; the stored expression is not used
   });
   return true;
+}
+
+}  // namespace
+
+void linear_product(Lowerer& L, const LinearOperands& p, graph::NodeId node) {
+  if (!small_linear(L, p)) add_linear_matmul(L, p, node);
 }
 
 bool lower_matmul_op(Lowerer& L, const graph::Node& n, const std::string& op) {

@@ -261,10 +261,10 @@ struct LinearOperands {
   Size m = 0, n = 0, k = 0;
   Size a_row_stride = 0, a_col_stride = 0, w_row_stride = 0, w_col_stride = 0;
 };
-// The product as a small-matmul kernel (lower_matmul.cpp) when lowering may make one and it is that small (static
-// sizes, at most 32 rows, under kSmallMatmulMaxTerms multiply-adds, A and W contiguous along k); false: the caller
-// plans a cuBLASLt call.
-bool small_linear(Lowerer& L, const LinearOperands& p);
+// The product (F.linear, addmm, multi-head attention's projections) as a small-matmul kernel when lowering may
+// make one and it is that small (static sizes, at most 32 rows, under kSmallMatmulMaxTerms multiply-adds, A and W
+// contiguous along k), else as a cuBLASLt call with the bias as its epilogue.
+void linear_product(Lowerer& L, const LinearOperands& p, graph::NodeId node);
 
 // store_keepdim_result's out_dims for a result over [outer..., row] of a rank-`rank` x reduced over its last k.
 std::vector<int> keepdim_rows(size_t rank, int k);

@@ -58,15 +58,12 @@ void Tracer::set_update(const ValueRef& set, const ValueRef& items) {
   // otherwise than adding them one by one; from any other iterable it adds them one by one.
   PyObject* real = items->is(VKind::Set) ? items->set_order.get()
                    : items->is(VKind::Const) && PyAnySet_Check(items->obj.get()) ? items->obj.get() : nullptr;
-  if (!real || !set->set_order) {
-    for (const ValueRef& item : members(items)) set_add(set, item);
-    return;
-  }
-  PyRef order = std::move(set->set_order);
-  for (const ValueRef& item : members(items)) set_add(set, item);  // the order aside meanwhile
-  PyRef r = PyRef::steal(PyObject_CallMethod(order.get(), "update", "O", real));
-  if (!r) PyErr_Clear();
-  else set->set_order = std::move(order);
+  PyRef merged = real ? std::move(set->set_order) : PyRef();  // set aside while the items go in one by one
+  for (const ValueRef& item : members(items)) set_add(set, item);
+  if (!merged) return;
+  if (PyRef r = PyRef::steal(PyObject_CallMethod(merged.get(), "update", "O", real)))
+    set->set_order = std::move(merged);
+  PyErr_Clear();
 }
 
 std::vector<ValueRef> Tracer::set_in_order(const Value& set) {

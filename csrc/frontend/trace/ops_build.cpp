@@ -350,18 +350,9 @@ void step_build_or_call(Tracer& t, TraceFrame& f, const Instr& in) {
         // DICT_MERGE builds a call's **kwargs: a keyword given twice is an error there, not an override.
         if (in.op == Op::DICT_MERGE && dict_find(*d, *src->keys[i]) >= 0) {
           PyRef k = t.as_python_constant(src->keys[i]);
-          // CPython names the function as module.qualname(); the stack is [..., fn, args, kwargs].
-          const ValueRef& fn = t.top(in.arg + 2);
-          std::string who;
-          if (fn->is(VKind::Function)) {
-            PyObject* module = fn->globals ? PyDict_GetItemString(fn->globals.get(), "__name__") : nullptr;
-            who = (module && PyUnicode_Check(module) ? utf8(module) + "." : "") + fn->name + "() ";
-          } else if (fn->is(VKind::Object) && PyFunction_Check(fn->obj.get())) {
-            PyObject* module = PyFunction_GET_MODULE(fn->obj.get());
-            PyObject* qualname = reinterpret_cast<PyFunctionObject*>(fn->obj.get())->func_qualname;
-            who = (module && PyUnicode_Check(module) ? utf8(module) + "." : "") + utf8(qualname) + "() ";
-          }
-          throw type_error(fmt::format("{}got multiple values for keyword argument '{}'", who, k ? py_str(k.get()) : "?"));
+          const std::string who = callable_name(*t.top(in.arg + 2));  // the stack is [..., fn, args, kwargs]
+          throw type_error(fmt::format("{}{}got multiple values for keyword argument '{}'", who, who.empty() ? "" : "() ",
+                                       k ? py_str(k.get()) : "?"));
         }
         dict_put(*d, src->keys[i], src->items[i]);
       }

@@ -319,12 +319,13 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
   // An op that returns its input itself (flatten of a 1-d tensor, contiguous() of a contiguous one, to() its own
   // dtype): the same tensor, so `y is x` holds and an in-place metadata change of one (x.unsqueeze_(0)) shows in
   // the other, as in eager. A device move returns another tensor whatever its meta call returned.
-  const bool same_device = !moves_device || (args[0]->is(VKind::Tensor) && args[0]->device &&
-                                              PyObject_RichCompareBool(args[0]->device.get(), out_device, Py_EQ) == 1);
-  PyErr_Clear();
-  if (!writes && same_device && result->is(VKind::Tensor))
+  if (!writes && result->is(VKind::Tensor))
     for (const ValueRef& a : args)
-      if (a->is(VKind::Tensor) && a->meta.get() == meta_out.get()) return a;
+      if (a->is(VKind::Tensor) && a->meta.get() == meta_out.get()) {
+        const bool same_device = !moves_device || PyObject_RichCompareBool(a->device.get(), out_device, Py_EQ) == 1;
+        PyErr_Clear();
+        if (same_device) return a;
+      }
   return result;
 }
 

@@ -114,6 +114,7 @@ class Tracer {
   ValueRef set_grad_mode(bool enabled);  // records and applies a grad-mode switch
   bool grad_enabled() const { return grad_enabled_; }
   void note_requires_grad(bool requires_grad);  // a tensor that requires grad makes grad mode matter
+  // module_call.cpp: an nn.Module called, with its forward hooks and pre-hooks.
   ValueRef call_module(const ValueRef& module, std::vector<ValueRef> args,
                        std::vector<std::pair<std::string, ValueRef>> kwargs);
   struct ModuleHook {
@@ -311,6 +312,8 @@ PyObject* partial_type();  // functools.partial (borrowed)
 
 // Library functions computed for real at trace time on constant arguments (see frozen.cpp).
 bool is_pure_library_call(const std::string& qualified_name);
+// How CPython's errors name a callable: module.qualname for functions (those the trace made too); "" when unknown.
+std::string callable_name(const Value& fn);
 inline bool is_frozen(const Value& v) { return v.is(VKind::Object) && v.flag; }
 
 // torch's "is this being compiled?" functions (torch.compiler.is_compiling and its aliases): True while tracing.

@@ -198,10 +198,11 @@ ValueRef Tracer::wrap(PyObject* obj, int source) {
 // to it are not replayed onto the trace-time object (which would leak them into the next call).
 ValueRef Tracer::wrap_call_result(PyObject* obj) {
   if (Py_REFCNT(obj) != 1 || is_constant(obj)) return wrap_untracked(obj);
-  auto item = [&](PyObject* o) { return wrap_call_result(o); };  // held only by `obj`: new as well
+  // Items held only by `obj` are new as well.
   if (PyList_CheckExact(obj) || PyTuple_CheckExact(obj)) {
     std::vector<ValueRef> items;
-    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(obj); ++i) items.push_back(item(PySequence_Fast_ITEMS(obj)[i]));
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(obj); ++i)
+      items.push_back(wrap_call_result(PySequence_Fast_ITEMS(obj)[i]));
     return make_seq(PyList_CheckExact(obj) ? VKind::List : VKind::Tuple, std::move(items));
   }
   if (PyDict_CheckExact(obj)) {
@@ -210,7 +211,7 @@ ValueRef Tracer::wrap_call_result(PyObject* obj) {
     Py_ssize_t pos = 0;
     while (PyDict_Next(obj, &pos, &k, &v)) {
       d->keys.push_back(dict_key(k));
-      d->items.push_back(item(v));
+      d->items.push_back(wrap_call_result(v));
     }
     return d;
   }

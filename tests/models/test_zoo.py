@@ -37,15 +37,19 @@ def _flatten(out, path="out"):
     return [(path, out)]
 
 
-def assert_same_output(actual, expected):
+def assert_same_output(actual, expected, tolerance=1e-5, scaled=False):
+    """Same structure, output types, devices, shapes and dtypes; values within `tolerance` (relative, and absolute
+    times each output's largest magnitude when `scaled`: the GPU backend's fused kernels and cuBLASLt sum in other
+    orders than torch's kernels)."""
     assert type(actual) is type(expected)
     a, e = _flatten(actual), _flatten(expected)
     assert [p for p, _ in a] == [p for p, _ in e]
     for (path, x), (_, y) in zip(a, e):
         if isinstance(y, torch.Tensor):
-            assert isinstance(x, torch.Tensor), path
+            assert isinstance(x, torch.Tensor) and x.device == y.device, path
             assert x.shape == y.shape and x.dtype == y.dtype, path
-            torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-5, msg=lambda m: f"{path}: {m}")
+            scale = max(1.0, y.abs().max().item()) if scaled and y.is_floating_point() and y.numel() else 1.0
+            torch.testing.assert_close(x, y, rtol=tolerance, atol=tolerance * scale, msg=lambda m: f"{path}: {m}")
         else:
             assert x == y, path
 
@@ -119,22 +123,6 @@ def _to(inputs, device):
     return {k: v.to(device) for k, v in inputs.items()}
 
 
-def assert_close_on_cuda(actual, expected):
-    """Structure, types, shapes and dtypes as on the CPU; values within f32 tolerance scaled by each output's
-    magnitude (the backend's fused kernels and cuBLASLt sum in other orders than torch's kernels)."""
-    assert type(actual) is type(expected)
-    a, e = _flatten(actual), _flatten(expected)
-    assert [p for p, _ in a] == [p for p, _ in e]
-    for (path, x), (_, y) in zip(a, e):
-        if isinstance(y, torch.Tensor):
-            assert isinstance(x, torch.Tensor) and x.device == y.device, path
-            assert x.shape == y.shape and x.dtype == y.dtype, path
-            scale = max(1.0, y.abs().max().item()) if y.is_floating_point() and y.numel() else 1.0
-            torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-4 * scale, msg=lambda m: f"{path}: {m}")
-        else:
-            assert x == y, path
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
 @pytest.mark.parametrize("spec", _models())
@@ -149,13 +137,13 @@ def test_model_on_cuda_captures_whole_and_matches_eager(spec, mode):
         inputs = _to(spec.inputs(first), "cuda")
         with CompileCounter() as cc:
             out = call(compiled, inputs)
-        assert_close_on_cuda(out, call(model, inputs))
+        assert_same_output(out, call(model, inputs), tolerance=1e-4, scaled=True)
         assert (cc.graph_count, cc.break_count) == (1, 0), cc.records
         assert fastcomp.wait_for_compiles(timeout=120)
         with CompileCounter() as cc:
             for _ in range(3):  # kernels ready; reduce-overhead records and then replays its CUDA graph
                 inputs = _to(spec.inputs(first), "cuda")
-                assert_close_on_cuda(call(compiled, inputs), call(model, inputs))
+                assert_same_output(call(compiled, inputs), call(model, inputs), tolerance=1e-4, scaled=True)
         assert cc.frame_count == 0, cc.records
 
 

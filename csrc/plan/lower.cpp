@@ -295,8 +295,26 @@ void Lowerer::flush_live_values(graph::NodeId at) {
     if (merged_into_[c] < 0 && clusters_[c]->has_stores()) seal(static_cast<int>(c));
 }
 
+void Lowerer::materialize_live_views_of(const graph::Node& n) {
+  std::vector<int> roots;
+  for (const auto& a : n.args)
+    if (a.kind == graph::Arg::Kind::Node && values_[a.node].tensor && values_[a.node].buffer >= 0)
+      roots.push_back(program_.buffers[values_[a.node].buffer].root);
+  for (graph::NodeId id = 0; id < n.id; ++id) {
+    const Value& v = values_[id];
+    if (!v.tensor || v.buffer < 0 || program_.node_object[id] || last_use_[id] <= n.id) continue;
+    const Buffer& b = program_.buffers[v.buffer];
+    if (b.kind == Buffer::Kind::View && std::find(roots.begin(), roots.end(), b.root) != roots.end()) ensure_object(id);
+  }
+}
+
 void Lowerer::add_extern(const graph::Node& n) {
-  if (graph::writes_an_argument(n)) flush_live_values(n.id);
+  if (graph::writes_an_argument(n)) {
+    flush_live_values(n.id);
+    // A view's torch object is made on first use, by calling its op on its base's object; an in-place op may change
+    // that base's sizes and strides (unsqueeze_, t_, resize_), so the views still to be used are made before it.
+    materialize_live_views_of(n);
+  }
   for (const auto& a : n.args) ensure_objects(a);
   for (const auto& a : n.kwargs) ensure_objects(a);
   program_.steps.push_back({Step::Kind::Extern, static_cast<int>(program_.extern_steps.size())});

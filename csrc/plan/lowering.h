@@ -214,6 +214,7 @@ class Lowerer {
   void ensure_object(graph::NodeId id);   // the value exists as a torch object at run time
   void ensure_objects(const graph::Arg& a);
   void flush_live_values(graph::NodeId at);  // before a mutating extern: every lazy value still needed
+  void materialize_live_views_of(const graph::Node& n);  // before a mutating extern: its args' live views as objects
   int cluster_of(int id);                     // follows merges
   int new_cluster(const Sizes& space);
   // The expression loading `buffer` into cluster `c` for an op of shape `out_shape` (row: a per-row op).

@@ -103,6 +103,17 @@ case("transpose_attributes", lambda x: x.mT * 2 + x[0].T, shapes=((2, 3, 3), (8,
 case("split_halves", lambda x: x.chunk(2, dim=-1)[0] * x.chunk(2, dim=-1)[1], shapes=((3, 1024), (64, 4096)))
 case("contiguous_copy", lambda x: x.t().contiguous(), shapes=((3, 1025), (64, 4096)))
 
+
+def view_then_base_unsqueezed_in_place(x):  # the view keeps the shape it had when made (fuzz, seed 100 #91)
+    base = x.amax(-1)
+    view = base.movedim(0, -1)
+    base.unsqueeze_(0)
+    return view, base
+
+
+case("view_then_base_unsqueezed_in_place", view_then_base_unsqueezed_in_place, shapes=((3, 3, 4), (2, 5, 7)),
+     plan=(1, 0, 2))
+
 # ---- cat and stack: index arithmetic in the consumer's kernel (no kernel of their own, no torch call) ------------
 
 

@@ -541,7 +541,9 @@ class Generator:
 
     def namespace(self, k):
         ns = {"__name__": "fuzz_gen"}
-        exec(HEADER.format(device=self.p.device), ns)
+        # Statements are tried on the CPU whatever the program's device: an index out of range is an IndexError
+        # there, while on CUDA it is a device-side assert that ends the generating process's CUDA context.
+        exec(HEADER.format(device="cpu"), ns)
         for s in self.p.prelude:
             exec(s.text, ns)
         exec(self.p.make_inputs_text(), ns)
@@ -569,8 +571,10 @@ class Generator:
                 if time.perf_counter() - start > 0.5 or any(
                         isinstance(v, torch.Tensor) and v.numel() > MAX_NUMEL for v in ns.values()):
                     raise Reject
-            except (Exception, Reject):  # noqa: BLE001 - eager refused it: not a statement for this program
-                if k > 0 and self.chance(0.1):  # keep a few that raise at a new size: then compiled must raise too
+            except (Exception, Reject) as e:  # noqa: BLE001 - eager refused it: not a statement for this program
+                # Keep a few that raise at a new size: then compiled must raise too (on CUDA not a bad index, which
+                # asserts on the device instead of raising).
+                if k > 0 and self.chance(0.1) and not (self.p.device != "cpu" and isinstance(e, IndexError)):
                     alive[k] = False
                     continue
                 self.rebuild(alive)

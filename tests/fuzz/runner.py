@@ -146,7 +146,9 @@ class Worker:
                 if f and (outcome["failure"] is None or outcome["failure"]["cls"] == "internal-error warning" and
                           f["cls"] != "internal-error warning"):
                     outcome["failure"] = dict(f, variant=r["variant"])
-            if exit_check or self.jobs >= self.max_jobs:
+            if b"device-side assert" in line:  # a CUDA context that asserted fails every later call: a new process
+                self.kill()
+            elif exit_check or self.jobs >= self.max_jobs:
                 rc = self.stop()
                 if rc != 0 and outcome["failure"] is None:
                     outcome["exit_crash"] = _status_name(rc)

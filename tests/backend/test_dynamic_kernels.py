@@ -277,16 +277,16 @@ def run_sizes(compiled, model, make, sizes, rtol, atol):
             torch.testing.assert_close(compiled(x), model(x), rtol=rtol, atol=atol, msg=f"size {n}")
 
 
-def check_one_kernel_set(model, make, first, rtol, atol, dynamic):
-    """Calls `model` compiled at sizes `first` then SIZES; returns the compile records. Checks that no NVRTC
+def check_one_kernel_set(model, make, first, rtol, atol, dynamic, sizes=SIZES):
+    """Calls `model` compiled at sizes `first` then `sizes`; returns the compile records. Checks that no NVRTC
     program is looked up (let alone compiled) after the compile that made the dynamic entry."""
     compiled = fastcomp.compile(model, dynamic=dynamic)
     with CompileCounter() as cc:
         run_sizes(compiled, model, make, first, rtol, atol)
         lookups = cache_lookups()
-        run_sizes(compiled, model, make, SIZES, rtol, atol)
+        run_sizes(compiled, model, make, sizes, rtol, atol)
         assert cache_lookups() == lookups, "a new size compiled kernels"
-    return cc.records
+    return compiled, cc.records
 
 
 def assert_dynamic_on_cuda(record, symbols="s0"):
@@ -302,7 +302,7 @@ def test_w5_over_many_batch_sizes_on_cuda(dynamic):
     model = MLP().cuda().eval()  # W5: Linear(512, 1024), GELU, Linear(1024, 512), fp32 [B, 512]
     make = lambda b: torch.randn(b, 512, device="cuda")  # noqa: E731
     first = [8, 12] if dynamic is None else [8]
-    records = check_one_kernel_set(model, make, first, 1e-5, 1e-4, dynamic)
+    _, records = check_one_kernel_set(model, make, first, 1e-5, 1e-4, dynamic)
     assert len(records) == (2 if dynamic is None else 1), [r["recompile_reasons"] for r in records]
     if dynamic is None:
         assert records[0]["backend"].startswith("cuda:") and "dynamic" not in records[0]["backend"]
@@ -316,7 +316,7 @@ def test_w7_over_many_batch_sizes_on_cuda(dynamic):
     layer = TransformerLayer().cuda().eval()  # W7: MultiheadAttention(512, 8), FF 2048, fp32 [B, 64, 512]
     make = lambda b: torch.randn(b, 64, 512, device="cuda")  # noqa: E731
     first = [8, 12] if dynamic is None else [8]  # dynamic=True makes the sequence (64 here) a symbol too
-    records = check_one_kernel_set(layer, make, first, 1e-4, 1e-4, dynamic)
+    _, records = check_one_kernel_set(layer, make, first, 1e-4, 1e-4, dynamic)
     assert len(records) == (2 if dynamic is None else 1), [r["recompile_reasons"] for r in records]
     assert_dynamic_on_cuda(records[-1], symbols="s0" if dynamic is None else "s0, s1")
     # A symbolic batch keeps the attention kernel; a symbolic sequence (dynamic=True) decomposes the heads.
@@ -331,7 +331,7 @@ def test_attention_block_over_many_sequence_lengths_on_cuda(dynamic):
     layer = TransformerLayer().cuda().eval()
     make = lambda s: torch.randn(2, s, 512, device="cuda")  # noqa: E731
     first = [8, 12] if dynamic is None else [8]
-    records = check_one_kernel_set(layer, make, first, 1e-4, 1e-4, dynamic)
+    _, records = check_one_kernel_set(layer, make, first, 1e-4, 1e-4, dynamic)
     assert len(records) == (2 if dynamic is None else 1), [r["recompile_reasons"] for r in records]
     assert_dynamic_on_cuda(records[-1], symbols="s0" if dynamic is None else "s0, s1")
     assert "kernel k1 row_reduce shape=[" in records[-1]["plan"] and ",s" in records[-1]["plan"]
@@ -377,10 +377,17 @@ def test_sdpa_block_over_many_sequence_lengths_on_cuda():
     torch.manual_seed(0)
     block = SdpaBlock().cuda().eval()
     make = lambda s: torch.randn(3, s, 256, device="cuda")  # noqa: E731
-    records = check_one_kernel_set(block, make, [8, 12], 1e-4, 1e-4, None)
+    compiled, records = check_one_kernel_set(block, make, [8, 12], 1e-4, 1e-4, None, [s for s in SIZES if s != 1])
     assert len(records) == 2, [r["recompile_reasons"] for r in records]
     assert_dynamic_on_cuda(records[-1])
     assert "scaled_dot_product_attention" in records[-1]["plan"]
+    # At one token the heads' transposes are contiguous and the reshape after attention is a view, not a copy:
+    # the symbolic sequence starts at 2 (as torch.compile's do) and one token gets a static entry of its own.
+    with CompileCounter() as cc:
+        run_sizes(compiled, block, make, [1, 1], 1e-4, 1e-4)
+    assert len(cc.records) == 1 and "outside the range [2, inf]" in cc.records[0]["recompile_reasons"][0], \
+        [r["recompile_reasons"] for r in cc.records]
+    assert "dynamic" not in cc.records[0]["backend"], cc.records[0]["backend"]
 
 
 @pytest.mark.gpu
@@ -388,7 +395,7 @@ def test_sdpa_block_over_many_batch_sizes_keeps_its_attention_kernel_on_cuda():
     torch.manual_seed(0)
     block = SdpaBlock().cuda().eval()  # 4 heads of 64 over 32 tokens: keys and values fit in shared memory
     make = lambda b: torch.randn(b, 32, 256, device="cuda")  # noqa: E731
-    records = check_one_kernel_set(block, make, [8, 12], 1e-4, 1e-4, None)
+    _, records = check_one_kernel_set(block, make, [8, 12], 1e-4, 1e-4, None)
     assert len(records) == 2, [r["recompile_reasons"] for r in records]
     assert_dynamic_on_cuda(records[-1])
     assert "attention shape=[s0,4,32,64]" in records[-1]["plan"], records[-1]["plan"]

@@ -6,6 +6,7 @@ import time
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import fastcomp
 from fastcomp.testing import CompileCounter
@@ -164,6 +165,32 @@ def test_stride_of_an_op_on_a_transposed_tensor_with_a_size_1_dimension():
         return y.stride(), (y + 1).stride()
 
     like_eager(f, [(torch.ones(3, n),) for n in (5, 6, 1)])
+
+
+@pytest.mark.parametrize("dims", [(1, 0, 2), (0, 2, 1), (0, 2, 3, 1)], ids=str)
+def test_layer_norm_of_a_permuted_input_is_contiguous(dims):
+    # The kernel normalises a contiguous copy into a contiguous result. A permutation that moves a size-1
+    # dimension keeps the input "contiguous" with another stride there; the result has the canonical one
+    # (fuzz seed 2 #43162).
+    def f(x):
+        y = F.layer_norm(x, x.shape[-1:])
+        return y.stride(), y.is_contiguous(), y.exp().stride(), y
+
+    shapes = {3: [(4, 1, 5), (1, 4, 5), (3, 4, 5), (4, 5, 1)], 4: [(2, 3, 4, 5), (2, 1, 4, 5), (2, 3, 1, 1)]}
+    for shape in shapes[len(dims)]:
+        fastcomp.reset()
+        like_eager(f, [(torch.randn(shape).permute(dims),) for _ in range(2)])
+
+
+def test_a_broadcast_too_large_to_describe_at_a_probe_size_is_not_an_internal_error():
+    # Probing the symbolic sizes tries a far larger size: [2, M, 1, M, M] against [M, M, M] broadcasts to
+    # 2 * M**4 elements there, more than a tensor may have; that probe counts as the op raising (fuzz seed 3 #5779).
+    def f(x, y):
+        z = y.contiguous().relu() - x
+        return (x > z).roll(1, -5)
+
+    cc = like_eager(f, [(torch.randn(m, m, m), torch.randn(2, m, 1, m, m)) for m in (6, 7, 3)], dynamic=True)
+    assert cc.graph_count >= 1
 
 
 def test_squeeze_of_a_flattened_tensor_whose_sizes_are_all_1():

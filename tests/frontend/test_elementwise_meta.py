@@ -122,9 +122,13 @@ def check(fn, args, kwargs=None, grad=False):
     where = f"{getattr(fn, '__qualname__', fn)}{tuple(describe(a) for a in args)} {kwargs} grad={grad}"
     on_meta_tensors = run(fn, tuple(on_meta(a) for a in args), kwargs, grad)
     assert on_meta_tensors is not None, f"fast path answered where the meta call raises: {where} -> {got}"
-    assert got == on_meta_tensors, f"{where}: fast path {got}, meta call {on_meta_tensors}"
+    without_strides = lambda r: r[:2] + r[3:]  # noqa: E731
+    assert without_strides(got) == without_strides(on_meta_tensors), f"{where}: fast path {got}, meta call {on_meta_tensors}"
+    # The strides are the kernels' (the graph runs them): torch's meta function lays some results out otherwise
+    # (layer_norm keeps the strides of an input's size-1 dimensions; the kernels make the result contiguous).
     on_cpu = run(fn, args, kwargs, grad)
-    assert on_cpu is None or got == on_cpu, f"{where}: fast path {got}, CPU {on_cpu}"
+    expected = on_meta_tensors if on_cpu is None else on_cpu
+    assert got == expected, f"{where}: fast path {got}, CPU {on_cpu}, meta call {on_meta_tensors}"
     return True
 
 
@@ -396,9 +400,13 @@ def check_nn(fn, args, kwargs=None, grad=False):
     meta_kwargs = {k: on_meta(v) for k, v in kwargs.items()}
     on_meta_tensors = run(fn, meta_args, meta_kwargs, grad)
     assert on_meta_tensors is not None, f"fast path answered where the meta call raises: {where} -> {got}"
-    assert got == on_meta_tensors, f"{where}: fast path {got}, meta call {on_meta_tensors}"
+    without_strides = lambda r: r[:2] + r[3:]  # noqa: E731
+    assert without_strides(got) == without_strides(on_meta_tensors), f"{where}: fast path {got}, meta call {on_meta_tensors}"
+    # The strides are the kernels' (the graph runs them): torch's meta function lays some results out otherwise
+    # (layer_norm keeps the strides of an input's size-1 dimensions; the kernels make the result contiguous).
     on_cpu = run(fn, args, kwargs, grad)
-    assert on_cpu is None or got == on_cpu, f"{where}: fast path {got}, CPU {on_cpu}"
+    expected = on_meta_tensors if on_cpu is None else on_cpu
+    assert got == expected, f"{where}: fast path {got}, CPU {on_cpu}, meta call {on_meta_tensors}"
     return True
 
 

@@ -33,6 +33,25 @@ std::vector<size_t> order_of(const std::vector<int64_t>& strides) {
   return order;
 }
 
+// Whether a tensor covers its memory without gaps or overlaps: laid out densely in the order of its strides, or
+// so once its size-1 dimensions, whose strides are arbitrary (a permuted contiguous tensor keeps the stride it
+// had there), are left out.
+bool dense(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
+  if (dense_in_order(sizes, order_of(strides)) == strides) return true;
+  std::vector<size_t> dims;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 0) return false;
+    if (sizes[d] > 1) dims.push_back(d);
+  }
+  std::stable_sort(dims.begin(), dims.end(), [&](size_t a, size_t b) { return strides[a] < strides[b]; });
+  int64_t expected = 1;
+  for (size_t d : dims) {
+    if (strides[d] != expected) return false;
+    expected *= sizes[d];
+  }
+  return true;
+}
+
 // Tensors spanning at most this many elements are stood in for exactly.
 constexpr int64_t kExactSpan = 4096;
 
@@ -168,7 +187,7 @@ PyRef kernel_layout(const std::string& name, PyObject* target, PyObject* meta_ar
     strides = dense_in_order(out.sizes, order);
   }
   // Only a dense meta result is re-strided: one that overlaps or has gaps is a view, laid out by its base.
-  if (strides == out.strides || dense_in_order(out.sizes, order_of(out.strides)) != out.strides) return {};
+  if (strides == out.strides || !dense(out.sizes, out.strides)) return {};
   out.strides = std::move(strides);
   PyRef restrided = make_meta_result(out);
   PyErr_Clear();

@@ -141,12 +141,14 @@ std::optional<ComputedMeta> matmul(PyObject* args, PyObject* kwargs, bool grad) 
   return fresh_result(x.dt, std::move(sizes), grad && (x.requires_grad || y.requires_grad));
 }
 
-// layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5): input's shape and dtype.
+// layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5): input's shape and dtype, contiguous
+// whatever the input's layout (the CPU and CUDA kernels normalise a contiguous copy into a contiguous output).
 std::optional<ComputedMeta> layer_norm(PyObject* args, PyObject* kwargs, bool grad) {
   std::vector<PyObject*> a;
   Arg x, w, b;
   std::vector<int64_t> shape;
-  if (!bind_args(args, kwargs, {"input", "normalized_shape", "weight", "bias", "eps"}, 2, &a) || !read_tensor(a[0], &x) ||
+  if (!bind_args(args, kwargs, {"input", "normalized_shape", "weight", "bias", "eps"}, 2, &a) ||
+      !read_tensor(a[0], &x, /*any_layout=*/true) ||
       !is_float(x.dt) || !read_ints(a[1], &shape) || shape.empty() || shape.size() > x.sizes.size() ||
       !std::equal(shape.begin(), shape.end(), x.sizes.end() - shape.size()))
     return std::nullopt;

@@ -17,6 +17,7 @@
 #include "frontend/trace/meta.h"
 #include "frontend/trace/torch_refs.h"
 #include "frontend/trace/tracer.h"
+#include "frontend/trace/unsupported.h"
 
 namespace fastcomp::frontend {
 namespace {
@@ -197,7 +198,7 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
   }
 
   // Runs the call at `point`; null when it raises.
-  auto run_at = [&](const Point& point) -> std::optional<Observed> {
+  auto run_at_point = [&](const Point& point) -> std::optional<Observed> {
     PyRef args = PyRef::steal(PyTuple_New(call.args.size()));
     for (size_t i = 0; i < call.args.size(); ++i)
       PyTuple_SET_ITEM(args.get(), i, probe_meta(call.args[i], PyTuple_GET_ITEM(call.meta_args, i), point, call.writes).release());
@@ -215,6 +216,18 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
     auto o = observe(out.get());
     if (!o) PyErr_Clear();
     return o;
+  };
+  auto run_at = [&](const Point& point) -> std::optional<Observed> {
+    // Inputs or a result too large to describe at `point` (a size far larger in a symbol several dimensions
+    // share overflows the number of elements) count as the call raising there.
+    try {
+      return run_at_point(point);
+    } catch (const Unsupported&) {
+      throw;
+    } catch (const std::runtime_error&) {
+      PyErr_Clear();
+      return std::nullopt;
+    }
   };
 
   // Whether the inputs at `point` can be described at all (a size far larger in a symbol several dimensions

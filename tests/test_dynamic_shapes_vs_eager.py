@@ -320,6 +320,18 @@ def test_a_view_of_a_computed_size_inside_try_checks_each_size_alone():
     like_eager(f, [(torch.randn(a, b),) for a, b in ((2, 3), (3, 3), (2, 4), (4, 6))], dynamic=True)
 
 
+def test_a_view_inside_try_that_one_size_further_still_divides():
+    # 4 * 5 * 5 divides by 5, and so do 5 * 5 * 5, 4 * 6 * 5, 4 * 5 * 6 and 5 * 6 * 6 (each size, then all of them,
+    # one further); 4 * 4 * 4 does not (fuzz seed 3, #27936).
+    def f(x):
+        try:
+            return x.view(-1, 5)
+        except RuntimeError:
+            return x.reshape(-1)
+
+    like_eager(f, [(torch.randn(4, 1, n, n),) for n in (5, 4, 6, 10, 3)], dynamic=True)
+
+
 def test_cat_of_a_dynamic_and_a_static_tensor_stays_dynamic():
     # A key/value cache grown by one decoding step: [B, H, n, D] and [B, H, 1, D] give n + 1.
     def f(cache, step):

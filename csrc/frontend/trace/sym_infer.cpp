@@ -460,6 +460,16 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
     }
     if (std::vector<int> left = unreplaced(); !left.empty() && !agrees(*shapes, one_further(left)))
       for (int s : left) shapes_.specialize(s, uneven);
+    // One size further can keep a factor the call needs (4 * s1 * s2 over 5 at 5 x 5 holds at 6 x 5, 5 x 6 and
+    // even 6 x 6 with a third size 4 -> 5): all of them at primes the sizes while tracing need not share, too.
+    for (int64_t prime : {7, 11, 13}) {
+      std::vector<int> left = unreplaced();
+      if (left.empty()) break;
+      Point point = shapes_.hints();
+      for (int s : left) point[s] = std::clamp(prime, shapes_.symbol(s).min, shapes_.symbol(s).max);
+      if (!agrees(*shapes, point))
+        for (int s : left) shapes_.specialize(s, uneven);
+    }
     return unreplaced().empty();
   };
   if (call.unclamped) return check_uneven({}) ? std::vector<SymShape>{} : finished(*shapes);

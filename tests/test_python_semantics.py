@@ -680,3 +680,20 @@ def test_ops_that_return_their_input_return_the_same_tensor():
         x, y = torch.randn(3), None
         y = x.clone()
         same(fastcomp.compile(f)(x), f(y))
+
+
+def test_a_subclass_of_a_torch_module_calls_its_base_forward_unbound_and_through_super():
+    # A channels-first LayerNorm (SqueezeBERT's) and a Linear that reuses its base's forward: the base's forward
+    # is torch's code taking the module first, traced like the module's own call, not one op of the graph.
+    class ChannelsFirstLayerNorm(torch.nn.LayerNorm):
+        def forward(self, x):
+            return torch.nn.LayerNorm.forward(self, x.permute(0, 2, 1)).permute(0, 2, 1)
+
+    class TwiceLinear(torch.nn.Linear):
+        def forward(self, x):
+            return super().forward(x) * 2 + torch.nn.Linear.forward(self, x)
+
+    model = torch.nn.Sequential(ChannelsFirstLayerNorm(8), TwiceLinear(5, 5)).eval()
+    with CompileCounter() as cc, torch.no_grad():
+        check(model, rand(2, 8, 5))
+    assert (cc.graph_count, cc.break_count, cc.frame_count) == (1, 0, 1), [r["break_reason"] for r in cc.records]

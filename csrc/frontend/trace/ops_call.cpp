@@ -62,6 +62,12 @@ bool is_torch_callable(PyObject* fn) {
   return m == "torch" || m.rfind("torch.", 0) == 0;
 }
 
+// torch's functions that take a module first are its modules' methods (nn.LayerNorm.forward(self, x), called
+// unbound or through super()): traced like any Python code, not recorded as one op of the graph.
+bool is_module_value(const Value* v) {
+  return v && v->is(VKind::Object) && v->obj && torch_refs().is_module(v->obj.get());
+}
+
 bool module_is(PyObject* fn, const char* name) {
   PyRef module = PyRef::steal(PyObject_GetAttrString(fn, "__module__"));
   if (!module || !PyUnicode_Check(module.get())) {
@@ -342,8 +348,7 @@ ValueRef Tracer::call_method(const ValueRef& fn, std::vector<ValueRef> args, Kwa
   if (ValueRef deferred; defer_if_logging(nullptr, self, fn->name, args, kwargs, &deferred)) return deferred;
   if (PyFunction_Check(f)) {
     args.insert(args.begin(), self);
-    if (is_torch_callable(f) && !(self->is(VKind::Object) && torch_refs().is_module(self->obj.get())))
-      return call_torch(f, qualified_name(f), args, kwargs);
+    if (is_torch_callable(f) && !is_module_value(self.get())) return call_torch(f, qualified_name(f), args, kwargs);
     return inline_function(f, nullptr, std::move(args), std::move(kwargs));
   }
   if (Py_TYPE(f) == &PyMethodDescr_Type || Py_TYPE(f) == &PyWrapperDescr_Type || Py_TYPE(f) == &PyClassMethodDescr_Type)
@@ -458,7 +463,7 @@ ValueRef Tracer::call_object(const ValueRef& fn, std::vector<ValueRef> args, Kwa
       const std::string name = qualified_name(f);
       if (is_pure_library_call(name)) return call_pure(f, name, args, kwargs);
     }
-    if (is_torch_callable(f)) {
+    if (is_torch_callable(f) && !is_module_value(args.empty() ? nullptr : args[0].get())) {
       const std::string name = qualified_name(f);
       if (is_compiling_flag(name)) return make_const_borrowed(Py_True);
       if (ValueRef v = seed_rng(f, name, args, kwargs)) return v;

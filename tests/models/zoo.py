@@ -57,6 +57,35 @@ def transformers_models():
     ]
 
 
+def more_transformers_models():
+    """Other architectures of the library, built from its registry by model type (AutoConfig.for_model) with tiny
+    sizes: the capabilities the zoo needs, checked beyond the models they were built for (rotary and ALiBi
+    positions, GQA, parallel attention blocks, mixture of experts, encoder-decoders, disentangled attention, a
+    channels-first LayerNorm subclass, a vision transformer with interpolated positions)."""
+    import transformers as T
+
+    decoder = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, vocab_size=VOCAB)
+    gqa = dict(decoder, num_key_value_heads=2, head_dim=16)
+    configs = {
+        "mistral": gqa, "qwen3": gqa, "phi": decoder, "gpt_neox": decoder, "falcon": decoder,
+        "mixtral": dict(gqa, num_local_experts=4, num_experts_per_tok=2),
+        "bloom": dict(hidden_size=64, n_layer=2, n_head=4, vocab_size=VOCAB),
+        "opt": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, ffn_dim=128, word_embed_proj_dim=64,
+                    vocab_size=VOCAB),
+        "roberta": decoder, "deberta-v2": decoder,
+        "squeezebert": dict(decoder, embedding_size=64),
+        "bart": dict(d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                     decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, vocab_size=VOCAB),
+        "dinov2": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, image_size=32, patch_size=8),
+    }
+
+    def build(model_type):
+        return lambda: T.AutoModel.from_config(T.AutoConfig.for_model(model_type, **configs[model_type]))
+
+    return [ZooModel(t, build(t), _image if t == "dinov2" else _text, sizes=(2, 3, 4) if t == "dinov2" else (16, 24, 32))
+            for t in configs]
+
+
 def timm_models():
     import timm
 

@@ -124,7 +124,10 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
   std::vector<Sym> candidates;
   std::vector<std::pair<Sym, int>> numels;  // element count of each dynamic tensor input
   std::vector<std::vector<Sym>> later;       // strides of each dynamic tensor input, for candidates tried last
-  std::vector<ValueRef> slices;  // slices with a symbolic bound: their lengths are differences of bounds and sizes
+  struct Bounds {
+    Sym start, stop, step;
+  };
+  std::vector<Bounds> slices;  // each slice's bounds: lengths are differences of bounds and sizes (over the step)
   std::function<void(const ValueRef&)> collect = [&](const ValueRef& v) {
     if (v->is(VKind::SymInt)) candidates.push_back(shapes_.resolve(v->sym));
     if (v->is(VKind::Tensor) && !v->shape.empty()) {
@@ -137,7 +140,12 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
     }
     if (v->is(VKind::Slice)) {
       for (const auto& item : v->items) collect(item);
-      slices.push_back(v);
+      slices.push_back({sym_of(v->items[0]), sym_of(v->items[1]), sym_of(v->items[2])});
+    }
+    if (v->is(VKind::Const) && v->obj && PySlice_Check(v->obj.get())) {  // x[:, 1:], x[:, :-1]: constant bounds
+      auto bound = [](PyObject* b) -> Sym { return PyLong_CheckExact(b) ? graph::sym_const(PyLong_AsLongLong(b)) : nullptr; };
+      auto* slice = reinterpret_cast<PySliceObject*>(v->obj.get());
+      slices.push_back({bound(slice->start), bound(slice->stop), bound(slice->step)});
     }
     if (v->is(VKind::Tuple) || v->is(VKind::List)) {
       for (const auto& item : v->items) collect(item);
@@ -172,14 +180,20 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
     out.push_back(graph::sym_const(0));
     return out;
   }();
-  for (const ValueRef& slice : slices) {
-    const Sym start = sym_of(slice->items[0]), stop = sym_of(slice->items[1]);
+  for (const auto& [start, stop, step] : slices) {
     auto minus = [](const Sym& a, const Sym& b) { return graph::sym_add(a, graph::sym_mul(graph::sym_const(-1), b)); };
-    for (const Sym& end : sizes_and_zero) {  // x[:, a:], x[:, -a:], x[:, :-b]: a size (or 0) minus/plus a bound
-      if (start) candidates.push_back(minus(end, start));
-      if (stop) candidates.push_back(graph::sym_add(end, stop));
+    std::vector<Sym> lengths;
+    for (const Sym& end : sizes_and_zero) {  // x[:, a:], x[:, -a:], x[:, :-b], x[:, a:-b]: a size (or 0) and bounds
+      lengths.push_back(end);
+      if (start) lengths.push_back(minus(end, start));
+      if (stop) lengths.push_back(graph::sym_add(end, stop));
+      if (start && stop) lengths.push_back(minus(graph::sym_add(end, stop), start));
     }
-    if (start && stop) candidates.push_back(minus(stop, start));
+    if (start && stop) lengths.push_back(minus(stop, start));
+    // x[:, ::k]: the length over the step, rounded up.
+    const int64_t k = step && step->is_const() ? step->const_value() : 1;
+    for (const Sym& length : lengths)
+      candidates.push_back(k > 1 ? graph::sym_floordiv(graph::sym_add(length, graph::sym_const(k - 1)), step) : length);
   }
   for (const auto& strides : later)  // a diagonal's stride: the sum of two of its input's strides
     for (size_t i = 0; i < strides.size(); ++i)

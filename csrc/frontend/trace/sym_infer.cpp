@@ -184,7 +184,9 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
     auto minus = [](const Sym& a, const Sym& b) { return graph::sym_add(a, graph::sym_mul(graph::sym_const(-1), b)); };
     std::vector<Sym> lengths;
     for (const Sym& end : sizes_and_zero) {  // x[:, a:], x[:, -a:], x[:, :-b], x[:, a:-b]: a size (or 0) and bounds
-      lengths.push_back(end);
+      // A size alone only without bounds (x[:, ::2]): with one, it agrees with the true length wherever the probes
+      // went (multiples of an even size: (n + 1) // 2 for x[1::2], whose length is n // 2) and nowhere else.
+      if (!start && !stop) lengths.push_back(end);
       if (start) lengths.push_back(minus(end, start));
       if (stop) lengths.push_back(graph::sym_add(end, stop));
       if (start && stop) lengths.push_back(minus(graph::sym_add(end, stop), start));

@@ -344,6 +344,15 @@ def test_constant_slices_of_a_dynamic_size_stay_dynamic(index):
     assert cc.frame_count <= 3, [r["recompile_reasons"] for r in cc.records]  # 16, then dynamic (2 may be its own)
 
 
+def test_a_strided_slice_with_a_start_at_an_odd_size():
+    # x[1::2] of 6 has 3 = (6 + 1) // 2 elements, as at every multiple of 6; at 9 it has 4, not 5 (fuzz seed 4 #11951).
+    def f(x):
+        v = x[1::2].relu()
+        return v.reshape(v.shape[0], -1)
+
+    like_eager(f, [(torch.randn(n),) for n in (6, 9, 7, 12)], dynamic=True)
+
+
 def test_cat_of_a_dynamic_and_a_static_tensor_stays_dynamic():
     # A key/value cache grown by one decoding step: [B, H, n, D] and [B, H, 1, D] give n + 1.
     def f(cache, step):

@@ -295,16 +295,22 @@ def test_a_slice_of_a_static_buffer_past_its_end_gets_its_own_entry():
     assert cc.frame_count == 3, [r["guards"] for r in cc.records]
 
 
-def test_a_view_inside_try_that_needs_sizes_to_divide_evenly():
+def view_in_rows_or_flat(columns):
+    """A function that views its input as rows of `columns`, or flattens it where the sizes do not divide."""
     def f(x):
         try:
-            return x.view(-1, 6)
+            return x.view(-1, columns)
         except RuntimeError:
             return x.reshape(-1)
 
+    return f
+
+
+def test_a_view_inside_try_that_needs_sizes_to_divide_evenly():
     # 6 * 6 and 7 * 6 divide by 6, 7 * 7 does not: the except branch must run there, as eagerly.
     for dynamic in (None, True):
-        like_eager(f, [(torch.randn(1, a, b),) for a, b in ((6, 6), (7, 6), (6, 7), (7, 7), (5, 5))], dynamic=dynamic)
+        sizes = ((6, 6), (7, 6), (6, 7), (7, 7), (5, 5))
+        like_eager(view_in_rows_or_flat(6), [(torch.randn(1, a, b),) for a, b in sizes], dynamic=dynamic)
 
 
 def test_a_view_of_a_computed_size_inside_try_checks_each_size_alone():
@@ -323,13 +329,7 @@ def test_a_view_of_a_computed_size_inside_try_checks_each_size_alone():
 def test_a_view_inside_try_that_one_size_further_still_divides():
     # 4 * 5 * 5 divides by 5, and so do 5 * 5 * 5, 4 * 6 * 5, 4 * 5 * 6 and 5 * 6 * 6 (each size, then all of them,
     # one further); 4 * 4 * 4 does not (fuzz seed 3, #27936).
-    def f(x):
-        try:
-            return x.view(-1, 5)
-        except RuntimeError:
-            return x.reshape(-1)
-
-    like_eager(f, [(torch.randn(4, 1, n, n),) for n in (5, 4, 6, 10, 3)], dynamic=True)
+    like_eager(view_in_rows_or_flat(5), [(torch.randn(4, 1, n, n),) for n in (5, 4, 6, 10, 3)], dynamic=True)
 
 
 @pytest.mark.parametrize("index", ["x[:, 1:]", "x[:, :-1]", "x[0, 2:]", "x[..., 1:-1]", "x[:, ::2]", "x[:, 1::3]",

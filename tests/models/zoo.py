@@ -82,7 +82,8 @@ def more_transformers_models():
     def build(model_type):
         return lambda: T.AutoModel.from_config(T.AutoConfig.for_model(model_type, **configs[model_type]))
 
-    return [ZooModel(t, build(t), _image if t == "dinov2" else _text, sizes=(2, 3, 4) if t == "dinov2" else (16, 24, 32))
+    image = {"dinov2"}
+    return [ZooModel(t, build(t), _image, sizes=(2, 3, 4)) if t in image else ZooModel(t, build(t), _text)
             for t in configs]
 
 

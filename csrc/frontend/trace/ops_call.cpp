@@ -62,8 +62,8 @@ bool is_torch_callable(PyObject* fn) {
   return m == "torch" || m.rfind("torch.", 0) == 0;
 }
 
-// torch's functions that take a module first are its modules' methods (nn.LayerNorm.forward(self, x), called
-// unbound or through super()): traced like any Python code, not recorded as one op of the graph.
+// Whether `v` is an nn.Module. A torch function called with one first is one of its modules' methods
+// (nn.LayerNorm.forward(self, x), unbound or through super()): traced like Python code, not recorded as an op.
 bool is_module_value(const Value* v) {
   return v && v->is(VKind::Object) && v->obj && torch_refs().is_module(v->obj.get());
 }

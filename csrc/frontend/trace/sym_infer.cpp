@@ -143,9 +143,8 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
       slices.push_back({sym_of(v->items[0]), sym_of(v->items[1]), sym_of(v->items[2])});
     }
     if (v->is(VKind::Const) && v->obj && PySlice_Check(v->obj.get())) {  // x[:, 1:], x[:, :-1]: constant bounds
-      auto bound = [](PyObject* b) -> Sym { return PyLong_CheckExact(b) ? graph::sym_const(PyLong_AsLongLong(b)) : nullptr; };
       auto* slice = reinterpret_cast<PySliceObject*>(v->obj.get());
-      slices.push_back({bound(slice->start), bound(slice->stop), bound(slice->step)});
+      slices.push_back({int_sym(slice->start), int_sym(slice->stop), int_sym(slice->step)});
     }
     if (v->is(VKind::Tuple) || v->is(VKind::List)) {
       for (const auto& item : v->items) collect(item);
@@ -213,31 +212,28 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
     return {};
   }
 
-  // Runs the call at `point`; null when it raises.
-  auto run_at_point = [&](const Point& point) -> std::optional<Observed> {
-    PyRef args = PyRef::steal(PyTuple_New(call.args.size()));
-    for (size_t i = 0; i < call.args.size(); ++i)
-      PyTuple_SET_ITEM(args.get(), i, probe_meta(call.args[i], PyTuple_GET_ITEM(call.meta_args, i), point, call.writes).release());
-    PyRef kwargs = PyRef::steal(PyDict_Copy(call.meta_kwargs));
-    for (const auto& [key, value] : call.kwargs)
-      if (has_sym(value) || call.writes) {
-        PyObject* hint = PyDict_GetItemString(call.meta_kwargs, key.c_str());
-        if (hint) PyDict_SetItemString(kwargs.get(), key.c_str(), probe_meta(value, hint, point, call.writes).get());
-      }
-    PyRef out = call.run(args.get(), kwargs.get());
-    if (!out) {
-      PyErr_Clear();
-      return std::nullopt;
-    }
-    auto o = observe(out.get());
-    if (!o) PyErr_Clear();
-    return o;
-  };
+  // Runs the call at `point`; null when it raises there, or when its inputs or result are too large to describe
+  // (a size far larger in a symbol several dimensions share overflows the number of elements).
   auto run_at = [&](const Point& point) -> std::optional<Observed> {
-    // Inputs or a result too large to describe at `point` (a size far larger in a symbol several dimensions
-    // share overflows the number of elements) count as the call raising there.
     try {
-      return run_at_point(point);
+      PyRef args = PyRef::steal(PyTuple_New(call.args.size()));
+      for (size_t i = 0; i < call.args.size(); ++i)
+        PyTuple_SET_ITEM(args.get(), i,
+                         probe_meta(call.args[i], PyTuple_GET_ITEM(call.meta_args, i), point, call.writes).release());
+      PyRef kwargs = PyRef::steal(PyDict_Copy(call.meta_kwargs));
+      for (const auto& [key, value] : call.kwargs)
+        if (has_sym(value) || call.writes) {
+          PyObject* hint = PyDict_GetItemString(call.meta_kwargs, key.c_str());
+          if (hint) PyDict_SetItemString(kwargs.get(), key.c_str(), probe_meta(value, hint, point, call.writes).get());
+        }
+      PyRef out = call.run(args.get(), kwargs.get());
+      if (!out) {
+        PyErr_Clear();
+        return std::nullopt;
+      }
+      auto o = observe(out.get());
+      if (!o) PyErr_Clear();
+      return o;
     } catch (const Unsupported&) {
       throw;
     } catch (const std::runtime_error&) {

@@ -9,15 +9,18 @@
 
 namespace fastcomp::frontend {
 
+graph::Sym int_sym(PyObject* o) {
+  if (!o || !PyLong_Check(o)) return nullptr;  // bools too: True + s0 is s0 + 1
+  int overflow = 0;
+  long long x = PyLong_AsLongLongAndOverflow(o, &overflow);
+  if (!overflow) return graph::sym_const(x);
+  PyErr_Clear();
+  return nullptr;
+}
+
 graph::Sym Tracer::sym_of(const ValueRef& v) const {
   if (v->is(VKind::SymInt)) return shapes_.resolve(v->sym);
-  if (v->is(VKind::Const) && PyLong_Check(v->obj.get())) {  // bools too: True + s0 is s0 + 1
-    int overflow = 0;
-    long long x = PyLong_AsLongLongAndOverflow(v->obj.get(), &overflow);
-    if (!overflow) return graph::sym_const(x);
-    PyErr_Clear();
-  }
-  return nullptr;
+  return v->is(VKind::Const) ? int_sym(v->obj.get()) : nullptr;
 }
 
 ValueRef Tracer::symint(const graph::Sym& e) {

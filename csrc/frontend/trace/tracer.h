@@ -312,6 +312,8 @@ PyObject* partial_type();  // functools.partial (borrowed)
 
 // Library functions computed for real at trace time on constant arguments (see frozen.cpp).
 bool is_pure_library_call(const std::string& qualified_name);
+// A Python int as a constant expression; null for anything else or an int past int64 (sym_ops.cpp).
+graph::Sym int_sym(PyObject* o);
 // How CPython's errors name a callable: module.qualname for functions (those the trace made too); "" when unknown.
 std::string callable_name(const Value& fn);
 inline bool is_frozen(const Value& v) { return v.is(VKind::Object) && v.flag; }

@@ -1,0 +1,82 @@
+// Extern steps - calls into torch inside a plan - and the torch objects they take. A value computed by a kernel
+// or a cuBLASLt call is a buffer, whose tensor the runtime allocates; a view (or a split's tuple) exists as a
+// torch object only where torch makes it, by calling the view's op on its base's object when first needed. An
+// extern that writes an argument first makes every lazy value and live view it could disturb.
+#include <algorithm>
+
+#include "plan/lowering.h"
+
+namespace fastcomp::plan {
+namespace detail {
+
+void Lowerer::ensure_objects(const graph::Arg& a) {
+  if (a.kind == graph::Arg::Kind::Node) ensure_object(a.node);
+  for (const auto& item : a.items) ensure_objects(item);
+}
+
+void Lowerer::ensure_object(graph::NodeId id) {
+  if (program_.node_object[id]) return;
+  Value& v = values_[id];
+  if (v.tensor) {
+    const int b = buffer_for(id);
+    const Buffer& buf = program_.buffers[b];
+    if (buf.kind != Buffer::Kind::View && buf.node == id) {
+      program_.node_object[id] = true;  // the buffer's own tensor
+      return;
+    }
+  }
+  // A view (or a split's tuple) exists as a torch object only when torch makes it: call the node's op.
+  const graph::Node& n = graph_.nodes[id];
+  for (const auto& a : n.args) ensure_objects(a);
+  for (const auto& a : n.kwargs) ensure_objects(a);
+  program_.steps.push_back({Step::Kind::Extern, static_cast<int>(program_.extern_steps.size())});
+  program_.extern_steps.push_back({id});
+  program_.node_object[id] = true;
+}
+
+void Lowerer::flush_live_values(graph::NodeId at) {
+  for (graph::NodeId id = 0; id < at; ++id)
+    if (values_[id].tensor && values_[id].cluster >= 0 && last_use_[id] > at) buffer_for(id);
+  for (size_t c = 0; c < clusters_.size(); ++c)
+    if (merged_into_[c] < 0 && clusters_[c]->has_stores()) seal(static_cast<int>(c));
+}
+
+void Lowerer::materialize_live_views_of(const graph::Node& n) {
+  std::vector<int> roots;
+  for (const auto& a : n.args)
+    if (a.kind == graph::Arg::Kind::Node && values_[a.node].tensor && values_[a.node].buffer >= 0)
+      roots.push_back(program_.buffers[values_[a.node].buffer].root);
+  for (graph::NodeId id = 0; id < n.id; ++id) {
+    const Value& v = values_[id];
+    if (!v.tensor || v.buffer < 0 || program_.node_object[id] || last_use_[id] <= n.id) continue;
+    const Buffer& b = program_.buffers[v.buffer];
+    if (b.kind == Buffer::Kind::View && std::find(roots.begin(), roots.end(), b.root) != roots.end()) ensure_object(id);
+  }
+}
+
+void Lowerer::add_extern(const graph::Node& n) {
+  if (graph::writes_an_argument(n)) {
+    flush_live_values(n.id);
+    // A view's torch object is made on first use, by calling its op on its base's object; an in-place op may change
+    // that base's sizes and strides (unsqueeze_, t_, resize_), so the views still to be used are made before it.
+    materialize_live_views_of(n);
+  }
+  for (const auto& a : n.args) ensure_objects(a);
+  for (const auto& a : n.kwargs) ensure_objects(a);
+  program_.steps.push_back({Step::Kind::Extern, static_cast<int>(program_.extern_steps.size())});
+  program_.extern_steps.push_back({n.id, std::move(declined_)});
+  declined_.clear();
+  program_.node_object[n.id] = true;
+  if (n.type != graph::ValueType::Tensor) return;
+  Buffer b;
+  b.kind = Buffer::Kind::Extern;
+  b.node = n.id;
+  b.dtype = node_dtype(n.id);
+  b.sizes = meta_sizes(n.meta);
+  b.strides = meta_strides(n.meta);
+  values_[n.id].tensor = true;
+  values_[n.id].buffer = add_buffer(b);
+}
+
+}  // namespace detail
+}  // namespace fastcomp::plan

@@ -1,0 +1,101 @@
+"""Where a library model's GPU time goes, per mode: `python -m benchmarks.profile_model --model gpt2 --modes
+torch.compile,fastcomp` prints, for each mode, the wall µs per call, the GPU busy µs per call and the kernels that
+take it (torch.profiler with CUDA activity, which sees fastcomp's NVRTC launches and cuBLAS as well as torch's),
+grouped by kernel name. Models, inputs and modes are those of `benchmarks.models`; each mode runs in a fresh process.
+A diagnostic for finding what to lower or fuse next, not a measurement to quote: the profiler adds host time.
+"""
+import argparse
+import collections
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+from benchmarks.models import MODES, build, inputs
+
+
+def child(cfg):
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    dtype = {"f32": torch.float32, "bf16": torch.bfloat16}[cfg["dtype"]]
+    torch.manual_seed(0)
+    model = build(cfg["model"]).eval().to(device="cuda", dtype=dtype)
+    kwargs = inputs(cfg["model"], cfg["batch"], "cuda")
+    kwargs = {k: v.to(dtype) if v.is_floating_point() else v for k, v in kwargs.items()}
+    mode = cfg["mode"]
+    if mode == "eager":
+        run = model
+    elif mode.startswith("torch.compile"):
+        run = torch.compile(model, mode="reduce-overhead" if "reduce" in mode else None)
+    else:
+        import fastcomp
+
+        run = fastcomp.compile(model, mode="reduce-overhead" if "reduce" in mode else None)
+    calls = cfg["calls"]
+    with torch.no_grad():
+        for _ in range(cfg["warmup"]):
+            run(**kwargs)
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(calls):
+            run(**kwargs)
+        torch.cuda.synchronize()
+        wall_us = (time.perf_counter() - start) / calls * 1e6
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                run(**kwargs)
+            torch.cuda.synchronize()
+    kernels = collections.defaultdict(lambda: [0, 0.0])
+    for e in prof.events():
+        if e.device_type.name != "CUDA":
+            continue
+        k = kernels[e.name[:110]]
+        k[0] += 1
+        k[1] += e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
+    busy = sum(v[1] for v in kernels.values()) / calls
+    top = sorted(kernels.items(), key=lambda kv: -kv[1][1])[: cfg["top"]]
+    return {"wall_us": wall_us, "gpu_busy_us": busy, "launches_per_call": sum(v[0] for v in kernels.values()) / calls,
+            "kernels": [(name, n / calls, us / calls) for name, (n, us) in top]}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--child")
+    ap.add_argument("--model", default="gpt2")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--dtype", default="f32")
+    ap.add_argument("--modes", default="torch.compile,fastcomp")
+    ap.add_argument("--calls", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--top", type=int, default=25)
+    args = ap.parse_args(argv)
+    if args.child:
+        print(json.dumps(child(json.loads(args.child))))
+        return 0
+    for mode in args.modes.split(","):
+        assert mode in MODES, f"unknown mode {mode!r}; one of {MODES}"
+        cache = tempfile.mkdtemp(prefix="profile-model-")
+        env = dict(os.environ, FASTCOMP_CACHE_DIR=cache, TORCHINDUCTOR_CACHE_DIR=cache)
+        cfg = dict(model=args.model, batch=args.batch, dtype=args.dtype, mode=mode, calls=args.calls,
+                   warmup=args.warmup, top=args.top)
+        p = subprocess.run([sys.executable, "-m", "benchmarks.profile_model", "--child", json.dumps(cfg)], env=env,
+                           capture_output=True, text=True)
+        lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
+        if p.returncode or not lines:
+            print(f"## {args.model} {mode}: failed\n{p.stderr[-2000:]}")
+            continue
+        r = json.loads(lines[-1])
+        print(f"## {args.model} batch {args.batch} {args.dtype} {mode}: {r['wall_us']:.0f} µs/call wall, "
+              f"{r['gpu_busy_us']:.0f} µs/call GPU busy, {r['launches_per_call']:.0f} kernels/call")
+        print("| kernel | per call | µs/call |\n|---|---|---|")
+        for name, n, us in r["kernels"]:
+            print(f"| `{name}` | {n:g} | {us:.1f} |")
+        print(flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

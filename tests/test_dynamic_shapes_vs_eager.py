@@ -193,6 +193,17 @@ def test_a_broadcast_too_large_to_describe_at_a_probe_size_is_not_an_internal_er
     assert cc.graph_count >= 1
 
 
+def test_a_size_with_no_value_at_a_probe_point_is_not_an_internal_error():
+    # flatten(1) of [M - 1, K - 1, min(4, M)]: the probes try candidate expressions for the flattened size, some
+    # with a divisor that is 0 at a probe point; there a candidate has no value and does not match (fuzz seed 6
+    # #5610: "symbolic size divided by zero").
+    def f(x):
+        return x[-1, 1:, :-1, :x.dim()].flatten(1)
+
+    like_eager(f, [(torch.randn(s),) for s in [(2, 6, 3, 6), (3, 7, 4, 7), (2, 3, 5, 3), (2, 9, 2, 9)]],
+               dynamic=True)
+
+
 def test_squeeze_of_a_flattened_tensor_whose_sizes_are_all_1():
     # Each size alone at 1 leaves the flattened length above 1; both at 1 make it 1, which squeeze() drops.
     def f(x):

@@ -194,6 +194,14 @@ int64_t sym_eval(const Sym& e, const std::vector<int64_t>& values) {
   return sum;
 }
 
+std::optional<int64_t> sym_try_eval(const Sym& e, const std::vector<int64_t>& values) {
+  try {
+    return sym_eval(e, values);
+  } catch (const std::invalid_argument&) {
+    return std::nullopt;
+  }
+}
+
 std::vector<int> sym_symbols(const Sym& e) {
   std::vector<int> out;
   collect_symbols(e, out);

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,8 +57,11 @@ struct SymShape {
 inline const std::string& str(const Sym& e) { return e->text; }
 inline bool same(const Sym& a, const Sym& b) { return a->text == b->text; }
 
-// Value of `e` when symbol i is `values[i]`.
+// Value of `e` when symbol i is `values[i]`; throws std::invalid_argument where a floor division or modulo in it
+// has a divisor of 0 there.
 int64_t sym_eval(const Sym& e, const std::vector<int64_t>& values);
+// The same, or nullopt where a divisor in `e` is 0: `e` has no value at that point.
+std::optional<int64_t> sym_try_eval(const Sym& e, const std::vector<int64_t>& values);
 // Ids of the symbols `e` mentions, ascending.
 std::vector<int> sym_symbols(const Sym& e);
 // `e` with each symbol i replaced by `replace(i)` (null: keep the symbol).

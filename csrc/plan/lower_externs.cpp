@@ -41,16 +41,38 @@ void Lowerer::flush_live_values(graph::NodeId at) {
     if (merged_into_[c] < 0 && clusters_[c]->has_stores()) seal(static_cast<int>(c));
 }
 
+// The root buffers that making `id`'s torch object (ensure_object: its op called on its arguments' objects) would
+// read: its arguments' roots, and for arguments without objects yet, what making theirs reads. A view of a copy
+// (a reshape that could not be a view) has a root of its own, but making its object reads the copied tensor.
+void Lowerer::roots_read_to_make(graph::NodeId id, std::vector<int>& roots) const {
+  const graph::Node& n = graph_.nodes[id];
+  auto visit = [&](const graph::Arg& a, const auto& self) -> void {
+    if (a.kind == graph::Arg::Kind::Node && values_[a.node].tensor && values_[a.node].buffer >= 0) {
+      roots.push_back(program_.buffers[values_[a.node].buffer].root);
+      if (!program_.node_object[a.node]) roots_read_to_make(a.node, roots);
+    }
+    for (const auto& item : a.items) self(item, self);
+  };
+  for (const auto& a : n.args) visit(a, visit);
+  for (const auto& a : n.kwargs) visit(a, visit);
+}
+
 void Lowerer::materialize_live_views_of(const graph::Node& n) {
-  std::vector<int> roots;
+  std::vector<int> written;
   for (const auto& a : n.args)
     if (a.kind == graph::Arg::Kind::Node && values_[a.node].tensor && values_[a.node].buffer >= 0)
-      roots.push_back(program_.buffers[values_[a.node].buffer].root);
+      written.push_back(program_.buffers[values_[a.node].buffer].root);
+  auto is_written = [&](int root) { return std::find(written.begin(), written.end(), root) != written.end(); };
+  std::vector<int> reads;
   for (graph::NodeId id = 0; id < n.id; ++id) {
     const Value& v = values_[id];
     if (!v.tensor || v.buffer < 0 || program_.node_object[id] || last_use_[id] <= n.id) continue;
     const Buffer& b = program_.buffers[v.buffer];
-    if (b.kind == Buffer::Kind::View && std::find(roots.begin(), roots.end(), b.root) != roots.end()) ensure_object(id);
+    if (b.kind != Buffer::Kind::View) continue;
+    reads.clear();
+    reads.push_back(b.root);
+    roots_read_to_make(id, reads);
+    if (std::any_of(reads.begin(), reads.end(), is_written)) ensure_object(id);
   }
 }
 
@@ -58,7 +80,8 @@ void Lowerer::add_extern(const graph::Node& n) {
   if (graph::writes_an_argument(n)) {
     flush_live_values(n.id);
     // A view's torch object is made on first use, by calling its op on its base's object; an in-place op may change
-    // that base's sizes and strides (unsqueeze_, t_, resize_), so the views still to be used are made before it.
+    // that base's sizes and strides (unsqueeze_, t_, resize_), or the values a view of a copy was copied from (a
+    // reshape of a transposed tensor), so the views still to be used are made before it.
     materialize_live_views_of(n);
   }
   for (const auto& a : n.args) ensure_objects(a);

@@ -48,8 +48,13 @@ bool lower_gather(Lowerer& L, const graph::Node& n, graph::NodeId source, graph:
   // The wrap adds the size as a constant of the kernel: a symbolic one is not lowered yet.
   if (negative_from_end && !meta_sizes(L.node(source).meta)[dim].is_static())
     return L.decline("indexing with a tensor along a dimension of symbolic size");
-  const Buffer src = L.buffer(L.buffer_for(source));  // first: reading it may seal the index's cluster
   const Sizes out = meta_sizes(n.meta);
+  // Every index is out of range of an empty dimension, and torch says so on the host (an IndexError the program may
+  // catch) rather than with the device-side assert the kernel's check stands for: torch runs it.
+  const codegen::Size gathered = meta_sizes(L.node(source).meta)[dim];
+  if (gathered.is_static() && gathered.hint() == 0 && !(codegen::product(out) == 0))
+    return L.decline("indexing into a dimension of size 0");
+  const Buffer src = L.buffer(L.buffer_for(source));  // first: reading it may seal the index's cluster
   const Cluster* lazy = place_index ? nullptr : L.lazy_cluster(index);
   const bool fused = lazy && !lazy->reduces() && lazy->space() == out;
   const Buffer idx = fused ? Buffer{} : L.buffer(L.buffer_for(index));

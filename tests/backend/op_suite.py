@@ -114,6 +114,17 @@ def view_then_base_unsqueezed_in_place(x):  # the view keeps the shape it had wh
 case("view_then_base_unsqueezed_in_place", view_then_base_unsqueezed_in_place, shapes=((3, 3, 4), (2, 5, 7)),
      plan=(1, 0, 2))
 
+
+def reshape_copy_then_source_written_in_place(x):  # the copy has the values of before (fuzz, CUDA seed 102 #1228)
+    y = x * 1
+    flat = y.t().reshape(-1)  # y.t() cannot be viewed as 1-D: reshape copies
+    y.add_(1)
+    return flat, y
+
+
+case("reshape_copy_then_source_written_in_place", reshape_copy_then_source_written_in_place,
+     shapes=((3, 4), (33, 65)), plan=(2, 0, 3))
+
 # ---- cat and stack: index arithmetic in the consumer's kernel (no kernel of their own, no torch call) ------------
 
 

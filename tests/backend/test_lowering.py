@@ -290,6 +290,21 @@ def test_embedding_with_max_norm_stays_a_torch_call(fn):
     assert "= torch.nn.functional.embedding" in record["plan"] and "gather" not in record["plan"]
 
 
+@pytest.mark.parametrize("fn, error", [
+    (lambda x, i: x[i] * 2, "index is out of bounds for dimension with size 0"),
+    (lambda x, i: x.index_select(0, i) * 2, "index_select"),
+], ids=["getitem", "index_select"])
+def test_indexing_an_empty_dimension_raises_as_torch_does(fn, error):
+    """Every index is out of range of a dimension of size 0; torch raises on the host (catchable), where the
+    gather kernel's check would be a device-side trap: torch runs the op (fuzz, CUDA seed 102 #1302, #9393)."""
+    x, i = torch.randn(0, 3), torch.tensor([0, -1])
+    with pytest.raises((IndexError, RuntimeError), match=error):
+        fn(x, i)
+    with CompileCounter() as counter, pytest.raises((IndexError, RuntimeError), match=error):
+        fastcomp.compile(fn)(x, i)
+    assert "through torch: %2 (indexing into a dimension of size 0)" in counter.records[0]["backend"]
+
+
 @pytest.mark.parametrize("fn", [
     lambda i, w: torch.nn.functional.layer_norm(torch.nn.functional.embedding(i, w) * 2, w.shape[-1:]),
     lambda i, w: torch.softmax(torch.nn.functional.embedding(i, w), -1),

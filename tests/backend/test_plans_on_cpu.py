@@ -178,3 +178,21 @@ def test_grouped_linears_with_biases_compute_what_torch_does(observer):
     assert check_runs(observer, expect_runnable=True) == 2
     groups = [s for plan, *_ in observer.runs for s in plan["steps"] if s["kind"] == "matmul" and s["b_next"]]
     assert len(groups) == 2 and all(len(s["b_next"]) == len(s["bias_next"]) == 2 for s in groups), groups
+
+
+# Inputs that start past their storage's first element (x[1:] passed in): the plan reads views of them at offsets
+# from the input's own start (fuzz, CUDA seed 102 #4403, #1379: off by the input's offset).
+@pytest.mark.parametrize("fn", [
+    lambda x: (x[-1] * x[-1]).abs(),
+    lambda x: x[1:].relu() - x[1:],
+    lambda x: x.narrow(-1, 1, x.size(-1) - 1) * x[..., :1],
+], ids=["select", "slice", "narrow"])
+def test_plan_reads_views_of_an_input_with_a_storage_offset(fn, observer):
+    torch.manual_seed(0)
+    compiled = fastcomp.compile(fn)
+    with torch.no_grad():
+        for n in (7, 7):
+            x = torch.randn(n + 3)[3:]
+            assert x.storage_offset() == 3
+            torch.testing.assert_close(compiled(x), fn(x))
+    assert check_runs(observer, expect_runnable=True) == 2

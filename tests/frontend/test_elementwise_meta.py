@@ -3,6 +3,7 @@ torch. It must agree with torch exactly, or decline (None) and leave the case to
 import operator
 import os
 import random
+import re
 import subprocess
 import sys
 import textwrap
@@ -350,6 +351,30 @@ def test_compiled_unary_ops_match_eager(dtype):
     compiled_matches_eager(f, values(dtype, (2, 5)))
     compiled_matches_eager(g, values(dtype, (2, 5)))
     compiled_matches_eager(g, values(dtype, (2, 10))[:, 3:8])
+
+
+@pytest.mark.parametrize("f, op", [
+    (lambda x: torch.relu(x > 0), "relu"),
+    (lambda x: (x > 0).any(0) - x, "sub"),
+    (lambda x: 1 - (x > 0), "sub"),
+    (lambda x: (x > 0) ** (x > 1), "pow"),
+    (lambda x: x.long() ** -1, "pow"),
+], ids=["relu_bool", "bool_minus_float", "int_minus_bool", "bool_pow", "int_negative_pow"])
+def test_dtype_errors_the_meta_functions_miss_are_raised_while_tracing(f, op):
+    """torch's meta functions accept these operand dtypes; its CPU and CUDA kernels refuse them. The tracer asks a
+    CPU kernel (one-element stand-ins), so the op never reaches a graph, whose CUDA kernels would compute it even
+    where its value is never used (fuzz, CUDA seed 102 #1077, #5182)."""
+    def g(x):
+        f(x)  # the value is dead: only the error tells
+        return x + 1
+
+    x = torch.randn(4, 3)
+    with pytest.raises((RuntimeError, NotImplementedError)) as eager:
+        g(x)
+    with CompileCounter() as cc, pytest.raises(type(eager.value), match=re.escape(str(eager.value))):
+        fastcomp.compile(g)(x)
+    graphs = "\n".join(r.get("graph") or "" for r in cc.records)
+    assert op not in graphs, graphs
 
 
 def test_a_result_that_requires_grad_takes_in_place_ops_like_eager():

@@ -324,6 +324,60 @@ int8_t result_dtype(const OpSpec& spec, const std::vector<Arg>& ops) {
 
 }  // namespace
 
+namespace {
+
+// A CPU tensor of `t`'s dtype and number of dimensions, one element: enough for a dtype check.
+PyRef cpu_stand_in(PyObject* t) {
+  const auto& T = torch_refs();
+  PyRef dtype = PyRef::steal(PyObject_GetAttrString(t, "dtype"));
+  PyRef ndim = PyRef::steal(PyObject_GetAttrString(t, "ndim"));
+  if (!dtype || !ndim) return PyRef();
+  PyRef shape = PyRef::steal(PyTuple_New(PyLong_AsSsize_t(ndim.get())));
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(shape.get()); ++i) PyTuple_SET_ITEM(shape.get(), i, PyLong_FromLong(1));
+  PyRef kwargs = PyRef::steal(PyDict_New());
+  PyDict_SetItemString(kwargs.get(), "dtype", dtype.get());
+  PyRef zeros = PyRef::steal(PyObject_GetAttrString(T.torch.get(), "zeros"));
+  PyRef args = PyRef::steal(PyTuple_Pack(1, shape.get()));
+  return zeros ? PyRef::steal(PyObject_Call(zeros.get(), args.get(), kwargs.get())) : PyRef();
+}
+
+bool may_refuse_dtypes(PyObject* target, PyObject* args, PyObject* kwargs) {
+  const OpTable& tb = table();
+  auto it = tb.find(target);
+  if (it == tb.end()) return false;
+  const OpSpec& spec = it->second;
+  if (!PyTuple_Check(args) || PyTuple_GET_SIZE(args) != spec.arity || !kwargs_ok(spec, kwargs)) return false;
+  std::vector<Arg> ops(spec.arity);
+  bool any_tensor = false;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (!read_arg(PyTuple_GET_ITEM(args, i), &ops[i], /*any_layout=*/true)) {
+      PyErr_Clear();
+      return false;
+    }
+    any_tensor |= ops[i].tensor;
+  }
+  return any_tensor && result_dtype(spec, ops) == kNone;
+}
+
+}  // namespace
+
+bool elementwise_dtypes_accepted(PyObject* target, PyObject* args, PyObject* kwargs) {
+  if (!may_refuse_dtypes(target, args, kwargs)) return true;
+  const auto& T = torch_refs();
+  PyRef cpu_args = PyRef::steal(PyTuple_New(PyTuple_GET_SIZE(args)));
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args); ++i) {
+    PyObject* a = PyTuple_GET_ITEM(args, i);
+    PyRef c = T.is_tensor(a) ? cpu_stand_in(a) : PyRef::borrow(a);
+    if (!c) {
+      PyErr_Clear();
+      return true;  // no stand-in: the meta call decides, as before
+    }
+    PyTuple_SET_ITEM(cpu_args.get(), i, c.release());
+  }
+  PyRef out = PyRef::steal(PyObject_Call(target, cpu_args.get(), kwargs));
+  return static_cast<bool>(out);
+}
+
 std::optional<ComputedMeta> elementwise_meta(PyObject* target, PyObject* args, PyObject* kwargs, bool grad_enabled) {
   const OpTable& tb = table();
   auto it = tb.find(target);

@@ -19,4 +19,10 @@ namespace fastcomp::frontend {
  * Never leaves a Python error set. */
 std::optional<ComputedMeta> elementwise_meta(PyObject* target, PyObject* args, PyObject* kwargs, bool grad_enabled);
 
+/** False, with torch's error set, when `target(*args, **kwargs)` is a covered elementwise op whose operand dtypes
+ * torch refuses (bool subtraction, relu of bools, ...). torch's meta functions skip some of these checks, so for the
+ * operand dtypes the C++ rules do not accept, a CPU kernel runs on one-element stand-ins of the same dtypes and
+ * ranks. True otherwise (also when it cannot tell: the meta call decides then). */
+bool elementwise_dtypes_accepted(PyObject* target, PyObject* args, PyObject* kwargs);
+
 }  // namespace fastcomp::frontend

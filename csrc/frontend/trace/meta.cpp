@@ -27,6 +27,26 @@ PyRef tuple_of(const std::vector<int64_t>& v) {
   return t;
 }
 
+// `t` (sizes and strides of `meta`, at offset 0) moved to meta's storage offset, in a storage long enough for it
+// and as a tensor of its own (not a view: in-place ops on it are a base's). The views traced from an input then
+// have the offsets its real views have, which the CUDA plan subtracts the input's own offset from.
+PyRef with_storage_offset(PyObject* t, const graph::TensorMeta& meta) {
+  int64_t elements = meta.storage_offset + 1;
+  for (size_t d = 0; d < meta.sizes.size(); ++d) {
+    if (meta.sizes[d] == 0) elements = meta.storage_offset;
+    if (meta.sizes[d] == 0) break;
+    elements += (meta.sizes[d] - 1) * meta.strides[d];
+  }
+  PyRef storage = PyRef::steal(PyObject_CallMethod(t, "new_empty", "((L))", static_cast<long long>(elements)));
+  PyRef moved = storage ? PyRef::steal(PyObject_CallMethod(storage.get(), "as_strided", "OOL", tuple_of(meta.sizes).get(),
+                                                           tuple_of(meta.strides).get(),
+                                                           static_cast<long long>(meta.storage_offset)))
+                        : PyRef();
+  PyRef own = moved ? PyRef::steal(PyObject_CallMethod(moved.get(), "detach", nullptr)) : PyRef();
+  if (own && meta.requires_grad && !PyRef::steal(PyObject_CallMethod(own.get(), "requires_grad_", nullptr))) own = PyRef();
+  return own;
+}
+
 }  // namespace
 
 graph::TensorMeta meta_of_tensor(PyObject* tensor, PyObject* device) {
@@ -54,6 +74,7 @@ PyRef make_meta_tensor(const graph::TensorMeta& meta) {
   PyDict_SetItemString(kwargs.get(), "device", T.meta_device.get());
   PyDict_SetItemString(kwargs.get(), "requires_grad", meta.requires_grad ? Py_True : Py_False);
   PyRef t = PyRef::steal(PyObject_Call(T.empty_strided.get(), args.get(), kwargs.get()));
+  if (t && meta.storage_offset != 0) t = with_storage_offset(t.get(), meta);
   if (!t && meta.requires_grad) {
     // An integer tensor can require grad after an in-place copy from one that does (`ints[i] = floats`), but
     // no tensor of that kind can be made: the code around it runs in CPython.

@@ -239,6 +239,9 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
     } catch (const std::runtime_error&) {
       PyErr_Clear();
       return std::nullopt;
+    } catch (const std::invalid_argument&) {  // an input's size has no value at this point (a divisor of 0)
+      PyErr_Clear();
+      return std::nullopt;
     }
   };
 
@@ -271,7 +274,7 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
     }
     auto matches = [&](const Sym& e, auto value_at) {
       for (size_t k = 0; k < points.size(); ++k)
-        if (graph::sym_eval(e, points[k]) != value_at(k)) return false;
+        if (graph::sym_try_eval(e, points[k]) != value_at(k)) return false;  // no value there: no match
       return true;
     };
     auto find = [&](auto value_at) -> Sym {
@@ -366,8 +369,8 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
       const SymShape s = shapes_.resolve(shapes[j]);
       if (o->sizes[j].size() != s.sizes.size()) return false;
       for (size_t d = 0; d < s.sizes.size(); ++d) {
-        if (graph::sym_eval(s.sizes[d], point) != o->sizes[j][d]) return false;
-        if (graph::sym_eval(s.strides[d], point) != o->strides[j][d]) return false;
+        if (graph::sym_try_eval(s.sizes[d], point) != o->sizes[j][d]) return false;
+        if (graph::sym_try_eval(s.strides[d], point) != o->strides[j][d]) return false;
       }
     }
     return true;

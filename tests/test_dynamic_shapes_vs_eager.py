@@ -204,6 +204,26 @@ def test_a_size_with_no_value_at_a_probe_point_is_not_an_internal_error():
                dynamic=True)
 
 
+def _eye_of_size_mod_3(x):
+    return torch.eye(x.size(-1) % 3 + 1) * x.sum()
+
+
+def _caught_broadcast_of_size_mod_3(x):
+    v = torch.eye(x.size(-1) % 3 + 1)
+    try:
+        return x.abs() + v  # broadcasts where the eye is [1, 1] (sizes 3, 6, 9), raises elsewhere
+    except RuntimeError:
+        return x.abs()
+
+
+@pytest.mark.parametrize("fn", [_eye_of_size_mod_3, _caught_broadcast_of_size_mod_3], ids=["eye", "caught"])
+@pytest.mark.parametrize("dynamic", [None, True], ids=["automatic", "dynamic"])
+def test_a_size_computed_with_modulo_is_checked_one_size_further(fn, dynamic):
+    # The probes try multiples of the sizes while tracing, where n % 3 stays 0: the eye looked constant, [1, 1],
+    # and at 4 the graph broadcast with a [2, 2] one and raised inside the `try` (fuzz seed 6 #47468).
+    like_eager(fn, [(torch.randn(n),) for n in (2, 3, 4, 6, 7, 5, 9)], dynamic=dynamic)
+
+
 def test_squeeze_of_a_flattened_tensor_whose_sizes_are_all_1():
     # Each size alone at 1 leaves the flattened length above 1; both at 1 make it 1, which squeeze() drops.
     def f(x):

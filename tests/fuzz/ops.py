@@ -47,7 +47,7 @@ REDUCE = [  # (kind, template, float only)
     ("cumprod", "{t}.cumprod({d})", False), ("norm", "{t}.norm()", True), ("vector_norm", "torch.linalg.vector_norm({t}, dim={d})", True),
     ("all", "{t}.all()", False), ("any_dim", "{t}.any({d})", False), ("count_nonzero", "{t}.count_nonzero({d})", False),
     ("normalize", "F.normalize({t}, dim={d})", True), ("layer_norm", "F.layer_norm({t}, {t}.shape[-1:])", True),
-    ("median", "{t}.median({d})", False), ("sort", "{t}.sort({d})", False), ("topk", "{t}.topk(1, {d})", False),
+    ("median", "{t}.median({d}).values", False), ("sort", "{t}.sort({d})", False), ("topk", "{t}.topk(1, {d})", False),
     ("aminmax", "torch.aminmax({t})", False), ("sum_float", "{t}.float().sum({d})", False),
 ]
 

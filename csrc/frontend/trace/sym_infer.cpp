@@ -357,8 +357,7 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
 
   // Whether the call's result at `point` is what `shapes` say: as many tensors, each size and stride as the
   // expressions give (the stride of a size-1 dimension too: stride() shows it), and the same non-tensor part.
-  auto agrees = [&](const std::vector<SymShape>& shapes, const Point& point) {
-    auto o = run_at(point);
+  auto agrees_with = [&](const std::vector<SymShape>& shapes, const Point& point, const std::optional<Observed>& o) {
     if (!o || o->sizes.size() != shapes.size()) return false;
     if (at_hint->rest) {
       int eq = o->rest ? PyObject_RichCompareBool(at_hint->rest.get(), o->rest.get(), Py_EQ) : 0;
@@ -374,6 +373,9 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
       }
     }
     return true;
+  };
+  auto agrees = [&](const std::vector<SymShape>& shapes, const Point& point) {
+    return agrees_with(shapes, point, run_at(point));
   };
   auto finished = [&](std::vector<SymShape> shapes) {  // resolved; empty where every size and stride is constant
     for (SymShape& s : shapes) {
@@ -553,6 +555,25 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
       shapes_.require_at_most(s, good, fmt::format("{} behaves differently above {}", at, good));
     }
   }
+  // Every probe so far was a multiple of the sizes while tracing (or a bound a bisection found), where a size
+  // computed with % or // (torch.eye(n % 3 + 1)), or a stepped slice's length, can stay constant: one size
+  // further, the call either raises (eager would too, unless caught: check_uneven) or must give the sizes the
+  // solution says; a different result there is one the solution does not describe, and specialises the symbols.
+  auto differs_one_further = [&](const std::vector<int>& symbols) {
+    Point point = shapes_.hints();
+    for (int s : symbols) {
+      for (auto [shorter, longer] : at_most)
+        if (shorter == s && shapes_.symbol(s).hint >= shapes_.symbol(longer).hint) return false;  // the order
+      point[s] = std::min(shapes_.symbol(s).hint + 1, shapes_.symbol(s).max);
+    }
+    auto o = run_at(point);
+    return o && !agrees_with(*shapes, point, o);
+  };
+  const std::string unmodelled = fmt::format("{} gives sizes fastcomp does not model one size further", at);
+  for (int s : unreplaced())
+    if (differs_one_further({s})) shapes_.specialize(s, unmodelled);
+  if (std::vector<int> left = unreplaced(); left.size() > 1 && differs_one_further(left))
+    for (int s : left) shapes_.specialize(s, unmodelled);
   return check_uneven(at_most) ? std::vector<SymShape>{} : finished(*shapes);
 }
 

@@ -535,8 +535,6 @@ bool Lowerer::lower_call(const graph::Node& n) {
 }
 
 void Lowerer::lower_node(const graph::Node& n) {
-  if (options_.require_cuda && n.type == graph::ValueType::Tensor && !on_cuda(n.meta))
-    throw NotLowerable(fmt::format("%{} is on {}, not a CUDA device", n.id, py_str(n.meta.device.get())));
   if (n.kind == graph::NodeKind::Input) {
     auto position = std::find(graph_.inputs.begin(), graph_.inputs.end(), n.id) - graph_.inputs.begin();
     program_.node_object[n.id] = true;
@@ -553,7 +551,26 @@ void Lowerer::lower_node(const graph::Node& n) {
     return;
   }
   declined_.clear();
+  // A CPU tensor in a CUDA graph (a size computed as torch.tensor(n), a scalar tensor from the CPU) is torch's to
+  // use: kernels read device memory only, and torch takes a CPU scalar beside CUDA tensors.
+  if (options_.require_cuda && touches_the_cpu(n)) {
+    declined_ = "a tensor on the CPU";
+    add_extern(n);
+    return;
+  }
   if (!lower_call(n)) add_extern(n);
+}
+
+bool Lowerer::touches_the_cpu(const graph::Node& n) const {
+  if (n.type == graph::ValueType::Tensor && !on_cuda(n.meta)) return true;
+  auto cpu_arg = [&](const graph::Arg& a, const auto& self) -> bool {
+    if (a.kind == graph::Arg::Kind::Node && graph_.nodes[a.node].type == graph::ValueType::Tensor &&
+        !on_cuda(graph_.nodes[a.node].meta))
+      return true;
+    return std::any_of(a.items.begin(), a.items.end(), [&](const graph::Arg& i) { return self(i, self); });
+  };
+  return std::any_of(n.args.begin(), n.args.end(), [&](const graph::Arg& a) { return cpu_arg(a, cpu_arg); }) ||
+         std::any_of(n.kwargs.begin(), n.kwargs.end(), [&](const graph::Arg& a) { return cpu_arg(a, cpu_arg); });
 }
 
 bool Lowerer::decline(std::string why) {

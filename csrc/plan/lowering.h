@@ -213,6 +213,7 @@ class Lowerer {
   void seal(int cluster);
   void ensure_object(graph::NodeId id);   // the value exists as a torch object at run time
   void ensure_objects(const graph::Arg& a);
+  bool touches_the_cpu(const graph::Node& n) const;  // a CPU tensor among its result and arguments
   void roots_read_to_make(graph::NodeId id, std::vector<int>& roots) const;
   void flush_live_values(graph::NodeId at);  // before a mutating extern: every lazy value still needed
   void materialize_live_views_of(const graph::Node& n);  // before a mutating extern: its args' live views as objects

@@ -168,8 +168,14 @@ class CudaGraphExecutable final : public Executable {
       if (n.type != graph::ValueType::Tensor) off_ = fmt::format("input {} is not a tensor", n.input_source);
     }
     own_home_.assign(input_nodes_.size(), false);
-    for (const graph::Node& n : graph.nodes)
+    for (const graph::Node& n : graph.nodes) {
       if (n.kind == graph::NodeKind::Call && graph::writes_an_argument(n)) writes_inputs_ = true;
+      // A CPU tensor's values are read on the host (a CPU scalar beside CUDA tensors becomes a kernel argument):
+      // a replay would repeat the values of the capture.
+      if (off_.empty() && n.type == graph::ValueType::Tensor && n.meta.device &&
+          py_str(n.meta.device.get()).rfind("cuda", 0) != 0)
+        off_ = fmt::format("%{} is a tensor on {}", n.id, py_str(n.meta.device.get()));
+    }
     if (!off_.empty()) FC_LOG(cudagraphs, info, "cudagraphs: {} runs without a CUDA graph: {}", options_.label, off_);
   }
 

@@ -254,3 +254,29 @@ def test_linears_of_one_activation_with_biases_match_eager(bias_order, calls, mo
     biases = torch.randn(3, 352, dtype=torch.bfloat16, device="cuda")
     args = (*weights.unbind(0), *(biases[i] for i in bias_order))
     check_grouped_products(qkv, args, mode, calls, caplog, ["batch=3", "epilogue=bias"])
+
+
+@torch.jit.script
+def _sqrt_of_last_size(q: torch.Tensor, factor: int) -> torch.Tensor:
+    return torch.sqrt(torch.tensor(q.size(-1), dtype=torch.float) * factor)
+
+
+@pytest.mark.parametrize("mode", [None, "reduce-overhead"])
+@pytest.mark.parametrize("fn", [
+    lambda x: (x * 2) / torch.sqrt(torch.tensor(x.size(-1), dtype=torch.float)).to(x.dtype),
+    lambda x: (x * 2) / _sqrt_of_last_size(x, 1),  # DeBERTa-v2's scaled_size_sqrt: its result is on the CPU
+], ids=["tensor_of_a_size", "torchscript"])
+def test_cpu_scalar_tensors_beside_cuda_ones_are_torch_calls(fn, mode):
+    """A CPU tensor in a CUDA graph is never read by a kernel (an illegal address, DeBERTa-v2 on an H100): the ops
+    that make or take one run through torch, and the graph is not replayed as a CUDA graph (a CPU scalar becomes a
+    kernel argument at capture)."""
+    compiled = fastcomp.compile(fn, mode=mode)
+    with CompileCounter() as cc, torch.no_grad():
+        for n in (16, 16, 16):
+            x = torch.randn(4, n, device="cuda")
+            assert_same(compiled(x), fn(x))
+        assert fastcomp.wait_for_compiles(timeout=60)
+        for _ in range(3):
+            x = torch.randn(4, 16, device="cuda")
+            assert_same(compiled(x), fn(x))
+    assert "a tensor on the CPU" in cc.records[0]["backend"], cc.records[0]["backend"]

@@ -12,6 +12,7 @@
 #include "frontend/trace/nn_meta.h"
 #include "frontend/trace/torch_refs.h"
 #include "frontend/trace/tracer.h"
+#include "support/pystr.h"
 
 namespace fastcomp::frontend {
 namespace {
@@ -298,6 +299,24 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
     throw UserCodeError(fmt::format("{} raised: {}", name, msg.substr(0, 300)), exc_type);
   }
   PyObject* out_device = explicit_device ? explicit_device.get() : (device ? device : T.cpu_device.get());
+  // A call that makes a tensor of its own on the CPU (a TorchScript function computing
+  // torch.sqrt(torch.tensor(q.size(-1)))) returned that real tensor from its meta call: its result is there,
+  // whatever its arguments' device.
+  PyRef made_on;
+  if (T.is_tensor(meta_out.get())) {
+    bool an_argument = false;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(meta_args.get()); ++i)
+      an_argument |= PyTuple_GET_ITEM(meta_args.get(), i) == meta_out.get();
+    PyRef is_meta = an_argument ? PyRef() : PyRef::steal(PyObject_GetAttrString(meta_out.get(), "is_meta"));
+    if (is_meta && is_meta.get() == Py_False) {
+      made_on = PyRef::steal(PyObject_GetAttrString(meta_out.get(), "device"));
+      PyRef as_meta = made_on ? PyRef::steal(PyObject_CallMethod(meta_out.get(), "to", "s", "meta")) : PyRef();
+      if (!as_meta) throw std::runtime_error("fastcomp: cannot read a result's device: " + take_error_message());
+      meta_out = as_meta;
+      out_device = made_on.get();
+    }
+    PyErr_Clear();
+  }
   const bool writes = graph::writes_an_argument(node);
   std::vector<graph::SymShape> shapes;
   if (shapes_.active() && moves_device && args[0]->is(VKind::Tensor)) {

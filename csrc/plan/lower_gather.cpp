@@ -50,9 +50,10 @@ bool lower_gather(Lowerer& L, const graph::Node& n, graph::NodeId source, graph:
     return L.decline("indexing with a tensor along a dimension of symbolic size");
   const Sizes out = meta_sizes(n.meta);
   // Every index is out of range of an empty dimension, and torch says so on the host (an IndexError the program may
-  // catch) rather than with the device-side assert the kernel's check stands for: torch runs it.
+  // catch) rather than with the device-side assert the kernel's check stands for, even where the result is empty
+  // too (x[idx] of x [0, 0]): torch runs it.
   const codegen::Size gathered = meta_sizes(L.node(source).meta)[dim];
-  if (gathered.is_static() && gathered.hint() == 0 && !(codegen::product(out) == 0))
+  if (gathered.is_static() && gathered.hint() == 0 && !(codegen::product(meta_sizes(L.node(index).meta)) == 0))
     return L.decline("indexing into a dimension of size 0");
   const Buffer src = L.buffer(L.buffer_for(source));  // first: reading it may seal the index's cluster
   const Cluster* lazy = place_index ? nullptr : L.lazy_cluster(index);

@@ -294,10 +294,12 @@ def test_embedding_with_max_norm_stays_a_torch_call(fn):
     (lambda x, i: x[i] * 2, "index is out of bounds for dimension with size 0"),
     (lambda x, i: x.index_select(0, i) * 2, "index_select"),
 ], ids=["getitem", "index_select"])
-def test_indexing_an_empty_dimension_raises_as_torch_does(fn, error):
+@pytest.mark.parametrize("shape", [(0, 3), (0, 0)], ids=["rows", "empty_result"])
+def test_indexing_an_empty_dimension_raises_as_torch_does(fn, error, shape):
     """Every index is out of range of a dimension of size 0; torch raises on the host (catchable), where the
-    gather kernel's check would be a device-side trap: torch runs the op (fuzz, CUDA seed 102 #1302, #9393)."""
-    x, i = torch.randn(0, 3), torch.tensor([0, -1])
+    gather kernel's check would be a device-side trap: torch runs the op, even where the result is empty too
+    (fuzz, CUDA seed 102 #1302, #9393; seed 103 #2296)."""
+    x, i = torch.randn(shape), torch.tensor([0, -1])
     with pytest.raises((IndexError, RuntimeError), match=error):
         fn(x, i)
     with CompileCounter() as counter, pytest.raises((IndexError, RuntimeError), match=error):

@@ -359,7 +359,8 @@ def test_compiled_unary_ops_match_eager(dtype):
     (lambda x: 1 - (x > 0), "sub"),
     (lambda x: (x > 0) ** (x > 1), "pow"),
     (lambda x: x.long() ** -1, "pow"),
-], ids=["relu_bool", "bool_minus_float", "int_minus_bool", "bool_pow", "int_negative_pow"])
+    (lambda x: torch.relu((x > 0)[:0]), "relu"),  # empty: torch still refuses it (fuzz, CUDA seed 103 #9724)
+], ids=["relu_bool", "bool_minus_float", "int_minus_bool", "bool_pow", "int_negative_pow", "relu_empty_bool"])
 def test_dtype_errors_the_meta_functions_miss_are_raised_while_tracing(f, op):
     """torch's meta functions accept these operand dtypes; its CPU and CUDA kernels refuse them. The tracer asks a
     CPU kernel (one-element stand-ins), so the op never reaches a graph, whose CUDA kernels would compute it even

@@ -350,7 +350,16 @@ bool may_refuse_dtypes(PyObject* target, PyObject* args, PyObject* kwargs) {
   std::vector<Arg> ops(spec.arity);
   bool any_tensor = false;
   for (size_t i = 0; i < ops.size(); ++i) {
-    if (!read_arg(PyTuple_GET_ITEM(args, i), &ops[i], /*any_layout=*/true)) {
+    PyObject* a = PyTuple_GET_ITEM(args, i);
+    if (torch_refs().is_tensor(a)) {  // the dtype is all the rules read (read_arg takes no empty tensor)
+      PyRef dtype = PyRef::steal(PyObject_GetAttrString(a, "dtype"));
+      ops[i].tensor = true;
+      ops[i].dt = dtype ? dtypes().index(dtype.get()) : kNone;
+    } else if (!read_arg(a, &ops[i], /*any_layout=*/true)) {
+      PyErr_Clear();
+      return false;
+    }
+    if (ops[i].dt == kNone) {
       PyErr_Clear();
       return false;
     }

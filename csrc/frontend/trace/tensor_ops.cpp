@@ -236,6 +236,7 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
   auto run_meta = [&](PyObject* margs, PyObject* mkwargs, std::optional<ComputedMeta>* computed) -> PyRef {
     std::optional<ComputedMeta> local;
     std::optional<ComputedMeta>& fast_meta = computed ? *computed : local;
+    if (!elementwise_dtypes_accepted(target, margs, mkwargs)) return PyRef();  // before the fast paths: they may accept
     if ((fast_meta = elementwise_meta(target, margs, mkwargs, grad_enabled_)) ||
         (fast_meta = nn_meta(target, margs, mkwargs, grad_enabled_)))
       return fast_meta->alias ? PyRef::borrow(fast_meta->alias) : make_meta_result(fast_meta->meta);
@@ -244,7 +245,6 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
       PyRef weights = attention->weights ? make_meta_result(attention->weights->meta) : PyRef::borrow(Py_None);
       return PyRef::steal(PyTuple_Pack(2, output.get(), weights.get()));
     }
-    if (!elementwise_dtypes_accepted(target, margs, mkwargs)) return PyRef();
     // Without a tensor argument (torch.normal(0.0, 1.0, size), torch.tensor(...)) the call runs for real.
     const bool runs_for_real = !device && !PyDict_GetItemString(mkwargs, "device");
     PyRef out = runs_for_real ? call_keeping_rng(target, margs, mkwargs) : PyRef::steal(PyObject_Call(target, margs, mkwargs));

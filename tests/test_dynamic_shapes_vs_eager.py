@@ -224,6 +224,20 @@ def test_a_size_computed_with_modulo_is_checked_one_size_further(fn, dynamic):
     like_eager(fn, [(torch.randn(n),) for n in (2, 3, 4, 6, 7, 5, 9)], dynamic=dynamic)
 
 
+def test_a_reshape_that_is_a_view_only_where_a_size_equals_a_static_one():
+    # [1, K, 5] transposed from [1, 5, K], reshaped to [5, K, 1]: a copy, except at K = 5, where the sizes keep
+    # their order and torch views the input; contiguous() of its row then copies (fuzz seed 8 #33192: the compiled
+    # call returned a view of the input there).
+    def f(x):
+        return x.reshape(x.shape[::-1])[0].contiguous()
+
+    calls = [(torch.randn(1, 5, k).transpose(1, 2),) for k in (6, 2, 5, 3)]
+    like_eager(f, calls)
+    compiled = fastcomp.compile(f)
+    for (x,) in calls:
+        assert compiled(x).data_ptr() != x.data_ptr()
+
+
 def test_squeeze_of_a_flattened_tensor_whose_sizes_are_all_1():
     # Each size alone at 1 leaves the flattened length above 1; both at 1 make it 1, which squeeze() drops.
     def f(x):

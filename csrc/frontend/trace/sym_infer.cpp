@@ -569,6 +569,23 @@ std::vector<SymShape> Tracer::infer_shapes(const ProbeCall& call, PyObject* meta
     auto o = run_at(point);
     return o && !agrees_with(*shapes, point, o);
   };
+  // A symbol equal to a static size of the call's inputs can change what the call does (a reshape of a transposed
+  // [1, s0, 5] to [5, s0, 1] is a view only where s0 is 5): where the solution does not hold there, the guards
+  // exclude that size (fuzz seed 8 #33192).
+  std::vector<int64_t> static_sizes;
+  for (const Sym& c : candidates)
+    if (c->is_const() && c->const_value() >= 2 && static_sizes.size() < 8 &&
+        std::find(static_sizes.begin(), static_sizes.end(), c->const_value()) == static_sizes.end())
+      static_sizes.push_back(c->const_value());
+  for (int s : unreplaced())
+    for (int64_t v : static_sizes) {
+      const SymbolInfo& info = shapes_.symbol(s);
+      if (v == info.hint || v < info.min || v > info.max) continue;
+      auto o = run_at(with({s}, v));
+      if (o && !agrees_with(*shapes, with({s}, v), o))
+        shapes_.add_relation(graph::sym_symbol(s), SizeCmp::Ne, graph::sym_const(v), true,
+                             fmt::format("{} behaves differently at size {}", at, v));
+    }
   const std::string unmodelled = fmt::format("{} gives sizes fastcomp does not model one size further", at);
   for (int s : unreplaced())
     if (differs_one_further({s})) shapes_.specialize(s, unmodelled);

@@ -247,6 +247,13 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
     }
     // Without a tensor argument (torch.normal(0.0, 1.0, size), torch.tensor(...)) the call runs for real.
     const bool runs_for_real = !device && !PyDict_GetItemString(mkwargs, "device");
+    if (runs_for_real && !computed) {
+      // A probe at other sizes (sym_infer.cpp) asks for the result's sizes only: on "meta", so that a far larger
+      // size (torch.normal(0.0, 1.0, (numel + 1,)) at 2**20 times the sizes) allocates nothing (fuzz seed 8 #38779).
+      PyRef on_meta = PyRef::steal(PyDict_Copy(mkwargs));
+      PyDict_SetItemString(on_meta.get(), "device", T.meta_device.get());
+      return PyRef::steal(PyObject_Call(target, margs, on_meta.get()));
+    }
     PyRef out = runs_for_real ? call_keeping_rng(target, margs, mkwargs) : PyRef::steal(PyObject_Call(target, margs, mkwargs));
     // A real result stands in as a meta tensor, so that later ops on it run on "meta" too (a dropout of it would
     // draw from the generator while tracing).

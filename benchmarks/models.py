@@ -115,31 +115,47 @@ def _error(got, want):
     return worst
 
 
+def prepare(name, batch, dtype, device):
+    """The model (random weights, seed 0) in eval mode on `device` in `dtype`, and its keyword inputs."""
+    import torch
+
+    torch.manual_seed(0)
+    model = build(name).eval().to(device=device, dtype=dtype)
+    kwargs = inputs(name, batch, device)
+    return model, {k: v.to(dtype) if v.is_floating_point() else v for k, v in kwargs.items()}
+
+
+def compiled(model, mode):
+    """`model` as one of MODES runs it."""
+    reduce_overhead = "reduce-overhead" if "reduce" in mode else None
+    if mode == "eager":
+        return model
+    if mode.startswith("torch.compile"):
+        import torch
+
+        return torch.compile(model, mode=reduce_overhead)
+    import fastcomp
+
+    return fastcomp.compile(model, mode=reduce_overhead)
+
+
 def child(cfg):
     import torch
 
     device, mode = cfg["device"], cfg["mode"]
     dtype = {"f32": torch.float32, "bf16": torch.bfloat16}[cfg["dtype"]]
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    torch.manual_seed(0)
-    model = build(cfg["model"]).eval().to(device=device, dtype=dtype)
-    kwargs = inputs(cfg["model"], cfg["batch"], device)
-    kwargs = {k: v.to(dtype) if v.is_floating_point() else v for k, v in kwargs.items()}
+    model, kwargs = prepare(cfg["model"], cfg["batch"], dtype, device)
     result = {}
     with torch.no_grad():
         reference = model(**kwargs)
         sync()
         counter = None
         start = time.perf_counter()
-        if mode == "eager":
-            run = model
-        elif mode.startswith("torch.compile"):
-            run = torch.compile(model, mode="reduce-overhead" if "reduce" in mode else None)
-        else:
-            import fastcomp
+        run = compiled(model, mode)
+        if mode.startswith("fastcomp"):
             from fastcomp.testing import CompileCounter
 
-            run = fastcomp.compile(model, mode="reduce-overhead" if "reduce" in mode else None)
             counter = CompileCounter().__enter__()
         out = run(**kwargs)
         sync()

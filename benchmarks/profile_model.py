@@ -13,7 +13,7 @@ import sys
 import tempfile
 import time
 
-from benchmarks.models import MODES, build, inputs
+from benchmarks.models import MODES, compiled, prepare
 
 
 def child(cfg):
@@ -21,23 +21,15 @@ def child(cfg):
     from torch.profiler import ProfilerActivity, profile
 
     dtype = {"f32": torch.float32, "bf16": torch.bfloat16}[cfg["dtype"]]
-    torch.manual_seed(0)
-    model = build(cfg["model"]).eval().to(device="cuda", dtype=dtype)
-    kwargs = inputs(cfg["model"], cfg["batch"], "cuda")
-    kwargs = {k: v.to(dtype) if v.is_floating_point() else v for k, v in kwargs.items()}
+    model, kwargs = prepare(cfg["model"], cfg["batch"], dtype, "cuda")
     mode = cfg["mode"]
-    if mode == "eager":
-        run = model
-    elif mode.startswith("torch.compile"):
-        run = torch.compile(model, mode="reduce-overhead" if "reduce" in mode else None)
-    else:
-        import fastcomp
-
-        run = fastcomp.compile(model, mode="reduce-overhead" if "reduce" in mode else None)
+    run = compiled(model, mode)
     calls = cfg["calls"]
     with torch.no_grad():
         run(**kwargs)
         if mode.startswith("fastcomp"):  # the first call runs through torch while the kernels compile
+            import fastcomp
+
             fastcomp.wait_for_compiles()
         for _ in range(cfg["warmup"]):
             run(**kwargs)

@@ -538,16 +538,7 @@ void Lowerer::lower_node(const graph::Node& n) {
   if (n.kind == graph::NodeKind::Input) {
     auto position = std::find(graph_.inputs.begin(), graph_.inputs.end(), n.id) - graph_.inputs.begin();
     program_.node_object[n.id] = true;
-    if (n.type != graph::ValueType::Tensor) return;
-    Buffer b;
-    b.kind = Buffer::Kind::Input;
-    b.input = static_cast<int>(position);
-    b.node = n.id;
-    b.dtype = node_dtype(n.id);
-    b.sizes = meta_sizes(n.meta);
-    b.strides = meta_strides(n.meta);
-    values_[n.id].tensor = true;
-    values_[n.id].buffer = add_buffer(b);
+    if (n.type == graph::ValueType::Tensor) add_node_buffer(n, Buffer::Kind::Input, static_cast<int>(position));
     return;
   }
   declined_.clear();
@@ -559,6 +550,18 @@ void Lowerer::lower_node(const graph::Node& n) {
     return;
   }
   if (!lower_call(n)) add_extern(n);
+}
+
+void Lowerer::add_node_buffer(const graph::Node& n, Buffer::Kind kind, int input) {
+  Buffer b;
+  b.kind = kind;
+  b.input = input;
+  b.node = n.id;
+  b.dtype = node_dtype(n.id);
+  b.sizes = meta_sizes(n.meta);
+  b.strides = meta_strides(n.meta);
+  values_[n.id].tensor = true;
+  values_[n.id].buffer = add_buffer(b);
 }
 
 bool Lowerer::touches_the_cpu(const graph::Node& n) const {

@@ -90,15 +90,7 @@ void Lowerer::add_extern(const graph::Node& n) {
   program_.extern_steps.push_back({n.id, std::move(declined_)});
   declined_.clear();
   program_.node_object[n.id] = true;
-  if (n.type != graph::ValueType::Tensor) return;
-  Buffer b;
-  b.kind = Buffer::Kind::Extern;
-  b.node = n.id;
-  b.dtype = node_dtype(n.id);
-  b.sizes = meta_sizes(n.meta);
-  b.strides = meta_strides(n.meta);
-  values_[n.id].tensor = true;
-  values_[n.id].buffer = add_buffer(b);
+  if (n.type == graph::ValueType::Tensor) add_node_buffer(n, Buffer::Kind::Extern);
 }
 
 }  // namespace detail

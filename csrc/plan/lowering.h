@@ -146,6 +146,8 @@ class Lowerer {
   int buffer_for(graph::NodeId id);
   // Adds `b` to the plan (a non-view is its own root) and returns its id.
   int add_buffer(Buffer b);
+  // A buffer of `kind` with node n's dtype, sizes and strides, as n's value (`input`: its position, for an input).
+  void add_node_buffer(const graph::Node& n, Buffer::Kind kind, int input = -1);
   const Buffer& buffer(int id) const { return program_.buffers[id]; }
   // Copies buffer `source` into a new contiguous Alloc buffer (a pointwise kernel) and returns it.
   int contiguous_copy(int source);

@@ -236,9 +236,12 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
   auto run_meta = [&](PyObject* margs, PyObject* mkwargs, std::optional<ComputedMeta>* computed) -> PyRef {
     std::optional<ComputedMeta> local;
     std::optional<ComputedMeta>& fast_meta = computed ? *computed : local;
-    if (!elementwise_dtypes_accepted(target, margs, mkwargs)) return PyRef();  // before the fast paths: they may accept
-    if ((fast_meta = elementwise_meta(target, margs, mkwargs, grad_enabled_)) ||
-        (fast_meta = nn_meta(target, margs, mkwargs, grad_enabled_)))
+    // The elementwise fast path answers only for dtypes torch accepts; where it declines, torch's CPU kernel checks
+    // them before any other path (nn_meta's, the meta call) may accept what torch refuses.
+    if ((fast_meta = elementwise_meta(target, margs, mkwargs, grad_enabled_)))
+      return fast_meta->alias ? PyRef::borrow(fast_meta->alias) : make_meta_result(fast_meta->meta);
+    if (!elementwise_dtypes_accepted(target, margs, mkwargs)) return PyRef();
+    if ((fast_meta = nn_meta(target, margs, mkwargs, grad_enabled_)))
       return fast_meta->alias ? PyRef::borrow(fast_meta->alias) : make_meta_result(fast_meta->meta);
     if (auto attention = attention_meta(target, margs, mkwargs, grad_enabled_)) {
       PyRef output = make_meta_result(attention->output.meta);

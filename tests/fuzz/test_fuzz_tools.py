@@ -122,3 +122,49 @@ def test_statement_simplifications():
     assert simplifications("try:\n    v = x.view(-1)\nexcept RuntimeError:\n    v = x") == ["v = x.view(-1)", "v = x"]
     assert simplifications("torch.manual_seed(3)\nr = torch.rand(2)") == ["r = torch.rand(2)", "torch.manual_seed(3)"]
     assert simplifications("v = x + 1") == []
+
+
+_ROUNDING_PROGRAM = '''
+import torch
+DEVICE = {device!r}
+
+def fn(x1):
+    v1 = x1 - x1.mean(){extra}
+    return torch.logical_and(torch.copysign(v1, x1), x1).float()
+
+def make_inputs(sizes, seed, dtypes={{}}, grad=False):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(1, generator=g).expand(sizes["N"]).to(DEVICE)], []
+'''
+
+
+def _turns_on_rounding(device, extra=""):
+    step = {"name": "first", "sizes": {"N": 3}, "seed": 1490008}
+    return harness._turns_on_rounding(_ROUNDING_PROGRAM.format(device=device, extra=extra), "p.py", [step])
+
+
+def test_only_cuda_programs_without_random_ops_get_a_second_opinion_from_the_cpu():
+    # On the CPU there is no other implementation to ask, and the CPU draws other random numbers than CUDA.
+    assert _turns_on_rounding("cpu") is False
+    assert _turns_on_rounding("cuda", extra=" + 0 * torch.rand(1, device=DEVICE)") is False
+
+
+@pytest.mark.gpu
+def test_a_cuda_result_that_turns_on_rounding_is_recognised():
+    # x - x.mean() of equal values is 0 on one device and a rounding residue on another: no right answer at all.
+    # Whether the two devices disagree depends on the value; search seeds until they do, then the check must say so.
+    for seed in range(1490000, 1490400):
+        step = {"name": "first", "sizes": {"N": 3}, "seed": seed}
+        ns_cpu, ns_cuda = {}, {}
+        exec(_ROUNDING_PROGRAM.format(device="cpu", extra=""), ns_cpu)
+        exec(_ROUNDING_PROGRAM.format(device="cuda", extra=""), ns_cuda)
+        a = ns_cpu["fn"](*ns_cpu["make_inputs"](step["sizes"], seed)[0])
+        b = ns_cuda["fn"](*ns_cuda["make_inputs"](step["sizes"], seed)[0]).cpu()
+        if not torch.equal(a, b):
+            assert harness._turns_on_rounding(_ROUNDING_PROGRAM.format(device="cuda", extra=""), "p.py", [step])
+            break
+    else:
+        pytest.skip("no seed in range where CPU and CUDA eager disagree")
+    step = {"name": "first", "sizes": {"N": 3}, "seed": 1}
+    well_conditioned = _ROUNDING_PROGRAM.format(device="cuda", extra="").replace("x1 - x1.mean()", "x1 * 2")
+    assert harness._turns_on_rounding(well_conditioned, "p.py", [step]) is False

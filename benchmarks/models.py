@@ -234,10 +234,14 @@ def main(argv=None):
     ap.add_argument("--time-budget", type=float, default=480, help="no new process after this many seconds")
     ap.add_argument("--timeout", type=float, default=180)
     ap.add_argument("--out", default="benchmarks/results/models")
+    ap.add_argument("--merge", nargs="+", metavar="JSON", help="one report from the models.json of several runs "
+                    "(the parts of a run split into commands of at most 10 minutes), written to --out")
     args = ap.parse_args(argv)
     if args.child:
         print(json.dumps(child(json.loads(args.child))))
         return 0
+    if args.merge:
+        return write_report(merge([json.load(open(p)) for p in args.merge]), args.out)
     began = time.perf_counter()
     rows = []
     for model in args.models.split(","):
@@ -259,14 +263,67 @@ def main(argv=None):
                         r["warm_ready_s"] = warm.get("ready_s")
                     row["modes"][mode] = r
                     print(model, batch, dtype, mode, {k: v for k, v in r.items() if k != "backend"}, flush=True)
-    os.makedirs(args.out, exist_ok=True)
     report = {"environment": environment(), "args": vars(args), "command": " ".join(sys.argv[1:]), "rows": rows}
-    with open(os.path.join(args.out, "models.json"), "w") as f:
+    return write_report(report, args.out)
+
+
+def write_report(report, out):
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "models.json"), "w") as f:
         json.dump(report, f, indent=1)
-    with open(os.path.join(args.out, "models.md"), "w") as f:
+    with open(os.path.join(out, "models.md"), "w") as f:
         f.write(markdown(report))
-    print(markdown(report))
+    why_not = chart(report, os.path.join(out, "models.png"))
+    print(markdown(report) + (f"\n(no chart: {why_not})" if why_not else ""))
     return 0
+
+
+def merge(reports):
+    """One report from parts run on one machine: their rows in order; the parts must agree on the environment."""
+    envs = {json.dumps(r["environment"], sort_keys=True) for r in reports}
+    if len(envs) != 1:
+        raise SystemExit(f"the parts ran in different environments: {sorted(envs)}")
+    merged = dict(reports[0], rows=[row for r in reports for row in r["rows"]])
+    merged["command"] = " + ".join(r.get("command", "") for r in reports)
+    return merged
+
+
+def chart(report, path):
+    """µs per call of each compiled mode relative to torch.compile default (below 1: faster), per model, batch and
+    dtype, on a log axis; returns why not when there is no chart."""
+    try:
+        import matplotlib
+        import matplotlib.ticker
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed"
+    rows = [r for r in report["rows"] if "us" in r["modes"].get("torch.compile", {})]
+    if not rows:
+        return "no row has a torch.compile time"
+    modes = [m for m in MODES if m != "torch.compile"]
+    labels = [f"{r['model']}\n{r['batch']} {r['dtype']}" for r in rows]
+    width = 0.8 / len(modes)
+    figure, axis = plt.subplots(figsize=(max(8, 1.1 * len(rows)), 5))
+    for i, mode in enumerate(modes):
+        xs = [k + (i - (len(modes) - 1) / 2) * width for k in range(len(rows))]
+        ratios = [r["modes"].get(mode, {}).get("us", float("nan")) / r["modes"]["torch.compile"]["us"] for r in rows]
+        axis.bar(xs, [v - 1 for v in ratios], width, bottom=1, label=mode, color=f"C{i}")
+    axis.axhline(1.0, color="gray", linewidth=0.8)
+    axis.set_yscale("log")
+    for ticks in (axis.yaxis.set_major_formatter, axis.yaxis.set_minor_formatter):
+        ticks(matplotlib.ticker.FormatStrFormatter("%.2g"))
+    axis.set_ylabel("µs/call ÷ torch.compile default's (log; below 1 is faster)")
+    axis.set_xticks(range(len(rows)), labels, fontsize="small")
+    axis.legend(fontsize="small", ncol=len(modes))
+    axis.grid(axis="y", which="both", alpha=0.3)
+    e = report["environment"]
+    axis.set_title(f"{e['gpu']}, torch {e['torch']}, transformers {e['transformers']}, timm {e['timm']}")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return None
 
 
 def markdown(report):

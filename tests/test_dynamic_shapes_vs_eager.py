@@ -261,6 +261,27 @@ def test_probing_a_random_factory_at_larger_sizes_allocates_nothing():
     assert peak < 1500, result.stdout
 
 
+def test_the_kernel_layout_probe_of_an_op_sized_by_its_arguments_allocates_nothing():
+    # The CPU layout of x.new_zeros(x.shape) for a non-contiguous x is asked of a real run on stand-ins cut to size
+    # 2; the shape argument is not cut, so at the probes' far larger sizes the run made the whole result (fuzz seed
+    # 9 #19050: 1.2 GB and 3 s tracing at n = 5, 6 GB and 18 s at n = 9). It is asked on "meta" first now.
+    from test_logging import run_python
+
+    result = run_python("""
+        import resource, time, torch, fastcomp
+        def f(x):
+            return x.new_zeros(x.shape) + x.relu()
+        g = fastcomp.compile(f, dynamic=True)
+        for n in (5, 9):
+            x = torch.randint(-4, 9, (n, 2 * n, n, n))[:, ::2]
+            torch.testing.assert_close(g(x), f(x))
+        print("peak MB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+    """)
+    assert result.returncode == 0, result.stderr
+    peak = int(result.stdout.split("peak MB")[1])
+    assert peak < 800, result.stdout
+
+
 def test_squeeze_of_a_flattened_tensor_whose_sizes_are_all_1():
     # Each size alone at 1 leaves the flattened length above 1; both at 1 make it 1, which squeeze() drops.
     def f(x):

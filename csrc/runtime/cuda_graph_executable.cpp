@@ -114,6 +114,15 @@ struct HeldOutput {
   long long storage_refs = 0;  // the storage's use count while only fastcomp holds it
 };
 
+// An output that is a view of an input (x.t(), x[1:]): a replay cannot write it, since it must view the caller's
+// tensor rather than the input's home; each call makes it again, from that call's input.
+struct InputView {
+  graph::NodeId node = -1;
+  size_t input = 0;
+  long long offset = 0;  // elements from the input's first element to the view's
+  PyRef sizes, strides;  // tuples
+};
+
 // One capture: the CUDA graph, the memory its inputs are read from and the outputs it writes.
 struct Instance {
   PyRef graph;                       // torch.cuda.CUDAGraph
@@ -121,6 +130,7 @@ struct Instance {
   std::vector<Home> homes;           // per graph input
   std::vector<PyObject*> values;     // per graph node: the objects of output nodes (owned), null elsewhere
   std::vector<HeldOutput> outputs;
+  std::vector<InputView> input_views;  // outputs that are views of inputs: made again from each call's inputs
   double pool_mib = 0;
 
   Instance() = default;
@@ -165,10 +175,15 @@ class CudaGraphExecutable final : public Executable {
       const graph::Node& n = graph.nodes[id];
       input_nodes_.push_back(id);
       input_metas_.push_back(n.meta);
+      input_sources_.push_back(n.input_source);
       if (n.type != graph::ValueType::Tensor) off_ = fmt::format("input {} is not a tensor", n.input_source);
     }
     own_home_.assign(input_nodes_.size(), false);
+    output_labels_.resize(graph.nodes.size());
     for (const graph::Node& n : graph.nodes) {
+      output_labels_[n.id] = fmt::format("%{} = {}{}", n.id, n.kind == graph::NodeKind::Input ? "input " : "",
+                                         n.kind == graph::NodeKind::Input ? n.input_source : n.target_name);
+      if (!n.user_loc.empty()) output_labels_[n.id] += " @ " + n.user_loc;
       if (n.kind == graph::NodeKind::Call && graph::writes_an_argument(n)) writes_inputs_ = true;
       // A CPU tensor's values are read on the host (a CPU scalar beside CUDA tensors becomes a kernel argument):
       // a replay would repeat the values of the capture.
@@ -343,9 +358,22 @@ class CudaGraphExecutable final : public Executable {
 
   PyObject* replay(Instance& inst, PyObject* const* inputs, cuda::CUstream stream) {
     if (!launch(inst, stream)) return nullptr;
+    SmallBuffer<PyRef, 4> views(inst.input_views.size());
+    for (size_t v = 0; v < inst.input_views.size(); ++v) {
+      const InputView& view = inst.input_views[v];
+      PyObject* input = inputs[view.input];
+      PyRef base = PyRef::steal(PyObject_CallMethod(input, "storage_offset", nullptr));
+      PyRef offset = base ? PyRef::steal(PyLong_FromLongLong(PyLong_AsLongLong(base.get()) + view.offset)) : PyRef();
+      views[v] = offset ? PyRef::steal(PyObject_CallMethod(input, "as_strided", "OOO", view.sizes.get(),
+                                                           view.strides.get(), offset.get()))
+                        : PyRef();
+      if (!views[v]) return nullptr;
+    }
     for (size_t i = 0; i < input_nodes_.size(); ++i) inst.values[input_nodes_[i]] = inputs[i];
+    for (size_t v = 0; v < inst.input_views.size(); ++v) inst.values[inst.input_views[v].node] = views[v].get();
     PyObject* result = new_arg(output_, inst.values);
     for (graph::NodeId id : input_nodes_) inst.values[id] = nullptr;
+    for (const InputView& view : inst.input_views) inst.values[view.node] = nullptr;
     return result;
   }
 
@@ -433,7 +461,8 @@ class CudaGraphExecutable final : public Executable {
     if (!collect_outputs(output_, out.get(), inst->values))
       return give_up("its output does not have the structure the graph declares", inputs, ninputs);
     out = PyRef();
-    std::string alias = aliased_input(*inst);
+    for (graph::NodeId id : input_nodes_) Py_CLEAR(inst->values[id]);  // a replay returns the caller's input itself
+    std::string alias = take_input_views(*inst);
     if (!alias.empty()) return give_up(alias, inputs, ninputs);
     if (options_.launch_directly) {
       PyRef exec = PyRef::steal(PyObject_CallMethod(inst->graph.get(), "raw_cuda_graph_exec", nullptr));
@@ -513,25 +542,46 @@ class CudaGraphExecutable final : public Executable {
     return bool(PyRef::steal(PyObject_CallMethod(inst.graph.get(), "replay", nullptr)));
   }
 
-  // Names the output that shares memory with an input (a view of it, or the input itself), if one does: a replay
-  // would hand out a view of the home rather than of the caller's tensor.
-  std::string aliased_input(const Instance& inst) const {
+  // Moves the outputs that view an input (x.t(), x[1:] of an input x) out of the instance's outputs into its
+  // input views, made again at each replay from that call's input. Names an output that shares memory with an
+  // input otherwise (a view of another dtype): the CUDA graph cannot return it.
+  std::string take_input_views(Instance& inst) const {
     for (size_t n = 0; n < inst.values.size(); ++n) {
       PyObject* v = inst.values[n];
       if (!v || !frontend::torch_refs().is_tensor(v)) continue;
       PyRef storage = PyRef::steal(PyObject_CallMethod(v, "untyped_storage", nullptr));
       PyRef ptr = storage ? PyRef::steal(PyObject_CallMethod(storage.get(), "data_ptr", nullptr)) : PyRef();
       PyRef nbytes = storage ? PyRef::steal(PyObject_CallMethod(storage.get(), "nbytes", nullptr)) : PyRef();
-      if (!ptr || !nbytes) {
+      PyRef dtype = PyRef::steal(PyObject_GetAttrString(v, "dtype"));
+      PyRef itemsize = dtype ? PyRef::steal(PyObject_GetAttrString(dtype.get(), "itemsize")) : PyRef();
+      if (!ptr || !nbytes || !itemsize) {
         PyErr_Clear();
         return "an output's storage cannot be inspected";
       }
       const char* base = static_cast<const char*>(PyLong_AsVoidPtr(ptr.get()));
       const size_t bytes = PyLong_AsSize_t(nbytes.get());
-      for (size_t i = 0; i < inst.homes.size(); ++i)
-        if (overlaps(base, bytes, inst.homes[i].address, inst.homes[i].bytes))
-          return fmt::format("an output shares memory with input {} (a view of it); CUDA graph outputs must be "
-                             "their own tensors", i);
+      for (size_t i = 0; i < inst.homes.size(); ++i) {
+        const Home& home = inst.homes[i];
+        if (!overlaps(base, bytes, home.address, home.bytes)) continue;
+        const char* first = tensor_data_ptr(v);
+        const long long item = PyLong_AsLongLong(itemsize.get());
+        const long long delta = first - home.address;
+        InputView view;
+        view.node = graph::NodeId(n);
+        view.input = i;
+        view.offset = item > 0 ? delta / item : 0;
+        view.sizes = PyRef::steal(PyObject_CallMethod(v, "size", nullptr));
+        view.strides = PyRef::steal(PyObject_CallMethod(v, "stride", nullptr));
+        if (!first || !view.sizes || !view.strides || item <= 0 || delta % item ||
+            dtype.get() != input_metas_[i].dtype.get()) {
+          PyErr_Clear();
+          return fmt::format("output {} shares memory with input {} ({}) but is not a view of it of its dtype; "
+                             "CUDA graph outputs must be their own tensors", output_labels_[n], i, input_sources_[i]);
+        }
+        inst.input_views.push_back(std::move(view));
+        Py_CLEAR(inst.values[n]);
+        break;
+      }
     }
     return "";
   }
@@ -579,6 +629,8 @@ class CudaGraphExecutable final : public Executable {
   size_t num_nodes_ = 0;
   std::vector<graph::NodeId> input_nodes_;
   std::vector<graph::TensorMeta> input_metas_;
+  std::vector<std::string> input_sources_;  // per input: its guard source, for messages
+  std::vector<std::string> output_labels_;  // per node: "%12 = Tensor.view @ file.py:3", for messages
   std::vector<bool> own_home_;  // per input: read from a buffer of fastcomp's own (it moved while held)
   bool writes_inputs_ = false;  // the graph writes into its inputs: they are always read in place
   bool warmed_up_ = false;

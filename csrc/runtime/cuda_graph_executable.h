@@ -17,7 +17,9 @@
 // overwrites them, it checks that nobody still holds them (the tensor objects or any view of their storage). If
 // the user still holds the last replay's outputs (`y = f(x)` in a loop holds the previous y during the call), a
 // second capture with its own outputs alternates with the first; if both are held, the call runs without the CUDA
-// graph and returns fresh tensors. Outputs therefore never change under the user.
+// graph and returns fresh tensors. Outputs therefore never change under the user. An output that is an input, or a
+// view of one (x.t(), a kwargs dict handing input_ids back), is not the graph's to write: each call returns that
+// call's input, or makes the view again from it (as_strided, one host call).
 #pragma once
 #include <memory>
 #include <string>

@@ -61,6 +61,7 @@ def test_non_default_stream_orders_with_eager_work():
     compiled = fastcomp.compile(f)
     side = torch.cuda.Stream()
     x = torch.randn(512, 4096, device="cuda")
+    side.wait_stream(torch.cuda.current_stream())  # x is written on the default stream
     with torch.no_grad(), torch.cuda.stream(side):
         y = x.mul(3.0)  # queued on the side stream just before the compiled call reads it
         out = compiled(y)
@@ -77,6 +78,27 @@ def test_graph_needing_gradients_runs_through_torch():
     assert "torch runner" in cc.records[0]["backend"] and "gradients" in cc.records[0]["backend"]
     out.sum().backward()
     assert lin.weight.grad is not None
+
+
+def test_graph_with_views_of_parameters_under_no_grad_runs_on_the_cuda_backend():
+    # Under no_grad a view of a parameter still requires grad (ViT's cls_token.expand(B, -1, -1)), yet nothing
+    # records gradients: the graph is the CUDA backend's, and its outputs' requires_grad are eager's.
+    token = torch.nn.Parameter(torch.randn(1, 1, 8, device="cuda"))
+
+    def f(x):
+        t = token.expand(x.shape[0], -1, -1)
+        return torch.cat((t, x), dim=1).relu() * 2, t, token[0]
+
+    compiled = fastcomp.compile(f)
+    x = torch.randn(4, 3, 8, device="cuda")
+    with torch.no_grad(), CompileCounter() as cc:
+        expected = f(x)
+        compiled(x)  # runs through torch while the kernels compile
+        fastcomp.wait_for_compiles()
+        out = compiled(x)
+    assert cc.records[0]["backend"].startswith("cuda:"), cc.records[0]["backend"]
+    assert [t.requires_grad for t in out] == [t.requires_grad for t in expected] == [False, True, True]
+    assert_same(out, expected)
 
 
 def test_output_memory_is_torch_allocated():

@@ -217,17 +217,41 @@ def test_an_op_that_cannot_be_captured_falls_back_with_the_reason(caplog):
 
 
 @pytest.mark.gpu
-def test_output_that_is_a_view_of_an_input_is_not_captured(caplog):
-    def f(x):
-        return x.t(), x * 2
+def test_outputs_that_are_inputs_or_views_of_inputs_view_each_calls_input(caplog):
+    def f(x, d):
+        return x.t(), x * 2, x[1:, ::2], x, {"ids": d["ids"], "flag": True}
 
     compiled = fastcomp.compile(f, mode="reduce-overhead")
-    with cudagraph_log(caplog):
+    ids = torch.arange(5, device="cuda")
+    with cudagraph_log(caplog) as messages:
+        for i in range(6):
+            # new inputs every call (copied home), then the same one twice (read in place)
+            x = torch.randn(4, 6, device="cuda") if i < 5 else x
+            a, b, c, same, d = compiled(x, {"ids": ids})
+            assert a.data_ptr() == x.data_ptr() and a.stride() == (1, 6) and a._base is x
+            assert c.data_ptr() == x[1:, ::2].data_ptr() and c.stride() == (6, 2)
+            assert same is x and d["ids"] is ids
+            assert_same(a, x.t()), assert_same(b, x * 2), assert_same(c, x[1:, ::2])
+            x.add_(1)  # the views see later writes to the caller's tensor, as eager's do
+            assert_same(a, x.t()), assert_same(c, x[1:, ::2])
+    assert not fallbacks(messages), messages
+    assert len(captures(messages)) >= 1, messages
+
+
+@pytest.mark.gpu
+def test_an_output_viewing_an_input_as_another_dtype_runs_without_a_cuda_graph(caplog):
+    def f(x):
+        return x.view(torch.int32), x * 2
+
+    compiled = fastcomp.compile(f, mode="reduce-overhead")
+    with cudagraph_log(caplog) as messages:
         for _ in range(3):
             x = torch.randn(4, 6, device="cuda")
             a, b = compiled(x)
             assert a.data_ptr() == x.data_ptr()
-            assert_same(b, x * 2)
+            assert_same(a, x.view(torch.int32)), assert_same(b, x * 2)
+    off = fallbacks(messages)
+    assert len(off) == 1 and "is not a view of it of its dtype" in off[0] and "Tensor.view" in off[0], messages
 
 
 @pytest.mark.gpu

@@ -133,6 +133,33 @@ bool stand_ins(PyObject* args, PyObject* kwargs, PyRef* real_args, PyRef* real_k
   return true;
 }
 
+// Whether `target` on "meta" copies of the stand-ins returns a tensor of `cut_sizes`. Leaves no Python error set.
+bool result_follows_stand_ins(PyObject* target, PyObject* real_args, PyObject* real_kwargs,
+                              const std::vector<int64_t>& cut_sizes) {
+  const auto& T = torch_refs();
+  auto to_meta = [&](PyObject* o) {
+    return T.is_tensor(o) ? PyRef::steal(PyObject_CallMethod(o, "to", "s", "meta")) : PyRef::borrow(o);
+  };
+  PyRef args = PyRef::steal(PyTuple_New(PyTuple_GET_SIZE(real_args)));
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(real_args); ++i) {
+    PyRef m = to_meta(PyTuple_GET_ITEM(real_args, i));
+    if (!m) return PyErr_Clear(), false;
+    PyTuple_SET_ITEM(args.get(), i, m.release());
+  }
+  PyRef kwargs = PyRef::steal(PyDict_New());
+  PyObject *key, *value;
+  Py_ssize_t pos = 0;
+  while (PyDict_Next(real_kwargs, &pos, &key, &value)) {
+    PyRef m = to_meta(value);
+    if (!m) return PyErr_Clear(), false;
+    PyDict_SetItem(kwargs.get(), key, m.get());
+  }
+  PyRef out = call_keeping_rng(target, args.get(), kwargs.get());
+  const bool follows = out && T.is_tensor(out.get()) && meta_of_tensor(out.get(), nullptr).sizes == cut_sizes;
+  PyErr_Clear();
+  return follows;
+}
+
 // Ops whose kernel picks among algorithms by the sizes, each with its own layout (SDPA's CPU flash kernel
 // permutes its output; the math path does not): stand-ins of other sizes would show another algorithm's layout,
 // and their meta function's layout is kept.
@@ -169,6 +196,12 @@ PyRef kernel_layout(const std::string& name, PyObject* target, PyObject* meta_ar
     return {};
   }
   graph::TensorMeta out = meta_of_tensor(meta_out, nullptr);
+  std::vector<int64_t> cut_sizes;
+  for (int64_t s : out.sizes) cut_sizes.push_back(cut(s));
+  // Cut stand-ins tell the layout only where the result follows their sizes; an op whose sizes come from its other
+  // arguments (x.new_zeros(x.shape) at a dynamic-shape probe's far larger sizes) would allocate its whole result
+  // for real, gigabytes. Asked on "meta" first.
+  if (!exact && !result_follows_stand_ins(target, real_args.get(), real_kwargs.get(), cut_sizes)) return {};
   PyRef real = call_keeping_rng(target, real_args.get(), real_kwargs.get());
   PyErr_Clear();
   if (!real || !T.is_tensor(real.get())) return {};
@@ -178,8 +211,6 @@ PyRef kernel_layout(const std::string& name, PyObject* target, PyObject* meta_ar
     if (kernel.sizes != out.sizes) return {};
     strides = kernel.strides;
   } else {
-    std::vector<int64_t> cut_sizes;
-    for (int64_t s : out.sizes) cut_sizes.push_back(cut(s));
     if (kernel.sizes != cut_sizes) return {};
     // The kernel's order, trusted only when it explains the kernel's strides exactly (a dense result).
     std::vector<size_t> order = order_of(kernel.strides);

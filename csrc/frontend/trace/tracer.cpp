@@ -158,6 +158,7 @@ TraceResult Tracer::run() {
   }
 
   grad_enabled_at_start_ = grad_enabled_ = torch_refs().grad_enabled();
+  graph_.grad_enabled_at_start = grad_enabled_at_start_;
   {
     PyRef autocast = PyRef::steal(PyObject_CallNoArgs(torch_refs().is_any_autocast_enabled.get()));
     if (!autocast) PyErr_Clear();

@@ -25,12 +25,13 @@ namespace {
 std::string torch_runner_reason(const graph::Graph& graph, int* device) {
   if (!config().cuda_backend) return "fastcomp.config.cuda_backend is off";
   bool cuda = false;
-  bool grad_mode = graph.grad_enabled_at_start;
+  // Under no_grad from start to end (inference), nothing in the graph records gradients, though a view of a
+  // parameter requires grad (ViT's cls_token.expand(B, -1, -1)). Where grad mode switches inside the graph, a view
+  // made under no_grad is one autograd treats apart (an in-place op on it raises later): torch makes those.
+  bool inference = !graph.grad_enabled_at_start;
   const PyObject* set_grad_enabled = frontend::torch_refs().set_grad_enabled.get();
+  for (const graph::Node& n : graph.nodes) inference &= n.target.get() != set_grad_enabled;
   for (const graph::Node& n : graph.nodes) {
-    if (n.kind == graph::NodeKind::Call && n.target.get() == set_grad_enabled && n.args.size() == 1 &&
-        n.args[0].kind == graph::Arg::Kind::Const)
-      grad_mode = n.args[0].value.get() == Py_True;
     if (n.type != graph::ValueType::Tensor || !n.meta.device) continue;
     PyRef type = PyRef::steal(PyObject_GetAttrString(n.meta.device.get(), "type"));
     if (!type || utf8(type.get()) != "cuda") {
@@ -41,9 +42,8 @@ std::string torch_runner_reason(const graph::Graph& graph, int* device) {
     *device = index && PyLong_Check(index.get()) ? static_cast<int>(PyLong_AsLong(index.get())) : 0;
     PyErr_Clear();
     cuda = true;
-    // Parameters require grad even under no_grad, and so do views of them (cls_token.expand(...)); what matters is
-    // whether an op runs in grad mode on something that requires grad.
-    if (grad_mode && n.kind == graph::NodeKind::Call && n.meta.requires_grad)
+    // Parameters require grad even under no_grad; what matters is whether any op's result does.
+    if (!inference && n.kind == graph::NodeKind::Call && n.meta.requires_grad)
       return "its outputs need gradients (training graphs run through torch for now)";
   }
   return cuda ? "" : "no CUDA tensors";

@@ -84,8 +84,8 @@ struct Graph {
   std::vector<NodeId> inputs;  // Input nodes, in the order the guard program collects them
   Arg output;
   std::vector<SymBinding> symbols;  // symbol i is symbols[i]; empty for static graphs
-  // Grad mode when the graph starts (torch._C._set_grad_enabled nodes switch it): under no_grad, a view of a
-  // parameter still requires grad, yet nothing in the graph records gradients.
+  // Grad mode when the graph starts (torch._C._set_grad_enabled nodes switch it): under no_grad throughout, a view
+  // of a parameter still requires grad, yet nothing in the graph records gradients.
   bool grad_enabled_at_start = true;
 
   bool is_dynamic() const { return !symbols.empty(); }

@@ -101,6 +101,39 @@ def test_graph_with_views_of_parameters_under_no_grad_runs_on_the_cuda_backend()
     assert_same(out, expected)
 
 
+def _views_made_under_no_grad(x):
+    with torch.no_grad():
+        v = x[-2:, ::2]
+    return v[1:, 1::2]
+
+
+def _in_place_on_a_view_made_under_no_grad(x):
+    with torch.no_grad():
+        v = x[None]
+    v.clamp_(min=0)  # eager: RuntimeError, a view made under no_grad modified in place with grad mode on
+    return v
+
+
+def _outcome(fn):
+    """What autograd makes of fn's result: the error it raises, or (requires_grad, the gradient reaching x)."""
+    x = torch.randn(3, 6, device="cuda", requires_grad=True)
+    try:
+        out = fn(x.clone())
+    except RuntimeError as e:
+        return str(e).split(".")[0]
+    grad = torch.autograd.grad(out.sum(), x, allow_unused=True)[0] if out.requires_grad else None
+    return out.requires_grad, None if grad is None else grad.tolist()
+
+
+@pytest.mark.parametrize("f", [_views_made_under_no_grad, _in_place_on_a_view_made_under_no_grad])
+def test_views_made_under_no_grad_inside_a_grad_mode_graph_keep_eagers_autograd(f):
+    # Fuzz seed 104 #859, #6903, #11012: where grad mode switches inside a graph, torch makes its views.
+    compiled = fastcomp.compile(f)
+    expected = _outcome(f)
+    for _ in range(2):
+        assert _outcome(compiled) == expected
+
+
 def test_output_memory_is_torch_allocated():
     def f(x):
         return torch.exp(x) + 1

@@ -274,35 +274,55 @@ _RANDOM = re.compile(r"\btorch\.(rand|randn|randint|randperm|normal|bernoulli|mu
 
 
 def _turns_on_rounding(source, filename, steps):
-    """Whether a CUDA program's eager result differs from its eager result on the CPU, over the same steps. Two
-    valid implementations (other reduction orders, FMA contraction) disagreeing beyond the tolerance means the
-    result turns on rounding (x - x.mean() of equal values compared with 0): it has no single right answer to hold
-    the compiled result to."""
-    ns_cuda, ns_cpu = {"__name__": "fuzz_eager"}, {"__name__": "fuzz_eager"}
-    exec(compile(source, filename, "exec"), ns_cuda)
-    exec(compile(source, filename, "exec"), ns_cpu)
-    program = source.split("\ndef make_inputs(")[0]  # make_inputs draws its values on the CPU for every device
-    if ns_cuda.get("DEVICE") != "cuda" or _RANDOM.search(program):  # the CPU draws other random numbers
+    """Whether the program's eager result over `steps` turns on rounding, so that it has no single right answer to
+    hold the compiled result to: eager disagrees with itself (beyond the tolerance) where its float inputs move by
+    one ulp (a floor or a comparison of a sum that lands on an integer: 21.0 or 20.99998), or, for a CUDA program
+    without random ops, eager on the CPU disagrees with eager on CUDA (other reduction orders: x - x.mean() of
+    equal values compared with 0). A compiled kernel may contract a product and a sum (an FMA) or sum in another
+    order, as torch.compile's do."""
+    out, exc, args = _eager_run(source, filename, steps)
+    if exc is not None:
         return False
-    ns_cpu["DEVICE"] = "cpu"  # make_inputs and fn read it when called
-    outs = []
-    for ns in (ns_cuda, ns_cpu):
-        for step in steps:
-            dtypes = {k: getattr(torch, v) for k, v in step.get("dtypes", {}).items()}
-            args, _ = ns["make_inputs"](step["sizes"], step["seed"], dtypes, step.get("grad", False))
-            out, exc, _ = _call(ns["fn"], args, step["seed"])
-        if exc is not None:  # an op the CPU lacks for a dtype: no second opinion
-            return False
-        outs.append(out)
-    on_cuda = pytree.tree_map(lambda v: v.cpu() if isinstance(v, torch.Tensor) else v, outs[0])
+    second_opinions = [_eager_run(source, filename, steps, nudge=True)]
+    program = source.split("\ndef make_inputs(")[0]  # make_inputs draws its values on the CPU for every device
+    if "DEVICE = 'cuda'" in source and not _RANDOM.search(program):  # the CPU draws other random numbers
+        second_opinions.append(_eager_run(source, filename, steps, device="cpu"))
+    on_cpu = lambda v: v.detach().cpu() if isinstance(v, torch.Tensor) else v  # noqa: E731
     _INPUT_PRECISION[0] = _least_precise(args)
     try:
-        compare(on_cuda, outs[1], "out")
-    except Mismatch:
-        return True
+        for other, other_exc, _ in second_opinions:
+            if other_exc is not None:  # an op the CPU lacks for a dtype: no opinion
+                continue
+            try:
+                compare(pytree.tree_map(on_cpu, out), pytree.tree_map(on_cpu, other), "out")
+            except Mismatch:
+                return True
     finally:
         _INPUT_PRECISION[0] = None
     return False
+
+
+def _eager_run(source, filename, steps, device=None, nudge=False):
+    """(output, exception, inputs) of the program's eager run over `steps` in a namespace of its own; on `device`
+    instead of the program's, or with the last step's float inputs moved up by one ulp where they can be."""
+    ns = {"__name__": "fuzz_eager"}
+    exec(compile(source, filename, "exec"), ns)
+    if device:
+        ns["DEVICE"] = device  # make_inputs and fn read it when called
+    out = exc = args = None
+    for i, step in enumerate(steps):
+        dtypes = {k: getattr(torch, v) for k, v in step.get("dtypes", {}).items()}
+        args, _ = ns["make_inputs"](step["sizes"], step["seed"], dtypes, step.get("grad", False))
+        if nudge and i == len(steps) - 1:
+            for a in args:
+                if isinstance(a, torch.Tensor) and a.is_floating_point():
+                    with torch.no_grad():
+                        try:
+                            a.copy_(torch.nextafter(a, torch.full_like(a, math.inf)))
+                        except RuntimeError:  # an expanded input (one element seen many times) stays as it is
+                            pass
+        out, exc, _ = _call(ns["fn"], args, step["seed"])
+    return out, exc, args
 
 
 def _failure(step, index, cls, detail, where, eager, compiled):

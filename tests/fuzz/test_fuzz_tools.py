@@ -143,10 +143,26 @@ def _turns_on_rounding(device, extra=""):
     return harness._turns_on_rounding(_ROUNDING_PROGRAM.format(device=device, extra=extra), "p.py", [step])
 
 
-def test_only_cuda_programs_without_random_ops_get_a_second_opinion_from_the_cpu():
-    # On the CPU there is no other implementation to ask, and the CPU draws other random numbers than CUDA.
+_FLOOR_PROGRAM = '''
+import torch
+DEVICE = 'cpu'
+
+def fn(x):
+    return (x * {scale}).floor().remainder(2)
+
+def make_inputs(sizes, seed, dtypes={{}}, grad=False):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(sizes["N"], generator=g).to(DEVICE)], []
+'''
+
+
+def test_a_result_that_a_one_ulp_move_of_the_inputs_changes_turns_on_rounding():
+    step = {"name": "first", "sizes": {"N": 64}, "seed": 7}
+    # floor(x * 1e6) moves with the last bits of x; floor(x * 10) almost never does.
+    assert harness._turns_on_rounding(_FLOOR_PROGRAM.format(scale="1e6"), "p.py", [step]) is True
+    assert harness._turns_on_rounding(_FLOOR_PROGRAM.format(scale="10"), "p.py", [step]) is False
+    # On the CPU there is no other implementation to ask, and an expanded input cannot move.
     assert _turns_on_rounding("cpu") is False
-    assert _turns_on_rounding("cuda", extra=" + 0 * torch.rand(1, device=DEVICE)") is False
 
 
 @pytest.mark.gpu
@@ -168,3 +184,7 @@ def test_a_cuda_result_that_turns_on_rounding_is_recognised():
     step = {"name": "first", "sizes": {"N": 3}, "seed": 1}
     well_conditioned = _ROUNDING_PROGRAM.format(device="cuda", extra="").replace("x1 - x1.mean()", "x1 * 2")
     assert harness._turns_on_rounding(well_conditioned, "p.py", [step]) is False
+    # The CPU draws other random numbers than CUDA: a program with random ops gets no opinion from it.
+    random_draws = _ROUNDING_PROGRAM.format(device="cuda", extra="").replace(
+        "x1 - x1.mean()", "x1 * 0 + torch.rand(3, device=DEVICE) - 0.5")
+    assert harness._turns_on_rounding(random_draws, "p.py", [step]) is False

@@ -444,7 +444,7 @@ def nn_case(rng):
     x = make_tensor(shape, dtype, rng, layout)
     if dtype.is_floating_point and rng.random() < 0.3:
         x = x.detach().requires_grad_()
-    kind = rng.choice(["linear", "matmul", "layer_norm", "sum", "mean", "cat"])
+    kind = rng.choice(["linear", "matmul", "layer_norm", "sum", "mean", "vector_norm", "cat"])
     fdt = dtype if rng.random() < 0.8 else torch.float64
     if kind == "linear":
         w = make_tensor((4, shape[-1] if rng.random() < 0.9 else 7), fdt, rng,
@@ -469,9 +469,23 @@ def nn_case(rng):
         if dims is None and rng.random() < 0.5:
             return fn, (x,), {}
         return fn, (x, dims), {"keepdim": rng.random() < 0.5} if rng.random() < 0.7 else {}
+    if kind == "vector_norm":
+        dims = rng.choice([None, rng.randrange(-nd, nd), tuple(rng.sample(range(nd), rng.randint(1, nd)))])
+        kwargs = {"dim": dims, "keepdim": rng.random() < 0.5} if rng.random() < 0.8 else {}
+        if rng.random() < 0.5:
+            kwargs["ord"] = rng.choice([1, 2, 3.5, float("inf"), 0])
+        return torch.linalg.vector_norm, (x,), kwargs
     other = make_tensor(tuple(d if rng.random() < 0.8 else d + 1 for d in shape),
                         dtype if rng.random() < 0.9 else torch.float64, rng, rng.choice(["contiguous", "sliced"]))
     return torch.cat, ([x, other],), {"dim": rng.randrange(-nd, nd)}
+
+
+@pytest.mark.parametrize("shape, dim", [((4, 1, 1), -3), ((3, 3, 1), -1), ((1,), -1), ((6, 1), -1)])
+def test_vector_norm_over_a_size_1_dimension_drops_it(shape, dim):
+    # torch 2.11's meta function kept it on CUDA tensors (fuzz seed 104 #3370, seed 105 #2418, #3100, #8897).
+    assert check_nn(torch.linalg.vector_norm, (torch.randn(shape),), {"dim": dim})
+    assert list(nn_meta(torch.linalg.vector_norm, (torch.randn(shape),), {"dim": dim})[1]) == list(
+        torch.linalg.vector_norm(torch.randn(shape), dim=dim).shape)
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -535,6 +549,9 @@ def test_random_softmax_and_mask_ops_match_torch(seed):
     (torch.mean, (torch.ones(3, dtype=torch.int32),), {}),
     (torch.cat, ([torch.ones(3), torch.ones(3, dtype=torch.float64)],), {}),
     (torch.cat, ([],), {}),
+    (torch.linalg.vector_norm, (torch.ones(3, 4),), {"dtype": torch.float64}),
+    (torch.linalg.vector_norm, (torch.ones(3, 4, dtype=torch.int64),), {}),
+    (torch.linalg.vector_norm, (torch.ones(0, 4),), {"ord": float("inf"), "dim": 0}),  # torch raises
 ])
 def test_nn_meta_declines_what_it_does_not_model(fn, args, kwargs):
     assert nn_meta(fn, args, kwargs or None) is None

@@ -14,7 +14,7 @@ namespace {
 
 using namespace meta_args;  // NOLINT: the fast paths share its vocabulary
 
-enum class Op : uint8_t { Linear, Matmul, LayerNorm, Sum, Mean, Cat, Softmax, SoftmaxF, MaskedFill, Triangle };
+enum class Op : uint8_t { Linear, Matmul, LayerNorm, Sum, Mean, VectorNorm, Cat, Softmax, SoftmaxF, MaskedFill, Triangle };
 
 const std::unordered_map<PyObject*, Op>& table() {
   static cpython::GilOnce<const std::unordered_map<PyObject*, Op>> tb;
@@ -42,6 +42,11 @@ const std::unordered_map<PyObject*, Op>& table() {
       add(owner, "sum", Op::Sum);
       add(owner, "mean", Op::Mean);
     }
+    // torch 2.11's meta function keeps a reduced dimension of size 1 (x of [K, 1, 1], dim=-3 gives [1, 1, 1]
+    // where the kernel gives [1, 1]; fuzz seed 105): the shape rule of a reduction, in C++.
+    PyRef linalg_c = PyRef::steal(PyImport_ImportModule("torch._C._linalg"));
+    PyErr_Clear();
+    add(linalg_c.get(), "linalg_vector_norm", Op::VectorNorm);
     for (const char* n : {"cat", "concat", "concatenate"}) add(torch, n, Op::Cat);
     // torch's meta function of softmax imports sympy (through elementwise_dtypes): most of a second in the
     // first compile of every process that traces one.
@@ -158,34 +163,59 @@ std::optional<ComputedMeta> layer_norm(PyObject* args, PyObject* kwargs, bool gr
   return fresh_result(x.dt, x.sizes, grad && (x.requires_grad || w.requires_grad || b.requires_grad));
 }
 
+// The sizes of a reduction of `x` over `dim` (None: all), keeping reduced dimensions as 1 with `keepdim`; false
+// where the meta call should decide (dim=[], repeated or out-of-range dimensions, a 0-d input with a dim).
+// `reduced_empty`: a reduced dimension has size 0.
+bool reduced_sizes(const Arg& x, PyObject* dim, PyObject* keepdim, std::vector<int64_t>* sizes, bool* reduced_empty) {
+  if (keepdim && !PyBool_Check(keepdim)) return false;
+  const size_t ndim = x.sizes.size();
+  std::vector<bool> reduced(ndim, none(dim));
+  if (!none(dim)) {
+    if (ndim == 0) return false;
+    std::vector<PyObject*> dims;
+    if (PyTuple_Check(dim) || PyList_Check(dim)) {
+      for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(dim); ++i) dims.push_back(PySequence_Fast_GET_ITEM(dim, i));
+    } else {
+      dims.push_back(dim);
+    }
+    if (dims.empty()) return false;  // dim=[] reduces everything: left to the meta call
+    for (PyObject* d : dims) {
+      int64_t i = wrap_dim(d, ndim);
+      if (i < 0 || reduced[i]) return false;  // torch raises on repeated dimensions
+      reduced[i] = true;
+    }
+  }
+  *reduced_empty = false;
+  for (size_t i = 0; i < ndim; ++i) {
+    if (!reduced[i]) sizes->push_back(x.sizes[i]);
+    else if (keepdim == Py_True) sizes->push_back(1);
+    *reduced_empty |= reduced[i] && x.sizes[i] == 0;
+  }
+  return true;
+}
+
+// linalg_vector_norm(input, ord=2, dim=None, keepdim=False, *, dtype=None) of a real floating input. A reduced
+// dimension of size 0, other dtypes and a dtype= are left to the meta call (which raises where torch does).
+std::optional<ComputedMeta> vector_norm(PyObject* args, PyObject* kwargs, bool grad) {
+  std::vector<PyObject*> a;
+  Arg x;
+  if (!bind_args(args, kwargs, {"input", "ord", "dim", "keepdim"}, 1, &a) || !read_tensor(a[0], &x) ||
+      !is_float(x.dt) || (a[1] && !PyFloat_CheckExact(a[1]) && !PyLong_CheckExact(a[1])))
+    return std::nullopt;
+  std::vector<int64_t> sizes;
+  bool reduced_empty = false;
+  if (!reduced_sizes(x, a[2], a[3], &sizes, &reduced_empty) || reduced_empty) return std::nullopt;
+  return fresh_result(x.dt, std::move(sizes), grad && x.requires_grad);
+}
+
 // sum / mean(input, dim=None, keepdim=False): integral sums are int64; means need floating inputs.
 std::optional<ComputedMeta> reduction(Op op, PyObject* args, PyObject* kwargs, bool grad) {
   std::vector<PyObject*> a;
   Arg x;
   if (!bind_args(args, kwargs, {"input", "dim", "keepdim"}, 1, &a) || !read_tensor(a[0], &x)) return std::nullopt;
-  if (a[2] && !PyBool_Check(a[2])) return std::nullopt;
-  bool keepdim = a[2] == Py_True;
-  size_t ndim = x.sizes.size();
-  std::vector<bool> reduced(ndim, none(a[1]));
-  if (!none(a[1])) {
-    if (ndim == 0) return std::nullopt;
-    std::vector<PyObject*> dims;
-    if (PyTuple_Check(a[1]) || PyList_Check(a[1])) {
-      for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(a[1]); ++i) dims.push_back(PySequence_Fast_GET_ITEM(a[1], i));
-    } else {
-      dims.push_back(a[1]);
-    }
-    if (dims.empty()) return std::nullopt;  // dim=[] reduces everything: left to the meta call
-    for (PyObject* d : dims) {
-      int64_t i = wrap_dim(d, ndim);
-      if (i < 0 || reduced[i]) return std::nullopt;  // torch raises on repeated dimensions
-      reduced[i] = true;
-    }
-  }
   std::vector<int64_t> sizes;
-  for (size_t i = 0; i < ndim; ++i)
-    if (!reduced[i]) sizes.push_back(x.sizes[i]);
-    else if (keepdim) sizes.push_back(1);
+  bool reduced_empty = false;
+  if (!reduced_sizes(x, a[1], a[2], &sizes, &reduced_empty)) return std::nullopt;
   int8_t dt = x.dt;
   if (!is_float(dt)) {
     if (op == Op::Mean) return std::nullopt;
@@ -283,6 +313,7 @@ std::optional<ComputedMeta> nn_meta(PyObject* target, PyObject* args, PyObject* 
     case Op::LayerNorm: return layer_norm(args, kwargs, grad_enabled);
     case Op::Sum:
     case Op::Mean: return reduction(it->second, args, kwargs, grad_enabled);
+    case Op::VectorNorm: return vector_norm(args, kwargs, grad_enabled);
     case Op::Cat: return cat(args, kwargs, grad_enabled);
     case Op::Softmax:
     case Op::SoftmaxF: return softmax(it->second, args, kwargs, grad_enabled);

@@ -201,9 +201,13 @@ def run_variant(source, filename, dynamic, steps, progress=None, verbose=False):
     with CompileCounter() as counter:
         failure = _run_steps(ns_e, ns_c, fn_e, fn_c, steps, stats, progress, verbose)
     if failure and failure["cls"] == "wrong value" and failure["where"].startswith("out") and \
-            _turns_on_rounding(source, filename, steps[:failure["step_index"] + 1]):
-        stats["ill_conditioned"] = 1
-        failure = None
+            not stats.get("device_assert"):
+        ill_conditioned = _turns_on_rounding(source, filename, steps[:failure["step_index"] + 1])
+        if _device_asserted():  # a second opinion's eager run asserted (a nudged value used as an index)
+            stats["device_assert"] = "a second eager run ended in a device-side assert"
+        elif ill_conditioned:
+            stats["ill_conditioned"] = 1
+            failure = None
     stats.update(frames=counter.frame_count, graphs=counter.graph_count, breaks=counter.break_count)
     return {"failure": failure, "stats": stats}
 
@@ -220,9 +224,13 @@ def _run_steps(ns_e, ns_c, fn_e, fn_c, steps, stats, progress, verbose):
         if _device_asserted():
             # Eager's own program asserted on the device (an index out of range), asynchronously: a host error after
             # it may have been what it raised. Nothing to compare; the key's text has the worker replaced.
-            stats["eager_device_assert"] = "eager's run ended in a device-side assert"
+            stats["device_assert"] = "eager's run ended in a device-side assert"
             return warned
         out_c, exc_c, warns = _call(fn_c, args_c, step["seed"])
+        if _device_asserted():  # eager's call ran clean (checked above): the compiled one asserted
+            stats["device_assert"] = "the compiled run ended in a device-side assert"
+            return _failure(step, index, "crash", "device-side assert in the compiled call (eager's ran clean)",
+                            "out", exception_text(exc_e) if exc_e is not None else "ran clean", "device-side assert")
         stats["steps"] += 1
         stats["eager_exceptions"] += exc_e is not None
         stats["warnings"] += [w for w in warns if w.startswith("fastcomp")]
@@ -235,7 +243,8 @@ def _run_steps(ns_e, ns_c, fn_e, fn_c, steps, stats, progress, verbose):
                 print(f"  warning:  {w}")
         failure = _check_step(step, index, ns_e, ns_c, args_e, args_c, leaves_e, leaves_c, out_e, out_c, exc_e,
                               exc_c, warns)
-        if failure and failure["cls"] == "wrong value" and _eager_is_nondeterministic(ns_e, fn_e, step, dtypes, out_e):
+        if failure and failure["cls"] == "wrong value" and _eager_is_nondeterministic(ns_e, fn_e, step, dtypes, out_e) \
+                and not _device_asserted():
             # Eager disagrees with itself (uninitialised memory, e.g. median of an expanded tensor): nothing to
             # compare, and the second run changed the eager namespace, so the later steps end here too.
             stats["nondeterministic_eager"] = stats.get("nondeterministic_eager", 0) + 1

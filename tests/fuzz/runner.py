@@ -216,7 +216,8 @@ def worker_main():
                 r = harness.run_variant(job["source"], f"{job['tag']}_{v['name']}.py", v["dynamic"], v["steps"], progress)
                 r["variant"] = v["name"]
                 results.append(r)
-                if r["failure"] and r["failure"]["cls"] != "internal-error warning":
+                if r["failure"] and r["failure"]["cls"] != "internal-error warning" or \
+                        r["stats"].get("device_assert"):  # the CUDA context fails every later call
                     break
             proto.write(json.dumps({"results": results}) + "\n")
         except Exception:  # noqa: BLE001 - a harness problem, reported apart from fastcomp's failures

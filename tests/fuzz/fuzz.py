@@ -43,7 +43,13 @@ def run(seed=0, count=None, time_budget=None, workers=1, out="fuzz-out", device=
                 if i is None or i >= stop_at:
                     break
                 with gen_lock:  # generating runs torch ops under its global RNG: one thread at a time
-                    program = generate(seed, i, device)
+                    try:
+                        program = generate(seed, i, device)
+                    except Exception as e:  # noqa: BLE001 - a statement that ran once raised when re-run
+                        with lock:
+                            report.totals["generator_errors"] = report.totals.get("generator_errors", 0) + 1
+                        log(f"[fuzz] program {i}: the generator failed ({type(e).__name__}: {e}); skipped")
+                        continue
                 outcome = worker.run(job_for(program, f"fuzz_{seed}_{i}"))
                 batch.append(program)
                 with lock:

@@ -188,3 +188,21 @@ def test_a_cuda_result_that_turns_on_rounding_is_recognised():
     random_draws = _ROUNDING_PROGRAM.format(device="cuda", extra="").replace(
         "x1 - x1.mean()", "x1 * 0 + torch.rand(3, device=DEVICE) - 0.5")
     assert harness._turns_on_rounding(random_draws, "p.py", [step]) is False
+
+
+def test_a_program_the_generator_cannot_build_is_skipped_not_fatal(tmp_path, monkeypatch):
+    # A statement that ran once can raise when the generator re-runs the program (seed 10: a ZeroDivisionError
+    # ended one of the two fuzzing threads). The program is counted and skipped; the others still run.
+    from tests.fuzz import fuzz
+
+    def generate(seed, index, device):
+        if index == 1:
+            raise ZeroDivisionError("division by zero")
+        return fuzz_generate(seed, index, device)
+
+    fuzz_generate = fuzz.generate
+    monkeypatch.setattr(fuzz, "generate", generate)
+    logged = []
+    report = fuzz.run(seed=3, count=3, workers=1, out=str(tmp_path / "fz"), verify=False, log=logged.append)
+    assert report.programs == 2 and report.totals["generator_errors"] == 1
+    assert any("program 1: the generator failed (ZeroDivisionError" in line for line in logged)

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 
@@ -28,9 +29,10 @@ std::string torch_runner_reason(const graph::Graph& graph, int* device) {
   // Under no_grad from start to end (inference), nothing in the graph records gradients, though a view of a
   // parameter requires grad (ViT's cls_token.expand(B, -1, -1)). Where grad mode switches inside the graph, a view
   // made under no_grad is one autograd treats apart (an in-place op on it raises later): torch makes those.
-  bool inference = !graph.grad_enabled_at_start;
   const PyObject* set_grad_enabled = frontend::torch_refs().set_grad_enabled.get();
-  for (const graph::Node& n : graph.nodes) inference &= n.target.get() != set_grad_enabled;
+  const bool inference = !graph.grad_enabled_at_start &&
+                         std::none_of(graph.nodes.begin(), graph.nodes.end(),
+                                      [&](const graph::Node& n) { return n.target.get() == set_grad_enabled; });
   for (const graph::Node& n : graph.nodes) {
     if (n.type != graph::ValueType::Tensor || !n.meta.device) continue;
     PyRef type = PyRef::steal(PyObject_GetAttrString(n.meta.device.get(), "type"));

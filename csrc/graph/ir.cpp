@@ -58,9 +58,30 @@ bool writes_an_argument(const graph::Node& n) {
   const std::string op = t.substr(t.rfind('.') + 1);
   if (op.size() > 1 && op.back() == '_' && op.rfind("__", 0) != 0) return true;
   if (n.kwnames)
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(n.kwnames.get()); ++i)
-      if (utf8(PyTuple_GET_ITEM(n.kwnames.get(), i)) == "out") return true;
-  return false;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(n.kwnames.get()); ++i) {
+      const std::string key = utf8(PyTuple_GET_ITEM(n.kwnames.get(), i));
+      if (key == "out") return true;
+      if (key == "inplace" && n.kwargs[i].kind == Arg::Kind::Const && PyObject_IsTrue(n.kwargs[i].value.get()) == 1)
+        return true;
+    }
+  return functional_inplace_position(n) >= 0;
+}
+
+int functional_inplace_position(const Node& n) {
+  // torch.nn.functional's activations and dropouts that take `inplace` positionally, by its position.
+  static const std::pair<std::string_view, int> kPositions[] = {
+      {"relu", 1},        {"relu6", 1},     {"selu", 1},      {"hardswish", 1},     {"hardsigmoid", 1},
+      {"silu", 1},        {"mish", 1},      {"elu", 2},       {"celu", 2},          {"leaky_relu", 2},
+      {"hardtanh", 3},    {"threshold", 3}, {"rrelu", 4},     {"dropout", 3},       {"alpha_dropout", 3},
+      {"dropout1d", 3},   {"dropout2d", 3}, {"dropout3d", 3}, {"feature_alpha_dropout", 3}};
+  const std::string& t = n.target_name;
+  if (t.rfind("torch.nn.functional.", 0) != 0) return -1;
+  const std::string_view op = std::string_view(t).substr(20);
+  for (const auto& [name, position] : kPositions)
+    if (op == name && static_cast<int>(n.args.size()) > position && n.args[position].kind == Arg::Kind::Const &&
+        PyObject_IsTrue(n.args[position].value.get()) == 1)
+      return position;
+  return -1;
 }
 
 std::string dtype_short_name(PyObject* dtype) {

@@ -95,9 +95,11 @@ struct Graph {
   int num_calls() const;
 };
 
-// Whether the call writes into one of its arguments (in-place ops `add_`, `operator.iadd`, `setitem`, `out=`), judged
-// by its target's name.
+// Whether the call writes into one of its arguments (in-place ops `add_`, `operator.iadd`, `setitem`, `out=`,
+// `F.relu(x, inplace=True)`), judged by its target's name and those arguments.
 bool writes_an_argument(const Node& n);
+// The position of a torch.nn.functional op's `inplace=True` given positionally (F.relu(x, True)); -1 otherwise.
+int functional_inplace_position(const Node& n);
 
 // Short readable form of a dtype: torch.float32 -> "f32".
 std::string dtype_short_name(PyObject* dtype);

@@ -269,6 +269,7 @@ void Lowerer::pointwise(const graph::Node& n, const std::vector<Operand>& operan
   // fit come from buffers. Reading a buffer seals its producer, which may be the chosen cluster: then retry
   // with that cluster's values read from buffers too.
   std::vector<bool> from_buffer(operands.size(), false);
+  for (size_t i = 0; i < operands.size(); ++i) from_buffer[i] = operands[i].broadcast_dim >= 0;
   int target = -1;
   bool row = false;
   for (int attempt = 0; attempt < 3; ++attempt) {
@@ -323,6 +324,13 @@ void Lowerer::pointwise(const graph::Node& n, const std::vector<Operand>& operan
       exprs.push_back(c.constant(o.scalar_dtype, o.scalar));
     } else if (!from_buffer[i]) {
       exprs.push_back(values_[o.node].expr);
+    } else if (o.broadcast_dim >= 0) {
+      // Read as a tensor of the result's rank, of size 1 but along broadcast_dim.
+      const Buffer& b = program_.buffers[values_[o.node].buffer];
+      Sizes sizes(out.size(), 1), strides(out.size(), 0);
+      sizes[o.broadcast_dim] = b.sizes[0];
+      strides[o.broadcast_dim] = b.strides[0];
+      exprs.push_back(c.load(b.root, b.dtype, strides_in_space(sizes, strides, out, row, c), b.offset));
     } else {
       exprs.push_back(load_buffer(c, values_[o.node].buffer, out, row));
     }
@@ -528,6 +536,8 @@ bool Lowerer::can_merge(int a, int b) const {
 }
 
 bool Lowerer::lower_call(const graph::Node& n) {
+  if (graph::writes_an_argument(n)) return lower_in_place(n);
+  if (has_inplace_keyword(n)) return lower_call(functional_form(n));  // inplace=False: the functional op
   const std::string op = op_name(n.target_name);
   return lower_view_op(*this, n, op) || lower_cat_op(*this, n, op) || lower_gather_op(*this, n, op) ||
          lower_pointwise_op(*this, n, op) ||

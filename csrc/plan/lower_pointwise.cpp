@@ -173,10 +173,56 @@ bool is_cast(const graph::Node& n, const std::string& op) {
   return dtype_of(dtype->value.get()).has_value();
 }
 
+// F.batch_norm in inference (training=False, running statistics given): per channel (dimension 1) the affine map
+// (x - mean) * rsqrt(var + eps) * weight + bias, computed in f32 as torch's kernels do and rounded once, fused
+// like any pointwise op (with the ReLU and the residual sum after it).
+bool lower_batch_norm(Lowerer& L, const graph::Node& n) {
+  CallArgs args(n);
+  if (!args.only_keywords({"running_mean", "running_var", "weight", "bias", "training", "momentum", "eps"})) return false;
+  const graph::Arg* training = args.get(5, "training");
+  const std::optional<double> eps = args.get(7, "eps") ? const_number(args.get(7, "eps")) : 1e-5;
+  if ((training && const_bool(training) != false) || !eps) return false;
+  const DType out = L.node_dtype(n.id);
+  const graph::TensorMeta& x = n.meta;
+  if (!is_floating(out) || out == DType::F64 || x.sizes.size() < 2) return false;
+  bool ok = true;
+  std::vector<Operand> ops{operand_of(L, args.get(0, "input"), &ok)};
+  if (!ok || ops[0].kind != Operand::Kind::Node) return false;
+  // mean and var, then weight and bias where given: 1-d tensors of the channel count.
+  int weight_at = -1, bias_at = -1;
+  const std::pair<size_t, const char*> per_channel[] = {{1, "running_mean"}, {2, "running_var"}, {3, "weight"}, {4, "bias"}};
+  for (const auto& [position, name] : per_channel) {
+    const graph::Arg* a = args.get(position, name);
+    if (position >= 3 && is_none(a)) continue;
+    Operand o = operand_of(L, a, &ok);
+    if (!ok || o.kind != Operand::Kind::Node) return false;
+    const graph::TensorMeta& m = L.node(o.node).meta;
+    if (m.sizes.size() != 1 || m.sizes[0] != x.sizes[1] || m.is_dynamic() || !is_floating(L.node_dtype(o.node)))
+      return false;
+    o.broadcast_dim = 1;
+    if (position == 3) weight_at = static_cast<int>(ops.size());
+    if (position == 4) bias_at = static_cast<int>(ops.size());
+    ops.push_back(o);
+  }
+  for (size_t i = 1; i < ops.size(); ++i) L.buffer_for(ops[i].node);
+  const double epsilon = *eps;
+  L.pointwise(n, ops, [&, weight_at, bias_at, epsilon](Cluster& c, const std::vector<int>& e) {
+    const DType f = DType::F32;
+    auto in = [&](int i) { return c.cast(e[i], f); };
+    const int invstd = c.op(ExprOp::Rsqrt, f, {c.op(ExprOp::Add, f, {in(2), c.constant(f, round_to(epsilon, f))})});
+    int y = c.op(ExprOp::Mul, f, {c.op(ExprOp::Sub, f, {in(0), in(1)}), invstd});
+    if (weight_at >= 0) y = c.op(ExprOp::Mul, f, {y, in(weight_at)});
+    if (bias_at >= 0) y = c.op(ExprOp::Add, f, {y, in(bias_at)});
+    return c.cast(y, out);
+  });
+  return true;
+}
+
 }  // namespace
 
 bool lower_pointwise_op(Lowerer& L, const graph::Node& n, const std::string& op) {
   if (n.type != graph::ValueType::Tensor || n.args.empty()) return false;
+  if (op == "batch_norm" && n.target_name == "torch.nn.functional.batch_norm") return lower_batch_norm(L, n);
   const DType out = L.node_dtype(n.id);
   CallArgs args(n);
   bool ok = true;
@@ -230,8 +276,20 @@ bool lower_pointwise_op(Lowerer& L, const graph::Node& n, const std::string& op)
     return true;
   }
 
+  if ((op == "full_like" && n.args.size() == 2) || ((op == "zeros_like" || op == "ones_like") && n.args.size() == 1)) {
+    // A constant over the shape and layout of the first argument (no dtype, device or layout options).
+    const std::optional<double> v = op == "full_like" ? const_number(&n.args[1]) : op == "ones_like" ? 1.0 : 0.0;
+    if (!v || n.kwnames || n.args[0].kind != graph::Arg::Kind::Node) return false;
+    const double fill = round_to(*v, out);
+    L.value_in_space(n, meta_sizes(n.meta), [&](Cluster& c) { return c.constant(out, fill); });
+    return true;
+  }
+
   bool swapped = false;
-  if (auto b = binary_op(op, &swapped)) {
+  // torch.min(a, b) and torch.max(a, b) of two tensors are torch.minimum and torch.maximum.
+  const bool two_tensors = n.args.size() == 2 && !n.kwnames && n.args[1].kind == graph::Arg::Kind::Node &&
+                           L.node(n.args[1].node).type == graph::ValueType::Tensor;
+  if (auto b = binary_op((op == "min" || op == "max") && two_tensors ? op + "imum" : op, &swapped)) {
     if (n.args.size() != 2 && !(args.get(1, "other") && n.args.size() == 1)) return false;
     if (!args.only_keywords({"alpha", "other", "exponent"})) return false;
     std::vector<Operand> ops{first(), operand_of(L, args.get(1, op == "pow" ? "exponent" : "other"), &ok)};

@@ -33,6 +33,9 @@ struct Operand {
   double scalar = 0;
   DType scalar_dtype = DType::F32;  // F64 for Python float, I64 for int, Bool for bool
   graph::NodeId node = -1;
+  // A 1-d tensor lined up with this dimension of the result rather than its last (batch_norm's per-channel
+  // statistics against [N, C, ...]); -1: torch's broadcasting.
+  int broadcast_dim = -1;
 };
 
 // A tensor's sizes and strides as the plan holds them: expressions over the graph's symbols where the graph is
@@ -194,6 +197,10 @@ class Lowerer {
   bool column_reduce_of(const graph::Node& n, graph::NodeId x, int x_buffer, const std::vector<bool>& reduced,
                         const RowFn& fn, bool splittable, const std::vector<int>& extra_buffers = {});
   bool lower_call(const graph::Node& n);  // false: no lowering, use an extern step
+  // An in-place pointwise op on a value only the graph holds, as its functional op (lower_in_place.cpp).
+  bool lower_in_place(const graph::Node& n);
+  // Whether node x's value can be replaced by another from node `at` on: nothing else shares its memory.
+  bool only_the_graph_holds(graph::NodeId x, graph::NodeId at) const;
   bool trailing_reduce(const graph::Node& n, graph::NodeId x, const RowFn& fn, int k,
                        bool splittable);  // row_reduce, k > 1
   // A new row-reduce cluster over x's shape with its trailing k dimensions read as one row ([outer..., len]),
@@ -248,6 +255,12 @@ class Lowerer {
   // store_partials' buffers: (cluster, expression) -> the buffer holding it
   std::map<std::pair<int, int>, int> stored_partials_;
 };
+
+// The node of an in-place op's functional op: `Tensor.add_` -> `Tensor.add`, `operator.iadd` -> `operator.add`, and
+// for torch.nn.functional's ops, the `inplace` argument (keyword or positional) left out.
+graph::Node functional_form(const graph::Node& n);
+// Whether the call passes `inplace=` by keyword (F.relu(x, inplace=False) is F.relu(x)).
+bool has_inplace_keyword(const graph::Node& n);
 
 // The op families. Each returns false when it has no lowering for `n` (an extern step is used).
 bool lower_pointwise_op(Lowerer& L, const graph::Node& n, const std::string& op);

@@ -334,6 +334,7 @@ class CudaExecutable final : public Executable {
   // A matmul step's cuBLASLt plans: one for a static shape; for a dynamic one, one per concrete shape seen
   // lately (most recent first).
   bool prefer_heuristic_picks_ = false;  // prefer_heuristic_matmul_picks(): also for plans made later
+  bool relayout_hinted_ = false;         // the perf hint of an extern result copied into its planned layout
 
   struct Matmul {
     cuda::MatmulDesc desc;  // dtype, epilogue and flags; the shape comes from `fields`
@@ -493,6 +494,11 @@ class CudaExecutable final : public Executable {
       if (memory_.check_layout[b] && !has_layout(out, allocs_[b], values)) {
         // torch's meta function predicted other strides than the real op produced: kernels read a copy in
         // the planned layout (the user's object stays the op's own result).
+        if (!relayout_hinted_) {
+          relayout_hinted_ = true;
+          FC_LOG(perf_hints, info, "fastcomp: %{} ({}) returned another layout than its meta function said; each "
+                 "call copies it into the planned one for the kernels that read it", id, node.target_name);
+        }
         PyObject* planned = empty_strided(allocs_[b], values);
         if (!planned) return false;
         PyRef copied = PyRef::steal(PyObject_CallMethod(planned, "copy_", "O", out));

@@ -90,6 +90,68 @@ case("broadcast_rows", lambda x, v: x * v + v, rows_and_vector, shapes=ROWS)
 case("broadcast_outer", lambda x: x.unsqueeze(0) + x.unsqueeze(1), shapes=((3,), (33,)))
 case("dropout_eval", lambda x: F.dropout(x, 0.5, training=False) * 2)
 case("clone", lambda x: x.clone() + 1)
+case("inplace_false_keyword", lambda x: F.relu(x, inplace=False) + F.dropout(x, 0.1, False, inplace=False))
+case("min_max_of_two_tensors", lambda x, y: torch.min(x, y) * 2 - torch.max(x, y), two)
+case("full_zeros_ones_like", lambda x: x * torch.full_like(x, 3) + torch.ones_like(x) - torch.zeros_like(x))
+
+
+def in_place_chain(x):
+    y = x * 2
+    y.add_(x)
+    y *= 0.5
+    torch.relu_(y)
+    return F.dropout(y, 0.5, False, True)  # inplace=True by position
+
+
+def in_place_on_an_int(x):
+    total = 0
+    total += x  # an int has no in-place add: a new tensor
+    total += x * 2
+    return total
+
+
+def in_place_under_a_view(x):  # the view must see the write: a call into torch writes the tensor
+    y = x * 2
+    row = y[0]
+    y.add_(1)
+    return row * 3
+
+
+def in_place_by_keyword_after_a_reader(x, w):  # b reads a before hardtanh_ writes it (no lowering: torch writes)
+    a = x @ w
+    b = a * 2
+    F.hardtanh(a, -0.5, 0.5, inplace=True)
+    return b + a
+
+
+case("in_place_chain", in_place_chain)
+case("in_place_by_keyword_after_a_reader", in_place_by_keyword_after_a_reader,
+     lambda shape, dtype, device: (randn(shape, dtype, device), randn(shape[-1:] * 2, dtype, device)),
+     shapes=((3, 64), (64, 256)), plan=(2, 1, 1))
+case("in_place_on_an_int", in_place_on_an_int)
+case("in_place_under_a_view", in_place_under_a_view, shapes=((3, 1025), (64, 4096)), plan=(2, 0, 2))
+
+
+def channels(shape, dtype, device, channels_last=False):
+    x = randn(shape, dtype, device)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    c = shape[1]
+    return (x, randn((c,), dtype, device) * 0.1, torch.rand(c, dtype=dtype, device=device) + 0.5,
+            randn((c,), dtype, device), randn((c,), dtype, device))
+
+
+def resnet_tail(x, mean, var, w, b):  # batch norm, residual sum and ReLU, in place as timm's ResNet does them
+    y = F.batch_norm(x, mean, var, w, b, False, 0.1, 1e-5)
+    y += x
+    return F.relu(y, inplace=True)
+
+
+NCHW = ((2, 3, 5, 7), (8, 64, 28, 28))
+case("batch_norm_eval", lambda x, m, v, w, b: F.batch_norm(x, m, v, w, b, False, 0.1, 1e-3), channels, NCHW)
+case("batch_norm_no_affine", lambda x, m, v, w, b: F.batch_norm(x, m, v, training=False) * 2, channels, NCHW)
+case("batch_norm_relu_residual", resnet_tail, channels, NCHW)
+case("batch_norm_channels_last", resnet_tail, lambda s, d, dev: channels(s, d, dev, True), NCHW)
 
 # ---- views and layouts -------------------------------------------------------------------------------------------
 case("transposed_input", lambda x: x.t() * 2 + 1, shapes=((3, 1025), (64, 4096)))

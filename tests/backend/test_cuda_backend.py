@@ -335,3 +335,39 @@ def test_cpu_scalar_tensors_beside_cuda_ones_are_torch_calls(fn, mode):
             x = torch.randn(4, 16, device="cuda")
             assert_same(compiled(x), fn(x))
     assert "a tensor on the CPU" in cc.records[0]["backend"], cc.records[0]["backend"]
+
+
+def test_convolutions_take_the_layout_cudnn_gives(caplog):
+    """cuDNN gives a channels-last result for a channels-last input where torch's meta function says contiguous:
+    the trace takes the kernel's layout (kernel_layout.h), so user code that asks for it sees eager's answer, and
+    no call copies a convolution's result into another layout (a ConvNeXt block: layer norm over channels between
+    permutes, a depthwise and a pointwise convolution)."""
+    import logging
+
+    import torch.nn.functional as F
+
+    def block(x, ln_w, ln_b, dw, dw_b, pw):
+        y = F.layer_norm(x.permute(0, 2, 3, 1), (x.shape[1],), ln_w, ln_b).permute(0, 3, 1, 2)
+        y = F.conv2d(y, dw, dw_b, padding=3, groups=y.shape[1])
+        y = F.gelu(F.conv2d(y, pw)) * 0.5
+        # eager's branch: a channels-last result cannot be viewed flat
+        return y.view(y.shape[0], -1) if y.is_contiguous() else y.flatten(1) + 1.0
+
+    compiled = fastcomp.compile(block)
+    caplog.set_level(logging.DEBUG, logger="fastcomp")
+    fastcomp.set_logs(perf_hints=True)
+    try:
+        with torch.no_grad(), CompileCounter() as cc:
+            for _ in range(3):
+                args = [torch.randn(4, 56, 56, 32, device="cuda").permute(0, 3, 1, 2), torch.randn(32, device="cuda"),
+                        torch.randn(32, device="cuda"), torch.randn(32, 1, 7, 7, device="cuda") / 7,
+                        torch.randn(32, device="cuda"), torch.randn(64, 32, 1, 1, device="cuda") / 6]
+                expected = block(*args)
+                actual = compiled(*args)
+                assert actual.stride() == expected.stride()
+                assert_same(actual, expected, rtol=1e-4, atol=1e-4 * expected.abs().max().item())
+        assert cc.graph_count == 1 and cc.break_count == 0, cc.records
+        hints = [r.getMessage() for r in caplog.records if r.name == "fastcomp.perf_hints"]
+        assert not any("another layout than its meta function said" in h for h in hints), hints
+    finally:
+        fastcomp.set_logs()

@@ -168,7 +168,58 @@ bool picks_kernel_by_size(const std::string& name) {
   return base == "scaled_dot_product_attention";
 }
 
+// Convolutions, whose CUDA result layout cuDNN decides (channels-last in, channels-last out).
+bool lays_out_by_library(const std::string& name) {
+  static const char* const kOps[] = {"conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+                                     "conv_transpose3d", "convolution", "_convolution"};
+  const std::string base = name.substr(name.rfind('.') + 1);
+  return std::any_of(std::begin(kOps), std::end(kOps), [&](const char* op) { return base == op; });
+}
+
+// An uninitialised tensor of `m`'s exact sizes, strides and dtype on `device`; adds its bytes to `*bytes` and gives
+// null once they pass kCudaProbeBytes.
+PyRef device_stand_in(const graph::TensorMeta& m, PyObject* device, int64_t* bytes) {
+  const auto& T = torch_refs();
+  PyRef itemsize = PyRef::steal(PyObject_GetAttrString(m.dtype.get(), "itemsize"));
+  if (!itemsize) return {};
+  for (int64_t s : m.sizes)
+    if (s == 0) return {};
+  *bytes += span(m.sizes, m.strides) * PyLong_AsLongLong(itemsize.get());
+  if (*bytes > kCudaProbeBytes) return {};
+  PyRef size_tuple = PyRef::steal(PyTuple_New(m.sizes.size())), stride_tuple = PyRef::steal(PyTuple_New(m.sizes.size()));
+  for (size_t d = 0; d < m.sizes.size(); ++d) {
+    PyTuple_SET_ITEM(size_tuple.get(), d, PyLong_FromLongLong(m.sizes[d]));
+    PyTuple_SET_ITEM(stride_tuple.get(), d, PyLong_FromLongLong(m.strides[d]));
+  }
+  PyRef args = PyRef::steal(PyTuple_Pack(2, size_tuple.get(), stride_tuple.get()));
+  PyRef kwargs = PyRef::steal(Py_BuildValue("{sOsO}", "dtype", m.dtype.get(), "device", device));
+  return PyRef::steal(PyObject_Call(T.empty_strided.get(), args.get(), kwargs.get()));
+}
+
 }  // namespace
+
+PyRef cuda_kernel_layout(const std::string& name, PyObject* target, PyObject* meta_args, PyObject* meta_kwargs,
+                         PyObject* meta_out, PyObject* device) {
+  const auto& T = torch_refs();
+  if (!lays_out_by_library(name) || !T.is_tensor(meta_out) || (meta_kwargs && PyDict_Size(meta_kwargs) > 0)) return {};
+  int64_t bytes = 0;
+  PyRef args = PyRef::steal(PyTuple_New(PyTuple_GET_SIZE(meta_args)));
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(meta_args); ++i) {
+    PyObject* a = PyTuple_GET_ITEM(meta_args, i);
+    PyRef real = T.is_tensor(a) ? device_stand_in(meta_of_tensor(a, nullptr), device, &bytes) : PyRef::borrow(a);
+    if (!real) return PyErr_Clear(), PyRef();
+    PyTuple_SET_ITEM(args.get(), i, real.release());
+  }
+  PyRef real = PyRef::steal(PyObject_Call(target, args.get(), nullptr));
+  if (!real || !T.is_tensor(real.get())) return PyErr_Clear(), PyRef();
+  graph::TensorMeta out = meta_of_tensor(meta_out, nullptr);
+  const graph::TensorMeta kernel = meta_of_tensor(real.get(), nullptr);
+  if (kernel.sizes != out.sizes || kernel.strides == out.strides || !dense(kernel.sizes, kernel.strides)) return {};
+  out.strides = kernel.strides;
+  PyRef restrided = make_meta_result(out);
+  PyErr_Clear();
+  return restrided;
+}
 
 PyRef call_keeping_rng(PyObject* target, PyObject* args, PyObject* kwargs) {
   const auto& T = torch_refs();

@@ -26,4 +26,18 @@ PyRef call_keeping_rng(PyObject* target, PyObject* args, PyObject* kwargs);
 PyRef kernel_layout(const std::string& name, PyObject* target, PyObject* meta_args, PyObject* meta_kwargs,
                     PyObject* meta_out);
 
+/** The same for a CUDA op whose kernel library picks the result's layout by a rule of its own that the meta
+    function does not follow: cuDNN's convolutions give a channels-last result when the input or the weight is
+    channels-last, where the meta function says contiguous. Without it the graph would plan (and user code see) a
+    layout the op does not produce, and every call would copy its result into the planned one. The op runs on
+    uninitialised tensors of the arguments' exact sizes and strides on `device` (which library kernel runs, and so
+    the layout, can depend on the sizes: a depthwise convolution). Null when the meta result stands: not such an
+    op, stand-ins over kCudaProbeBytes in all, or the call failed. Leaves no Python error set. */
+PyRef cuda_kernel_layout(const std::string& name, PyObject* target, PyObject* meta_args, PyObject* meta_kwargs,
+                         PyObject* meta_out, PyObject* device);
+
+/** The most memory cuda_kernel_layout's stand-ins may take; larger calls keep the meta layout (the runtime then
+    copies a result laid out otherwise into the planned layout, see CudaExecutable::run_extern). */
+constexpr int64_t kCudaProbeBytes = int64_t(1) << 30;
+
 }  // namespace fastcomp::frontend

@@ -43,6 +43,14 @@ bool is_data_dependent(std::string_view name) {
   return false;
 }
 
+// A torch.device of type "cuda" (any index).
+bool is_cuda_device(PyObject* device) {
+  PyRef type = PyRef::steal(PyObject_GetAttrString(device, "type"));
+  const bool cuda = type && PyUnicode_Check(type.get()) && PyUnicode_CompareWithASCIIString(type.get(), "cuda") == 0;
+  PyErr_Clear();
+  return cuda;
+}
+
 struct Converted {
   graph::Arg arg;
   PyRef meta;  // what the meta call receives
@@ -233,6 +241,7 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
   // (kernel_layout.h). Dynamic shapes run it again at other sizes (sym_infer.cpp).
   // The stand-ins run on the CPU, so only CPU tensors take their layout from them.
   const bool cpu_device = device && PyObject_RichCompareBool(device, T.cpu_device.get(), Py_EQ) == 1;
+  const bool cuda_device = device && !cpu_device && !shapes_.active() && is_cuda_device(device);
   auto run_meta = [&](PyObject* margs, PyObject* mkwargs, std::optional<ComputedMeta>* computed) -> PyRef {
     std::optional<ComputedMeta> local;
     std::optional<ComputedMeta>& fast_meta = computed ? *computed : local;
@@ -263,6 +272,10 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
     if (out && runs_for_real && T.is_tensor(out.get())) out = PyRef::steal(PyObject_CallMethod(out.get(), "to", "s", "meta"));
     if (out && cpu_device)
       if (PyRef kernel = kernel_layout(name, target, margs, mkwargs, out.get())) out = kernel;
+    // On CUDA only at the traced sizes: a probe at other sizes (dynamic shapes) keeps the meta layout, as the runtime
+    // then checks each result's layout and copies one laid out otherwise.
+    if (out && cuda_device && computed)
+      if (PyRef kernel = cuda_kernel_layout(name, target, margs, mkwargs, out.get(), device)) out = kernel;
     return out;
   };
   // Device-moving methods: compute the real device here and run the meta call without a device.
@@ -364,8 +377,7 @@ ValueRef Tracer::tensor_attr(const ValueRef& tensor, PyObject* name) {
   std::string n = PyUnicode_AsUTF8(name);
   if (n == "device") return make_const(tensor->device);
   if (n == "is_cuda" || n == "is_cpu") {
-    PyRef type = PyRef::steal(PyObject_GetAttrString(tensor->device.get(), "type"));
-    bool is_cuda = PyUnicode_CompareWithASCIIString(type.get(), "cuda") == 0;
+    const bool is_cuda = is_cuda_device(tensor->device.get());
     return make_const_borrowed((n == "is_cuda") == is_cuda ? Py_True : Py_False);
   }
   if ((n == "shape") && !tensor->shape.empty()) return sym_shape(tensor);

@@ -4,6 +4,7 @@
 // extern that writes an argument first makes every lazy value and live view it could disturb.
 #include <algorithm>
 
+
 #include "plan/lowering.h"
 
 namespace fastcomp::plan {
@@ -22,6 +23,20 @@ void Lowerer::ensure_object(graph::NodeId id) {
     const Buffer& buf = program_.buffers[b];
     if (buf.kind != Buffer::Kind::View && buf.node == id) {
       program_.node_object[id] = true;  // the buffer's own tensor
+      return;
+    }
+  }
+  // A view of a buffer of static layout and the root's dtype: one as_strided call on the root's tensor, however
+  // many views it is a view of (repeat_kv's getitem, expand and reshape before an attention call).
+  if (v.tensor) {
+    const Buffer& buf = program_.buffers[values_[id].buffer];
+    const Buffer& root = program_.buffers[buf.root];
+    auto is_static = [](const Sizes& s) { return std::all_of(s.begin(), s.end(), [](const Size& x) { return x.is_static(); }); };
+    if (buf.kind == Buffer::Kind::View && buf.dtype == root.dtype && is_static(buf.sizes) && is_static(buf.strides) &&
+        buf.offset.is_static()) {
+      program_.steps.push_back({Step::Kind::Extern, static_cast<int>(program_.extern_steps.size())});
+      program_.extern_steps.push_back({id, "", true});
+      program_.node_object[id] = true;
       return;
     }
   }

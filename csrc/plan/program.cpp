@@ -112,7 +112,10 @@ std::string Program::to_string(const graph::Graph& graph) const {
       case Step::Kind::Extern: {
         const graph::Node& n = graph.nodes[extern_steps[s.index].node];
         const std::string& why = extern_steps[s.index].why;
-        out += fmt::format("extern %{} = {}{}\n", n.id, n.target_name, why.empty() ? "" : "  # " + why);
+        if (extern_steps[s.index].as_view)
+          out += fmt::format("extern %{} = as_strided(b{})  # {}\n", n.id, node_buffer[n.id], n.target_name);
+        else
+          out += fmt::format("extern %{} = {}{}\n", n.id, n.target_name, why.empty() ? "" : "  # " + why);
         break;
       }
     }

@@ -78,6 +78,9 @@ struct MatmulStep {
 struct ExternStep {
   graph::NodeId node = -1;
   std::string why;  // when a lowering declined the node for a reason worth telling (dynamic shapes); else empty
+  // The node is a view whose torch object is made from its buffer's root tensor in one as_strided call, rather
+  // than by calling its op (and the ops of the views it is a view of) on its argument's object.
+  bool as_view = false;
 };
 
 struct Step {

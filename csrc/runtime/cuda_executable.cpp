@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <unordered_map>
 
 #include "frontend/trace/torch_refs.h"
 #include "runtime/arg_values.h"
@@ -132,6 +133,23 @@ class CudaExecutable final : public Executable {
       }
       a.dtype = torch_dtype(buf.dtype);
     }
+    // Views made from their root's tensor (ExternStep::as_view): as_strided's static arguments.
+    for (const plan::ExternStep& e : program_.extern_steps) {
+      if (!e.as_view) continue;
+      const Buffer& buf = program_.buffers[program_.node_buffer[e.node]];
+      ViewArgs& v = views_[e.node];
+      std::vector<SizeSlots::Ref> sizes, strides;
+      for (const codegen::Size& x : buf.sizes) sizes.push_back(slots_.add(x));
+      for (const codegen::Size& x : buf.strides) strides.push_back(slots_.add(x));
+      v.sizes = PyRef::steal(int_tuple(sizes, {}));
+      v.strides = PyRef::steal(int_tuple(strides, {}));
+      v.root = buf.root;
+      v.offset = buf.offset.hint();
+      // A tensor fastcomp allocates starts its storage; an input's or a torch result's may not.
+      v.root_offset_varies = program_.buffers[buf.root].kind != Buffer::Kind::Alloc;
+    }
+    as_strided_name_ = PyRef::steal(PyUnicode_InternFromString("as_strided"));
+    storage_offset_name_ = PyRef::steal(PyUnicode_InternFromString("storage_offset"));
     empty_ = PyRef::steal(PyObject_GetAttrString(T.torch.get(), "empty"));
     u8_ = torch_dtype(codegen::DType::U8);
     if (!empty_ || !u8_) throw std::runtime_error("fastcomp: torch.empty or torch.uint8 is missing");
@@ -237,9 +255,12 @@ class CudaExecutable final : public Executable {
                      m.bias >= 0 ? address(m.bias, ptr, values) : nullptr, workspace, stream);
             break;
           }
-          case Step::Kind::Extern:
-            if (!run_extern(program_.extern_steps[s.index].node, objects, tensors, ptr, syms, values)) return nullptr;
+          case Step::Kind::Extern: {
+            const plan::ExternStep& e = program_.extern_steps[s.index];
+            if (!(e.as_view ? make_view(e.node, objects, tensors) : run_extern(e.node, objects, tensors, ptr, syms, values)))
+              return nullptr;
             break;
+          }
         }
         for (int b : frees_after_[si]) Py_CLEAR(tensors[b]);
         for (int n : node_frees_after_[si]) Py_CLEAR(objects[n]);
@@ -509,6 +530,30 @@ class CudaExecutable final : public Executable {
     return true;
   }
 
+  // Node `id`'s object as a view of its buffer's root tensor: root.as_strided(sizes, strides, offset).
+  bool make_view(graph::NodeId id, std::vector<PyObject*>& objects, const std::vector<PyObject*>& tensors) const {
+    const ViewArgs& v = views_.at(id);
+    PyObject* root = tensors[v.root];
+    if (!root) {
+      PyErr_SetString(PyExc_RuntimeError, fmt::format("fastcomp: the tensor view %{} is of does not exist", id).c_str());
+      return false;
+    }
+    int64_t offset = v.offset;
+    if (v.root_offset_varies) {
+      PyObject* self[] = {root};
+      PyRef start = PyRef::steal(PyObject_VectorcallMethod(storage_offset_name_.get(), self,
+                                                           1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr));
+      if (!start) return false;
+      offset += PyLong_AsLongLong(start.get());
+    }
+    PyRef at = PyRef::steal(PyLong_FromLongLong(offset));
+    PyObject* argv[] = {root, v.sizes.get(), v.strides.get(), at.get()};
+    PyObject* out = PyObject_VectorcallMethod(as_strided_name_.get(), argv, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr);
+    if (!out) return false;
+    Py_XSETREF(objects[id], out);
+    return true;
+  }
+
   static bool has_layout(PyObject* t, const AllocArgs& a, const std::vector<int64_t>& values) {
     PyRef strides = PyRef::steal(PyObject_CallMethod(t, "stride", nullptr));
     const size_t rank = a.stride_refs.size();
@@ -608,6 +653,14 @@ class CudaExecutable final : public Executable {
   std::vector<Launch> launches_;  // per program kernel
   std::vector<Matmul> matmuls_;   // per matmul step
   std::vector<AllocArgs> allocs_;
+  struct ViewArgs {
+    PyRef sizes, strides;
+    int root = -1;
+    int64_t offset = 0;  // from the root tensor's first element
+    bool root_offset_varies = false;
+  };
+  std::unordered_map<graph::NodeId, ViewArgs> views_;  // per node made by an as_view extern step
+  PyRef as_strided_name_, storage_offset_name_;
   std::vector<SizeSlots::Ref> offsets_;  // per buffer: its offset from its root
   PyRef device_, alloc_kwnames_, current_stream_, device_index_;
   std::shared_ptr<CublasWorkspace> shared_workspace_, private_workspace_;  // see cublas_workspace()

@@ -71,6 +71,11 @@ MemoryPlan plan_memory(const plan::Program& program, const graph::Graph& graph) 
       for (int bias_other : mm.bias_next) kernel_read(bias_other, step);
       if (mm.bias >= 0) kernel_read(mm.bias, step);
       write(mm.d, step);
+    } else if (program.extern_steps[s.index].as_view) {
+      // as_strided on the root's tensor: the view's object shares the root's memory from here on.
+      const int b = program.node_buffer[program.extern_steps[s.index].node];
+      use(b, step);
+      extern_reads[program.buffers[b].root] = true;
     } else {
       const graph::Node& n = graph.nodes[program.extern_steps[s.index].node];
       for (const auto& a : n.args) node_use(a, step), buffers_of(a, step);

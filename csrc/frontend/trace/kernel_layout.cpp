@@ -201,16 +201,26 @@ PyRef device_stand_in(const graph::TensorMeta& m, PyObject* device, int64_t* byt
 PyRef cuda_kernel_layout(const std::string& name, PyObject* target, PyObject* meta_args, PyObject* meta_kwargs,
                          PyObject* meta_out, PyObject* device) {
   const auto& T = torch_refs();
-  if (!lays_out_by_library(name) || !T.is_tensor(meta_out) || (meta_kwargs && PyDict_Size(meta_kwargs) > 0)) return {};
+  if (!lays_out_by_library(name) || !T.is_tensor(meta_out)) return {};
   int64_t bytes = 0;
+  auto stand_in_for = [&](PyObject* a) {
+    return T.is_tensor(a) ? device_stand_in(meta_of_tensor(a, nullptr), device, &bytes) : PyRef::borrow(a);
+  };
   PyRef args = PyRef::steal(PyTuple_New(PyTuple_GET_SIZE(meta_args)));
   for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(meta_args); ++i) {
-    PyObject* a = PyTuple_GET_ITEM(meta_args, i);
-    PyRef real = T.is_tensor(a) ? device_stand_in(meta_of_tensor(a, nullptr), device, &bytes) : PyRef::borrow(a);
+    PyRef real = stand_in_for(PyTuple_GET_ITEM(meta_args, i));
     if (!real) return PyErr_Clear(), PyRef();
     PyTuple_SET_ITEM(args.get(), i, real.release());
   }
-  PyRef real = PyRef::steal(PyObject_Call(target, args.get(), nullptr));
+  PyRef kwargs = PyRef::steal(PyDict_New());
+  PyObject *key, *value;
+  Py_ssize_t pos = 0;
+  while (meta_kwargs && PyDict_Next(meta_kwargs, &pos, &key, &value)) {
+    PyRef real = stand_in_for(value);
+    if (!real) return PyErr_Clear(), PyRef();
+    PyDict_SetItem(kwargs.get(), key, real.get());
+  }
+  PyRef real = PyRef::steal(PyObject_Call(target, args.get(), kwargs.get()));
   if (!real || !T.is_tensor(real.get())) return PyErr_Clear(), PyRef();
   graph::TensorMeta out = meta_of_tensor(meta_out, nullptr);
   const graph::TensorMeta kernel = meta_of_tensor(real.get(), nullptr);

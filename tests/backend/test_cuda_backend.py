@@ -22,6 +22,17 @@ def plan_counts(record):
     return tuple(int(g) for g in m.groups())
 
 
+def as_close_to_exact(fn, args, i, actual, expected):
+    """Whether output i of fn(*args), computed in float64, is at most twice as far from `actual` as from eager's
+    `expected` (plus a few float32 ulps): fastcomp's error is no worse than eager's own."""
+    if not expected.is_floating_point():
+        return False
+    exact = fn(*[a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args])
+    exact = exact[i] if isinstance(exact, tuple) else exact
+    ours, theirs = (actual.double() - exact).abs(), (expected.double() - exact).abs()
+    return bool((ours <= 2 * theirs + 4 * torch.finfo(expected.dtype).eps * exact.abs()).all())
+
+
 def check(fn, make_args, dtype, calls=2):
     compiled = fastcomp.compile(fn)
     rtol, atol = TOLERANCE[dtype]
@@ -33,11 +44,17 @@ def check(fn, make_args, dtype, calls=2):
             if isinstance(expected, torch.Tensor):
                 expected, actual = (expected,), (actual,)
             assert isinstance(actual, tuple) and len(actual) == len(expected), type(actual)
-            for a, e in zip(actual, expected):
+            for i, (a, e) in enumerate(zip(actual, expected)):
                 # Sums of thousands of terms differ from torch's in summation order: the absolute tolerance
                 # scales with the result's magnitude (an element near 0 cannot be within 1e-5 of itself).
                 scale = e.abs().max().item() if e.is_floating_point() and e.numel() else 1.0
-                assert_same(a, e, rtol=rtol, atol=atol * max(1.0, scale))
+                try:
+                    assert_same(a, e, rtol=rtol, atol=atol * max(1.0, scale))
+                except AssertionError:
+                    # A sum that cancels (2.4 from 131072 terms of size 1) is ill-conditioned: then fastcomp's value
+                    # must be as close to the float64 result as eager's is.
+                    if not as_close_to_exact(fn, args, i, a, e):
+                        raise
     assert cc.graph_count == 1 and cc.break_count == 0, cc.records
     return cc.records[0]
 
@@ -365,7 +382,9 @@ def test_convolutions_take_the_layout_cudnn_gives(caplog):
                 expected = block(*args)
                 actual = compiled(*args)
                 assert actual.stride() == expected.stride()
-                assert_same(actual, expected, rtol=1e-4, atol=1e-4 * expected.abs().max().item())
+                # cuDNN's f32 convolutions run in TF32 (10-bit mantissas): an ulp of difference in the layer norm
+                # before them can move a product by 1e-3 of its size.
+                assert_same(actual, expected, rtol=2e-3, atol=2e-3 * expected.abs().max().item())
         assert cc.graph_count == 1 and cc.break_count == 0, cc.records
         hints = [r.getMessage() for r in caplog.records if r.name == "fastcomp.perf_hints"]
         assert not any("another layout than its meta function said" in h for h in hints), hints

@@ -342,9 +342,45 @@ std::string scalar_loop(const Kernel& k, const Plan& p, const Size& first) {
   return out + "  }\n";
 }
 
+// The order to walk the space in: its dimensions by the first output's strides, largest first, so that
+// consecutive threads touch consecutive memory when every tensor is laid out alike but not row-major (a
+// channels-last [N, C, H, W]: C innermost, where row-major order would step by C). Only for kernels whose
+// expressions do not depend on the order (no flat index, range or gather) and static strides; the identity
+// otherwise, and where the output is row-major already.
+std::vector<size_t> memory_order(const Kernel& k) {
+  std::vector<size_t> order(k.shape.size());
+  for (size_t d = 0; d < order.size(); ++d) order[d] = d;
+  if (k.outputs.empty()) return order;
+  for (const Expr& e : k.exprs)
+    if (e.op == ExprOp::RowIndex || e.op == ExprOp::InRange || e.op == ExprOp::Gather) return order;
+  for (const Operand& o : k.inputs)
+    if (o.valid.dim >= 0) return order;
+  const Strides& out = k.outputs[0].strides;
+  for (const Size& s : out)
+    if (!s.is_static()) return order;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const bool a_one = k.shape[a] == 1, b_one = k.shape[b] == 1;  // size-1 dimensions are dropped anyway
+    return !a_one && !b_one && out[a].hint() > out[b].hint();
+  });
+  return order;
+}
+
+template <class T>
+std::vector<T> permuted(const std::vector<T>& v, const std::vector<size_t>& order) {
+  std::vector<T> out;
+  for (size_t d : order) out.push_back(v[d]);
+  return out;
+}
+
 }  // namespace
 
-KernelSource emit_pointwise(const Kernel& k, const DeviceLimits& limits) {
+KernelSource emit_pointwise(const Kernel& original, const DeviceLimits& limits) {
+  const std::vector<size_t> order = memory_order(original);
+  Kernel walked = original;
+  walked.shape = permuted(original.shape, order);
+  for (Operand& o : walked.inputs) o.strides = permuted(o.strides, order);
+  for (Operand& o : walked.outputs) o.strides = permuted(o.strides, order);
+  const Kernel& k = walked;
   Plan p;
   SizeParams params;
   p.params = &params;

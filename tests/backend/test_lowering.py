@@ -374,3 +374,21 @@ def test_gather_of_a_lazy_source_materialises_it_first():
     record = compile_and_check(f, (torch.randn(4, 9), ids((11,), 9)))
     assert plan_counts(record) == (2, 0, 0), record["plan"]
     assert "index_select" not in record["plan"]
+
+
+def test_pointwise_kernels_walk_channels_last_tensors_in_memory_order():
+    """A kernel over channels-last tensors walks C innermost (one collapsed dimension, vector accesses): in row-major
+    order of [N, C, H, W] consecutive threads would step by C elements."""
+    import torch.nn.functional as F
+
+    def tail(x, mean, var, w, b):
+        y = F.batch_norm(x, mean, var, w, b, False, 0.1, 1e-5)
+        y += x
+        return F.relu(y, inplace=True)
+
+    x = torch.randn(4, 32, 14, 14).contiguous(memory_format=torch.channels_last)
+    stats = [torch.randn(32), torch.rand(32) + 0.5, torch.randn(32), torch.randn(32)]
+    record = compile_and_check(tail, [x, *stats])
+    assert plan_counts(record) == (1, 0, 0), record["plan"]
+    # the statistics, one per channel, keep N*H*W and C apart
+    assert "// k0: pointwise over [784, 32] (iteration space [4, 14, 14, 32]), groups of 4" in record["cuda_source"]

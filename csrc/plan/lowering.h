@@ -199,6 +199,8 @@ class Lowerer {
   bool lower_call(const graph::Node& n);  // false: no lowering, use an extern step
   // An in-place pointwise op on a value only the graph holds, as its functional op (lower_in_place.cpp).
   bool lower_in_place(const graph::Node& n);
+  // A convolution with a bias: torch's call without it, the bias added by a kernel (lower_convolution.cpp).
+  bool lower_convolution_bias(const graph::Node& n, const std::string& op);
   // Whether node x's value can be replaced by another from node `at` on: nothing else shares its memory.
   bool only_the_graph_holds(graph::NodeId x, graph::NodeId at) const;
   bool trailing_reduce(const graph::Node& n, graph::NodeId x, const RowFn& fn, int k,

@@ -81,6 +81,10 @@ struct ExternStep {
   // The node is a view whose torch object is made from its buffer's root tensor in one as_strided call, rather
   // than by calling its op (and the ops of the views it is a view of) on its argument's object.
   bool as_view = false;
+  // A convolution called without its bias: argument `bias_at` is passed as None and the result goes to buffer
+  // `result` (an Extern buffer of no node); the node's value is that plus the bias, added by the kernel reading it
+  // (lower_convolution.cpp). -1: the node's own call, its result the node's object and buffer.
+  int bias_at = -1, result = -1;
 };
 
 struct Step {

@@ -257,7 +257,7 @@ class CudaExecutable final : public Executable {
           }
           case Step::Kind::Extern: {
             const plan::ExternStep& e = program_.extern_steps[s.index];
-            if (!(e.as_view ? make_view(e.node, objects, tensors) : run_extern(e.node, objects, tensors, ptr, syms, values)))
+            if (!(e.as_view ? make_view(e.node, objects, tensors) : run_extern(e, objects, tensors, ptr, syms, values)))
               return nullptr;
             break;
           }
@@ -495,20 +495,25 @@ class CudaExecutable final : public Executable {
     return true;
   }
 
-  bool run_extern(graph::NodeId id, std::vector<PyObject*>& objects, std::vector<PyObject*>& tensors,
+  bool run_extern(const plan::ExternStep& e, std::vector<PyObject*>& objects, std::vector<PyObject*>& tensors,
                   std::vector<char*>& ptr, const std::vector<int64_t>* symbols, const std::vector<int64_t>& values) {
+    const graph::NodeId id = e.node;
     const graph::Node& node = graph_.nodes[id];
     std::vector<PyObject*> argv{nullptr};
     std::vector<PyRef> temps;
-    for (const auto& a : node.args) argv.push_back(borrow_arg(a, objects, temps, symbols));
+    for (size_t i = 0; i < node.args.size(); ++i)
+      argv.push_back(static_cast<int>(i) == e.bias_at ? Py_None : borrow_arg(node.args[i], objects, temps, symbols));
     for (const auto& a : node.kwargs) argv.push_back(borrow_arg(a, objects, temps, symbols));
     for (size_t i = 1; i < argv.size(); ++i)
       if (!argv[i]) return false;
     PyObject* out = PyObject_Vectorcall(node.target.get(), argv.data() + 1,
                                         node.args.size() | PY_VECTORCALL_ARGUMENTS_OFFSET, node.kwnames.get());
     if (!out) return false;
-    Py_XSETREF(objects[id], out);
-    const int b = program_.node_buffer[id];
+    // The node's object, or a result of the step's own (a convolution without its bias) that only its buffer keeps.
+    PyRef own_result;
+    if (e.result >= 0) own_result = PyRef::steal(out);
+    else Py_XSETREF(objects[id], out);
+    const int b = e.result >= 0 ? e.result : program_.node_buffer[id];
     if (b >= 0 && program_.buffers[b].kind == Buffer::Kind::Extern) {
       Py_XSETREF(tensors[b], Py_NewRef(out));
       if (!(ptr[b] = tensor_data_ptr(out)) && PyErr_Occurred()) return false;

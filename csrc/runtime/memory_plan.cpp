@@ -77,10 +77,11 @@ MemoryPlan plan_memory(const plan::Program& program, const graph::Graph& graph) 
       use(b, step);
       extern_reads[program.buffers[b].root] = true;
     } else {
-      const graph::Node& n = graph.nodes[program.extern_steps[s.index].node];
+      const plan::ExternStep& e = program.extern_steps[s.index];
+      const graph::Node& n = graph.nodes[e.node];
       for (const auto& a : n.args) node_use(a, step), buffers_of(a, step);
       for (const auto& a : n.kwargs) node_use(a, step), buffers_of(a, step);
-      const int b = program.node_buffer[n.id];
+      const int b = e.result >= 0 ? e.result : program.node_buffer[n.id];
       if (b >= 0 && program.buffers[b].kind == Buffer::Kind::Extern) write(b, step);
     }
   }

@@ -148,6 +148,26 @@ def resnet_tail(x, mean, var, w, b):  # batch norm, residual sum and ReLU, in pl
 
 
 NCHW = ((2, 3, 5, 7), (8, 64, 28, 28))
+
+
+def conv_args(groups=1, channels_last=False):
+    def make(shape, dtype, device):
+        x = randn(shape, dtype, device)
+        if channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        c = shape[1]
+        out = c if groups > 1 else 2 * c
+        w = randn((out, c // groups, 3, 3), dtype, device) / (3 * (c // groups) ** 0.5)
+        return x, w, randn((out,), dtype, device)
+    return make
+
+
+# torch adds a convolution's bias in a kernel of its own after cuDNN's: here the GELU's kernel adds it.
+case("conv2d_bias_epilogue", lambda x, w, b: F.gelu(F.conv2d(x, w, b, 1, 1)) * 2, conv_args(), NCHW, plan=(1, 0, 1))
+case("conv2d_depthwise_bias_channels_last", lambda x, w, b: F.conv2d(x, w, b, 1, 1, 1, x.shape[1]).relu(),
+     conv_args(groups=64, channels_last=True), ((8, 64, 28, 28),), plan=(1, 0, 1))
+case("conv2d_bias_by_keyword", lambda x, w, b: F.conv2d(x, w, bias=b, padding=1) + 1, conv_args(), NCHW,
+     plan=(1, 0, 1))
 case("batch_norm_eval", lambda x, m, v, w, b: F.batch_norm(x, m, v, w, b, False, 0.1, 1e-3), channels, NCHW)
 case("batch_norm_no_affine", lambda x, m, v, w, b: F.batch_norm(x, m, v, training=False) * 2, channels, NCHW)
 case("batch_norm_relu_residual", resnet_tail, channels, NCHW)

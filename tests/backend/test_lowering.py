@@ -392,3 +392,17 @@ def test_pointwise_kernels_walk_channels_last_tensors_in_memory_order():
     assert plan_counts(record) == (1, 0, 0), record["plan"]
     # the statistics, one per channel, keep N*H*W and C apart
     assert "// k0: pointwise over [784, 32] (iteration space [4, 14, 14, 32]), groups of 4" in record["cuda_source"]
+
+
+def test_convolution_bias_is_added_by_the_next_kernel():
+    """torch adds a convolution's bias in a kernel of its own: the plan calls the convolution without it and the
+    GELU's kernel adds it (a bias by keyword keeps torch's call whole)."""
+    import torch.nn.functional as F
+
+    x, w, b = torch.randn(2, 8, 10, 10), torch.randn(16, 8, 3, 3) / 9, torch.randn(16)
+    record = compile_and_check(lambda x, w, b: F.gelu(F.conv2d(x, w, b, 1, 1)) * 2, [x, w, b])
+    assert plan_counts(record) == (1, 0, 1)
+    assert re.search(r"extern %\d+ = torch.conv2d without its bias -> b\d+", record["plan"]), record["plan"]
+    fastcomp.reset()
+    record = compile_and_check(lambda x, w, b: F.gelu(F.conv2d(x, w, bias=b, padding=1)), [x, w, b])
+    assert plan_counts(record) == (1, 0, 1) and "without its bias" not in record["plan"], record["plan"]

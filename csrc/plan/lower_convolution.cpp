@@ -1,0 +1,49 @@
+// Convolutions run through torch (cuDNN), but not their bias: torch adds it in a kernel of its own after cuDNN's
+// (at::convolution's cuDNN path calls cudnn_convolution, then output.add_(bias)), where fastcomp's kernel reading
+// the convolution anyway (its batch norm, activation or layer norm) can add it for free. The extern step passes
+// None for the bias, and the node's value is its result plus the bias along the channels, lazy like any pointwise
+// value. ConvNeXt: 40 add kernels a call fewer.
+#include "plan/lowering.h"
+
+namespace fastcomp::plan::detail {
+
+bool Lowerer::lower_convolution_bias(const graph::Node& n, const std::string& op) {
+  if ((op != "conv1d" && op != "conv2d" && op != "conv3d") || n.target_name != "torch." + op) return false;
+  // The bias positionally (what nn.Conv2d's forward passes), the other options as constants.
+  if (n.type != graph::ValueType::Tensor || n.args.size() < 3 || n.args[2].kind != graph::Arg::Kind::Node) return false;
+  for (size_t i = 3; i < n.args.size(); ++i)
+    if (n.args[i].kind == graph::Arg::Kind::Node) return false;
+  const graph::NodeId bias = n.args[2].node;
+  const graph::TensorMeta& out = n.meta;
+  if (out.is_dynamic() || out.sizes.size() < 2 || graph_.nodes[bias].type != graph::ValueType::Tensor) return false;
+  const DType dtype = node_dtype(n.id);
+  const graph::TensorMeta& b = graph_.nodes[bias].meta;
+  if (!is_floating(dtype) || dtype == DType::F64 || node_dtype(bias) != dtype || b.sizes.size() != 1 ||
+      b.sizes[0] != out.sizes[1])
+    return false;
+  for (size_t i = 0; i < n.args.size(); ++i)
+    if (i != 2) ensure_objects(n.args[i]);
+  for (const auto& a : n.kwargs) ensure_objects(a);
+  Buffer r;
+  r.kind = Buffer::Kind::Extern;
+  r.dtype = dtype;
+  r.sizes = meta_sizes(out);
+  r.strides = meta_strides(out);
+  const int result = add_buffer(r);
+  program_.steps.push_back({Step::Kind::Extern, static_cast<int>(program_.extern_steps.size())});
+  program_.extern_steps.push_back({n.id, "", false, 2, result});
+  const int bias_buffer = buffer_for(bias);
+  value_in_space(n, r.sizes, [&](Cluster& c) {
+    const Buffer& rb = program_.buffers[result];
+    const Buffer& bb = program_.buffers[bias_buffer];
+    Sizes along_channels(rb.sizes.size(), 0);
+    along_channels[1] = bb.strides[0];
+    // In f32 and rounded once, as torch's add_ of a bf16/f16 bias.
+    const int x = c.cast(c.load(result, dtype, rb.strides, 0), DType::F32);
+    const int y = c.cast(c.load(bb.root, bb.dtype, along_channels, bb.offset), DType::F32);
+    return c.cast(c.op(ExprOp::Add, DType::F32, {x, y}), dtype);
+  });
+  return true;
+}
+
+}  // namespace fastcomp::plan::detail

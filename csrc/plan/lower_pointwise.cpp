@@ -285,6 +285,29 @@ bool lower_pointwise_op(Lowerer& L, const graph::Node& n, const std::string& op)
     return true;
   }
 
+  if (op == "arange" && n.target_name == "torch.arange") {
+    // Integer torch.arange(end), (start, end) or (start, end, step): start + i * step at flat index i (a 1-d
+    // space, where the flat index is the coordinate even in a row reduction that takes it).
+    const Sizes shape = meta_sizes(n.meta);
+    if (is_floating(out) || out == DType::Bool || shape.size() != 1 || !args.only_keywords({"dtype", "device"}) ||
+        n.args.empty() || n.args.size() > 3)
+      return false;
+    std::vector<int64_t> ints;
+    for (const graph::Arg& a : n.args) {
+      const std::optional<int64_t> v = a.kind == graph::Arg::Kind::Const ? const_int(&a) : std::nullopt;
+      if (!v) return false;
+      ints.push_back(*v);
+    }
+    const int64_t start = ints.size() > 1 ? ints[0] : 0, step = ints.size() > 2 ? ints[2] : 1;
+    L.value_in_space(n, shape, [&](Cluster& c) {
+      int i = c.op(ExprOp::RowIndex, DType::I64, {});
+      if (step != 1) i = c.op(ExprOp::Mul, DType::I64, {i, c.constant(DType::I64, static_cast<double>(step))});
+      if (start != 0) i = c.op(ExprOp::Add, DType::I64, {i, c.constant(DType::I64, static_cast<double>(start))});
+      return c.cast(i, out);
+    });
+    return true;
+  }
+
   bool swapped = false;
   // torch.min(a, b) and torch.max(a, b) of two tensors are torch.minimum and torch.maximum.
   const bool two_tensors = n.args.size() == 2 && !n.kwnames && n.args[1].kind == graph::Arg::Kind::Node &&

@@ -92,6 +92,9 @@ case("dropout_eval", lambda x: F.dropout(x, 0.5, training=False) * 2)
 case("clone", lambda x: x.clone() + 1)
 case("inplace_false_keyword", lambda x: F.relu(x, inplace=False) + F.dropout(x, 0.1, False, inplace=False))
 case("min_max_of_two_tensors", lambda x, y: torch.min(x, y) * 2 - torch.max(x, y), two)
+case("arange_positions", lambda x: x + torch.arange(3, x.shape[-1] * 2 + 3, 2, device=x.device).to(x.dtype) * 0.01,
+     shapes=((1,), (1025,)))
+case("arange_long", lambda x: x * (torch.arange(x.shape[0], dtype=torch.long, device=x.device) - 5), shapes=FLAT)
 case("full_zeros_ones_like", lambda x: x * torch.full_like(x, 3) + torch.ones_like(x) - torch.zeros_like(x))
 
 

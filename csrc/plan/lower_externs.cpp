@@ -27,13 +27,15 @@ void Lowerer::ensure_object(graph::NodeId id) {
     }
   }
   // A view of a buffer of static layout and the root's dtype: one as_strided call on the root's tensor, however
-  // many views it is a view of (repeat_kv's getitem, expand and reshape before an attention call).
+  // many views it is a view of (repeat_kv's getitem, expand and reshape before an attention call). Only of a tensor
+  // fastcomp allocates or an input, whose layout is the planned one: a torch result may come back in another
+  // layout (then kernels read a copy, CudaExecutable::run_extern), and a view must alias the result itself.
   if (v.tensor) {
     const Buffer& buf = program_.buffers[values_[id].buffer];
     const Buffer& root = program_.buffers[buf.root];
     auto is_static = [](const Sizes& s) { return std::all_of(s.begin(), s.end(), [](const Size& x) { return x.is_static(); }); };
-    if (buf.kind == Buffer::Kind::View && buf.dtype == root.dtype && is_static(buf.sizes) && is_static(buf.strides) &&
-        buf.offset.is_static()) {
+    if (buf.kind == Buffer::Kind::View && (root.kind == Buffer::Kind::Alloc || root.kind == Buffer::Kind::Input) &&
+        buf.dtype == root.dtype && is_static(buf.sizes) && is_static(buf.strides) && buf.offset.is_static()) {
       program_.steps.push_back({Step::Kind::Extern, static_cast<int>(program_.extern_steps.size())});
       program_.extern_steps.push_back({id, "", true});
       program_.node_object[id] = true;

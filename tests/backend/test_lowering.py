@@ -406,3 +406,13 @@ def test_convolution_bias_is_added_by_the_next_kernel():
     fastcomp.reset()
     record = compile_and_check(lambda x, w, b: F.gelu(F.conv2d(x, w, bias=b, padding=1)), [x, w, b])
     assert plan_counts(record) == (1, 0, 1) and "without its bias" not in record["plan"], record["plan"]
+
+
+def test_views_handed_to_torch_are_made_by_as_strided_only_of_planned_tensors():
+    """A view of a tensor fastcomp allocates is made by one as_strided call on it; a view of a torch result is made
+    by its own op on that result, which may be laid out otherwise than planned (and must be aliased, not copied)."""
+    record = compile_and_check(lambda x: torch.cumsum((x * 2).t()[1:], 0), [torch.randn(6, 5)])
+    assert re.search(r"extern %\d+ = as_strided\(b\d+\)  # Tensor.__getitem__", record["plan"]), record["plan"]
+    fastcomp.reset()
+    record = compile_and_check(lambda x: torch.cumsum(torch.cumsum(x, 0).t(), 0), [torch.randn(6, 5)])
+    assert "as_strided" not in record["plan"] and re.search(r"extern %\d+ = Tensor.t\n", record["plan"]), record["plan"]

@@ -29,3 +29,24 @@ def test_fuzz_fixed_seed(tmp_path):
             lines.append(f"  {len(entries):4d}  {sig}")
             lines += [f"          python {r}" for r in repros]
         pytest.fail("\n".join(lines), pytrace=False)
+
+
+def test_fuzz_programs_plans_on_the_cpu():
+    """The CUDA lowering on fuzz programs (tests/fuzz/plans.py): every plan that runs on the CPU equals the torch
+    runner. FASTCOMP_FUZZ_PLANS (default 60 programs of seed 0; 0 skips) sets how many."""
+    from tests.backend import plan_on_cpu
+    from tests.fuzz import plans
+
+    count = int(os.environ.get("FASTCOMP_FUZZ_PLANS", "60"))
+    if count <= 0:
+        pytest.skip("FASTCOMP_FUZZ_PLANS=0")
+    if plan_on_cpu.cpu_launch.compiler() is None:
+        pytest.skip("no host C++ compiler to run the plans' kernels")
+    try:
+        from fastcomp import _C
+        _C._testing.nvrtc_version()
+    except Exception as e:  # noqa: BLE001 - rehearsal compiles each plan's CUDA C with NVRTC
+        pytest.skip(f"NVRTC is not available: {e}")
+    report = plans.run(seed=0, count=count, log=lambda *_: None)
+    assert report.plans_run > 0 and not report.errors, report.errors[:3]
+    assert not report.mismatches, "\n".join(f"program {i}, step {s!r}: {m}" for i, s, m in report.mismatches)

@@ -5,7 +5,8 @@ Each (model, batch, dtype, mode) runs in a fresh process, so that a mode's first
 the first result, synchronised, and for fastcomp to its kernels ready: its first call runs through torch while they
 compile in the background) pays every start-up cost it has, as a user's program would: fastcomp with an empty
 FASTCOMP_CACHE_DIR, torch.compile with an empty TORCHINDUCTOR_CACHE_DIR. fastcomp's "warm ready" is a second fresh
-process on the first one's cache directory (kernels on disk). Steady state: median µs per call over repeats of
+process on the first one's cache directory (kernels on disk), for its default mode (reduce-overhead loads the same
+kernels). Steady state: median µs per call over repeats of
 back-to-back calls after a warm-up (for fastcomp after its kernels are ready, so the warm-up's first calls are its
 one-time matrix-product tuning and CUDA-graph capture), synchronised at the end of each repeat. Every mode's output is compared with an
 eager run of the same weights on the same inputs in the same process.

@@ -204,7 +204,6 @@ bool lower_batch_norm(Lowerer& L, const graph::Node& n) {
     if (position == 4) bias_at = static_cast<int>(ops.size());
     ops.push_back(o);
   }
-  for (size_t i = 1; i < ops.size(); ++i) L.buffer_for(ops[i].node);
   const double epsilon = *eps;
   L.pointwise(n, ops, [&, weight_at, bias_at, epsilon](Cluster& c, const std::vector<int>& e) {
     const DType f = DType::F32;

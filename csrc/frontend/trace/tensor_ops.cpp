@@ -239,7 +239,8 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
 
   // The output metadata: C++ for common ops, else torch's meta function, with the layout the kernel gives
   // (kernel_layout.h). Dynamic shapes run it again at other sizes (sym_infer.cpp).
-  // The stand-ins run on the CPU, so only CPU tensors take their layout from them.
+  // CPU tensors take the layout the CPU kernel gives stand-ins of their arguments; CUDA convolutions the one cuDNN
+  // gives (cuda_kernel_layout); other CUDA ops their meta function's.
   const bool cpu_device = device && PyObject_RichCompareBool(device, T.cpu_device.get(), Py_EQ) == 1;
   const bool cuda_device = device && !cpu_device && !shapes_.active() && is_cuda_device(device);
   auto run_meta = [&](PyObject* margs, PyObject* mkwargs, std::optional<ComputedMeta>* computed) -> PyRef {

@@ -271,6 +271,8 @@ def test_the_kernel_layout_probe_of_an_op_sized_by_its_arguments_allocates_nothi
         import resource, time, torch, fastcomp
         def f(x):
             return x.new_zeros(x.shape) + x.relu()
+        f(torch.randint(-4, 9, (9, 18, 9, 9))[:, ::2])  # eager's own peak, and torch's start-up, before the baseline
+        print("baseline MB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
         g = fastcomp.compile(f, dynamic=True)
         for n in (5, 9):
             x = torch.randint(-4, 9, (n, 2 * n, n, n))[:, ::2]
@@ -278,8 +280,10 @@ def test_the_kernel_layout_probe_of_an_op_sized_by_its_arguments_allocates_nothi
         print("peak MB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
     """)
     assert result.returncode == 0, result.stderr
+    baseline = int(result.stdout.split("baseline MB")[1].split()[0])
     peak = int(result.stdout.split("peak MB")[1])
-    assert peak < 800, result.stdout
+    # The machine's own start-up (torch, its libraries) varies; what tracing adds must stay far below the gigabytes.
+    assert peak - baseline < 400, result.stdout
 
 
 def test_squeeze_of_a_flattened_tensor_whose_sizes_are_all_1():

@@ -30,8 +30,7 @@ bool Lowerer::lower_convolution_bias(const graph::Node& n, const std::string& op
   r.sizes = meta_sizes(out);
   r.strides = meta_strides(out);
   const int result = add_buffer(r);
-  program_.steps.push_back({Step::Kind::Extern, static_cast<int>(program_.extern_steps.size())});
-  program_.extern_steps.push_back({n.id, "", false, 2, result});
+  add_extern_step({n.id, "", false, 2, result});
   const int bias_buffer = buffer_for(bias);
   value_in_space(n, r.sizes, [&](Cluster& c) {
     const Buffer& rb = program_.buffers[result];

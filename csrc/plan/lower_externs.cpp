@@ -33,11 +33,10 @@ void Lowerer::ensure_object(graph::NodeId id) {
   if (v.tensor) {
     const Buffer& buf = program_.buffers[values_[id].buffer];
     const Buffer& root = program_.buffers[buf.root];
-    auto is_static = [](const Sizes& s) { return std::all_of(s.begin(), s.end(), [](const Size& x) { return x.is_static(); }); };
     if (buf.kind == Buffer::Kind::View && (root.kind == Buffer::Kind::Alloc || root.kind == Buffer::Kind::Input) &&
-        buf.dtype == root.dtype && is_static(buf.sizes) && is_static(buf.strides) && buf.offset.is_static()) {
-      program_.steps.push_back({Step::Kind::Extern, static_cast<int>(program_.extern_steps.size())});
-      program_.extern_steps.push_back({id, "", true});
+        buf.dtype == root.dtype && codegen::all_static(buf.sizes) && codegen::all_static(buf.strides) &&
+        buf.offset.is_static()) {
+      add_extern_step({id, "", true});
       program_.node_object[id] = true;
       return;
     }
@@ -46,9 +45,13 @@ void Lowerer::ensure_object(graph::NodeId id) {
   const graph::Node& n = graph_.nodes[id];
   for (const auto& a : n.args) ensure_objects(a);
   for (const auto& a : n.kwargs) ensure_objects(a);
-  program_.steps.push_back({Step::Kind::Extern, static_cast<int>(program_.extern_steps.size())});
-  program_.extern_steps.push_back({id});
+  add_extern_step({id});
   program_.node_object[id] = true;
+}
+
+void Lowerer::add_extern_step(ExternStep step) {
+  program_.steps.push_back({Step::Kind::Extern, static_cast<int>(program_.extern_steps.size())});
+  program_.extern_steps.push_back(std::move(step));
 }
 
 void Lowerer::flush_live_values(graph::NodeId at) {
@@ -103,8 +106,7 @@ void Lowerer::add_extern(const graph::Node& n) {
   }
   for (const auto& a : n.args) ensure_objects(a);
   for (const auto& a : n.kwargs) ensure_objects(a);
-  program_.steps.push_back({Step::Kind::Extern, static_cast<int>(program_.extern_steps.size())});
-  program_.extern_steps.push_back({n.id, std::move(declined_)});
+  add_extern_step({n.id, std::move(declined_)});
   declined_.clear();
   program_.node_object[n.id] = true;
   if (n.type == graph::ValueType::Tensor) add_node_buffer(n, Buffer::Kind::Extern);

@@ -160,6 +160,8 @@ class Lowerer {
   void add_kernel(const Sizes& space, const std::vector<int>& inputs,
                   const std::function<void(Cluster&)>& build);
   void add_matmul(MatmulStep step);
+  // Appends `step` to the program's extern steps and its place among the steps (the one way extern steps are added).
+  void add_extern_step(ExternStep step);
   // Node `n` runs as a call into torch (the catch-all for everything without a lowering).
   void add_extern(const graph::Node& n);
   // Why the node being lowered is declined, when the reason is worth telling the user (a case dynamic shapes

@@ -110,7 +110,7 @@ BuiltExecutable rehearse(graph::Graph graph, bool cuda_graphs) {
   BuiltExecutable out;
   plan::Program program =
       plan::lower(graph, {0, /*require_cuda=*/false, config().fused_attention, small_matmul(cuda_graphs),
-                          config().grouped_products});
+                          config().grouped_products, config().channels_last});
   out.plan_text = plan_text(program, graph);
   const codegen::DeviceLimits h100;
   runtime::CudaSource source = runtime::emit_plan(program, h100);
@@ -191,7 +191,7 @@ BuiltExecutable build_cuda_executable(graph::Graph graph, frontend::GuardSet& gu
   plan::Program program;
   try {
     program = plan::lower(graph, {device, /*require_cuda=*/true, config().fused_attention, small_matmul(cuda_graphs),
-                                  config().grouped_products});
+                                  config().grouped_products, config().channels_last});
   } catch (const plan::NotLowerable& e) {
     return torch_runner(std::move(graph), e.what());
   }

@@ -9,8 +9,9 @@
 #include <map>
 #include <utility>
 
-#include "plan/lowering.h"
+#include "plan/channels_last.h"
 #include "plan/group_products.h"
+#include "plan/lowering.h"
 #include "support/pystr.h"
 
 namespace fastcomp::plan {
@@ -72,8 +73,13 @@ std::optional<std::pair<Size, Size>> collapse(const Sizes& sizes, const Sizes& s
   return std::make_pair(count, stride);
 }
 
-Lowerer::Lowerer(const graph::Graph& graph, const LowerOptions& options)
-    : graph_(graph), options_(options), values_(graph.nodes.size()), last_use_(graph.nodes.size(), -1) {
+Lowerer::Lowerer(const graph::Graph& graph, const LowerOptions& options,
+                 std::vector<std::vector<int64_t>> planned_strides)
+    : graph_(graph),
+      options_(options),
+      planned_strides_(std::move(planned_strides)),
+      values_(graph.nodes.size()),
+      last_use_(graph.nodes.size(), -1) {
   for (const graph::Node& n : graph_.nodes) {
     for (const auto& a : n.args) mark_uses(a, n.id, last_use_);
     for (const auto& a : n.kwargs) mark_uses(a, n.id, last_use_);
@@ -86,6 +92,25 @@ DType Lowerer::node_dtype(graph::NodeId id) const {
   if (!t) throw NotLowerable(fmt::format("%{} has dtype {}, which the CUDA backend has no code for", id,
                                          py_str(graph_.nodes[id].meta.dtype.get())));
   return *t;
+}
+
+Sizes Lowerer::node_strides(graph::NodeId id) const {
+  if (!planned_strides_.empty() && !planned_strides_[id].empty()) return codegen::to_sizes(planned_strides_[id]);
+  return meta_strides(graph_.nodes[id].meta);
+}
+
+void Lowerer::check_planned_layouts(const graph::Node& n) const {
+  if (planned_strides_.empty() || !planned_strides_[n.id].empty()) return;
+  if (n.type == graph::ValueType::Tensor && maps_as_channels_last(n.meta)) return;
+  auto replanned = [&](const graph::Arg& a, const auto& self) -> bool {
+    if (a.kind == graph::Arg::Kind::Node && !planned_strides_[a.node].empty()) return true;
+    return std::any_of(a.items.begin(), a.items.end(), [&](const graph::Arg& i) { return self(i, self); });
+  };
+  for (const auto* args : {&n.args, &n.kwargs})
+    for (const graph::Arg& a : *args)
+      if (replanned(a, replanned))
+        throw LayoutConflict(fmt::format("%{} ({}) runs through torch on a value planned channels-last", n.id,
+                                         n.target_name));
 }
 
 int Lowerer::add_buffer(Buffer b) {
@@ -182,7 +207,7 @@ int Lowerer::materialize(graph::NodeId id) {
   b.node = id;
   b.dtype = node_dtype(id);
   b.sizes = meta_sizes(meta);
-  const Sizes strides = meta_strides(meta);
+  const Sizes strides = node_strides(id);
   b.strides = is_dense(b.sizes, strides) ? strides : contiguous_strides(b.sizes);
   const int c = cluster_of(v.cluster);
   Sizes in_space = strides_in_space(b.sizes, b.strides, b.sizes, v.row, *clusters_[c]);
@@ -569,7 +594,7 @@ void Lowerer::add_node_buffer(const graph::Node& n, Buffer::Kind kind, int input
   b.node = n.id;
   b.dtype = node_dtype(n.id);
   b.sizes = meta_sizes(n.meta);
-  b.strides = meta_strides(n.meta);
+  b.strides = node_strides(n.id);
   values_[n.id].tensor = true;
   values_[n.id].buffer = add_buffer(b);
 }
@@ -671,6 +696,15 @@ Program Lowerer::run() {
 }  // namespace detail
 
 Program lower(const graph::Graph& graph, const LowerOptions& options) {
+  if (options.channels_last) {
+    if (std::vector<std::vector<int64_t>> strides = channels_last_strides(graph); !strides.empty()) {
+      try {
+        return detail::Lowerer(graph, options, std::move(strides)).run();
+      } catch (const LayoutConflict&) {
+        // An op lowering declined reads a replanned value through torch: the traced layouts throughout.
+      }
+    }
+  }
   return detail::Lowerer(graph, options).run();
 }
 

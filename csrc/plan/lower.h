@@ -26,6 +26,9 @@ struct LowerOptions {
   bool small_matmul = true;
   // Products of one A and shape as one batched cuBLASLt call (group_products.h; fastcomp.config.grouped_products).
   bool grouped_products = true;
+  // Values between 2-d convolutions planned channels-last where nothing observes their layout (channels_last.h;
+  // fastcomp.config.channels_last).
+  bool channels_last = true;
 };
 
 // The largest product (m * n * k multiply-adds) lowering gives a small-matmul kernel: up to here a cuBLASLt call

@@ -21,6 +21,7 @@ bool Lowerer::lower_convolution_bias(const graph::Node& n, const std::string& op
   if (!is_floating(dtype) || dtype == DType::F64 || node_dtype(bias) != dtype || b.sizes.size() != 1 ||
       b.sizes[0] != out.sizes[1])
     return false;
+  check_planned_layouts(n);
   for (size_t i = 0; i < n.args.size(); ++i)
     if (i != 2) ensure_objects(n.args[i]);
   for (const auto& a : n.kwargs) ensure_objects(a);
@@ -28,7 +29,7 @@ bool Lowerer::lower_convolution_bias(const graph::Node& n, const std::string& op
   r.kind = Buffer::Kind::Extern;
   r.dtype = dtype;
   r.sizes = meta_sizes(out);
-  r.strides = meta_strides(out);
+  r.strides = node_strides(n.id);
   const int result = add_buffer(r);
   add_extern_step({n.id, "", false, 2, result});
   const int bias_buffer = buffer_for(bias);

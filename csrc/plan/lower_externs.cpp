@@ -97,6 +97,7 @@ void Lowerer::materialize_live_views_of(const graph::Node& n) {
 }
 
 void Lowerer::add_extern(const graph::Node& n) {
+  check_planned_layouts(n);
   if (graph::writes_an_argument(n)) {
     flush_live_values(n.id);
     // A view's torch object is made on first use, by calling its op on its base's object; an in-place op may change

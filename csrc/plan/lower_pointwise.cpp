@@ -219,6 +219,20 @@ bool lower_batch_norm(Lowerer& L, const graph::Node& n) {
 
 }  // namespace
 
+bool is_elementwise_op(const graph::Node& n, const std::string& op) {
+  bool swapped = false;
+  if (unary_op(op) || binary_op(op, &swapped) || comparison_op(op) || is_cast(n, op)) return true;
+  static const char* const kOthers[] = {"gelu", "reciprocal", "square", "where", "clamp", "clip", "clamp_min",
+                                        "clamp_max", "dropout", "batch_norm", "min", "max"};
+  for (const char* o : kOthers)
+    if (op == o) {
+      if (op != "min" && op != "max") return true;
+      // torch.max(a, b), not torch.max(x, dim)
+      return n.args.size() == 2 && n.args[1].kind == graph::Arg::Kind::Node && !n.kwnames;
+    }
+  return false;
+}
+
 bool lower_pointwise_op(Lowerer& L, const graph::Node& n, const std::string& op) {
   if (n.type != graph::ValueType::Tensor || n.args.empty()) return false;
   if (op == "batch_norm" && n.target_name == "torch.nn.functional.batch_norm") return lower_batch_norm(L, n);

@@ -83,7 +83,10 @@ DType opmath(DType t);
 
 class Lowerer {
  public:
-  Lowerer(const graph::Graph& graph, const LowerOptions& options);
+  // `planned_strides`: per node, strides to plan its value with instead of the traced ones (channels_last.h);
+  // empty: the traced layouts throughout.
+  Lowerer(const graph::Graph& graph, const LowerOptions& options,
+          std::vector<std::vector<int64_t>> planned_strides = {});
   Program run();
 
   // ---- used by the op families ------------------------------------------------------------------------
@@ -92,6 +95,8 @@ class Lowerer {
   const graph::Node& node(graph::NodeId id) const { return graph_.nodes[id]; }
   Value& value(graph::NodeId id) { return values_[id]; }
   DType node_dtype(graph::NodeId id) const;
+  // The strides node `id`'s own value is planned with: its traced ones unless channels_last.h chose others.
+  Sizes node_strides(graph::NodeId id) const;
 
   // Pointwise: the result of node `n` is fn(cluster, operand expressions), an expression over n's shape. Each
   // operand expression has its own dtype (a scalar: its Python type's; a tensor: its element type).
@@ -199,6 +204,9 @@ class Lowerer {
   bool column_reduce_of(const graph::Node& n, graph::NodeId x, int x_buffer, const std::vector<bool>& reduced,
                         const RowFn& fn, bool splittable, const std::vector<int>& extra_buffers = {});
   bool lower_call(const graph::Node& n);  // false: no lowering, use an extern step
+  // Throws LayoutConflict when extern `n` would hand torch a value planned in another layout than traced while
+  // n's own result is not planned alike (channels_last.h).
+  void check_planned_layouts(const graph::Node& n) const;
   // An in-place pointwise op on a value only the graph holds, as its functional op (lower_in_place.cpp).
   bool lower_in_place(const graph::Node& n);
   // A convolution with a bias: torch's call without it, the bias added by a kernel (lower_convolution.cpp).
@@ -246,6 +254,7 @@ class Lowerer {
 
   const graph::Graph& graph_;
   LowerOptions options_;
+  std::vector<std::vector<int64_t>> planned_strides_;  // per node, or empty
   Program program_;
   std::vector<Value> values_;
   std::vector<std::unique_ptr<Cluster>> clusters_;
@@ -265,6 +274,11 @@ class Lowerer {
 graph::Node functional_form(const graph::Node& n);
 // Whether the call passes `inplace=` by keyword (F.relu(x, inplace=False) is F.relu(x)).
 bool has_inplace_keyword(const graph::Node& n);
+
+// An op whose result's element i depends only on its operands' elements at i (broadcast), whatever their memory
+// layouts: arithmetic, math, activations, comparisons, casts, clamp/where, dropout, batch norm (per channel).
+// `op` is op_name of the node's functional form.
+bool is_elementwise_op(const graph::Node& n, const std::string& op);
 
 // The op families. Each returns false when it has no lowering for `n` (an extern step is used).
 bool lower_pointwise_op(Lowerer& L, const graph::Node& n, const std::string& op);

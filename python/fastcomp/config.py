@@ -69,6 +69,9 @@ _SETTINGS = {
     "small_matmul": ("FASTCOMP_SMALL_MATMUL", True),
     # Products of the same activation and shape as one batched cuBLASLt call (csrc/plan/group_products.h).
     "grouped_products": ("FASTCOMP_GROUPED_PRODUCTS", True),
+    # Values between 2-d convolutions in channels-last memory order where nothing observes their layout
+    # (csrc/plan/channels_last.h): cuDNN then runs its NHWC kernels without transposing around each convolution.
+    "channels_last": ("FASTCOMP_CHANNELS_LAST", True),
 }
 _CHOICES = {"nvrtc_fast_compile": ("", "min", "mid", "max")}
 _ON = ("1", "true", "yes", "on")

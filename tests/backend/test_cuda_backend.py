@@ -390,3 +390,37 @@ def test_convolutions_take_the_layout_cudnn_gives(caplog):
         assert not any("another layout than its meta function said" in h for h in hints), hints
     finally:
         fastcomp.set_logs()
+
+
+@pytest.mark.parametrize("mode", [None, "reduce-overhead"])
+@pytest.mark.parametrize("name", ["basic_block", "viewed", "returned", "declined"])
+def test_convolution_chains_in_channels_last_give_eager_results_and_layouts(name, mode, caplog):
+    """Values between convolutions planned NHWC (csrc/plan/channels_last.h): eager's values and output strides,
+    whether the plan chose NHWC (basic_block) or something observes the layout and it keeps the traced one; and no
+    convolution's result comes back in another layout than planned (which would cost a copy each call)."""
+    import logging
+
+    from tests.backend import conv_chains
+
+    fn = getattr(conv_chains, name)
+    compiled = fastcomp.compile(fn, mode=mode)
+    caplog.set_level(logging.DEBUG, logger="fastcomp")
+    fastcomp.set_logs(perf_hints=True)
+    try:
+        with torch.no_grad(), CompileCounter() as cc:
+            for call in range(5):
+                if call == 1:
+                    assert fastcomp.wait_for_compiles(timeout=60)
+                args = conv_chains.inputs("cuda", channels=32, size=14)
+                got, want = compiled(*args), fn(*args)
+                for g, w in zip(got if isinstance(got, tuple) else [got], want if isinstance(want, tuple) else [want]):
+                    assert g.stride() == w.stride()
+                    # cuDNN's f32 convolutions run in TF32, and its NHWC and NCHW kernels round differently
+                    assert_same(g, w, rtol=2e-3, atol=2e-3 * max(1.0, w.abs().max().item()))
+        assert (cc.graph_count, cc.break_count) == (1, 0), cc.records
+        nhwc = conv_chains.nhwc_strides(channels=32, size=14)
+        assert (nhwc in cc.records[0]["plan"]) == (name == "basic_block"), cc.records[0]["plan"]
+        hints = [r.getMessage() for r in caplog.records if r.name == "fastcomp.perf_hints"]
+        assert not any("another layout than its meta function said" in h for h in hints), hints
+    finally:
+        fastcomp.set_logs()

@@ -416,3 +416,38 @@ def test_views_handed_to_torch_are_made_by_as_strided_only_of_planned_tensors():
     fastcomp.reset()
     record = compile_and_check(lambda x: torch.cumsum(torch.cumsum(x, 0).t(), 0), [torch.randn(6, 5)])
     assert "as_strided" not in record["plan"] and re.search(r"extern %\d+ = Tensor.t\n", record["plan"]), record["plan"]
+
+
+def test_values_between_convolutions_are_planned_channels_last():
+    """cuDNN transposes NCHW tensors around each convolution: the values only convolutions, elementwise ops and
+    pooling read are planned NHWC (the first convolution reads the NCHW input as given)."""
+    from tests.backend import conv_chains
+
+    record = compile_and_check(conv_chains.basic_block, conv_chains.inputs())
+    plan = record["plan"]
+    conv_results = re.findall(r"^b\d+ = extern f32\[2, 8, 10, 10\].*$", plan, re.M)
+    assert len(conv_results) == 2, plan
+    assert conv_chains.nhwc_strides() not in conv_results[0] and conv_chains.nhwc_strides() in conv_results[1], plan
+    # the batch norm and ReLU between them write NHWC; the residual sum and ReLU feed the pooling NHWC
+    assert len(re.findall(r"^b\d+ = alloc f32\[2, 8, 10, 10\] " + re.escape(conv_chains.nhwc_strides()), plan,
+                          re.M)) == 2, plan
+    fastcomp.reset()
+    with fastcomp.config.patch(channels_last=False):
+        record = compile_and_check(conv_chains.basic_block, conv_chains.inputs())
+    assert conv_chains.nhwc_strides() not in record["plan"], record["plan"]
+
+
+@pytest.mark.parametrize("name", ["viewed", "returned", "declined"])
+def test_layouts_something_observes_stay_as_traced(name):
+    """A view of the chain, a value the caller gets, and an op that runs through torch on it each keep the traced
+    layouts throughout (the last one found while lowering, which then plans the graph again)."""
+    from tests.backend import conv_chains
+
+    fn = getattr(conv_chains, name)
+    args = conv_chains.inputs()
+    record = compile_and_check(fn, args)
+    assert conv_chains.nhwc_strides() not in record["plan"], record["plan"]
+    with torch.no_grad():
+        got, want = fastcomp.compile(fn)(*args), fn(*args)
+    for g, w in zip(got if isinstance(got, tuple) else [got], want if isinstance(want, tuple) else [want]):
+        assert g.stride() == w.stride()

@@ -40,16 +40,14 @@ OpInfo classify(const graph::Node& n) {
     // Grouped (depthwise) convolutions keep their traced order: cuDNN's NHWC kernels for them are not reliably
     // faster.
     const graph::Arg* groups = CallArgs(call).get(6, "groups");
-    if (in_place || (groups && detail::const_int(groups) != 1)) return {};
+    if (in_place || call.args.empty() || call.args[0].kind != graph::Arg::Kind::Node ||
+        (groups && detail::const_int(groups) != 1))
+      return {};
     return {Role::Follows, true, false};
   }
   if (op == "max_pool2d" || op == "avg_pool2d" || op == "adaptive_avg_pool2d") return {in_place ? Role::Other : Role::Follows};
   if (!detail::is_elementwise_op(call, op)) return {};
   return {in_place ? Role::Follows : Role::Elementwise, false, true};
-}
-
-std::vector<int64_t> nhwc_strides(const std::vector<int64_t>& s) {
-  return {s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]};
 }
 
 bool same_mapping(const std::vector<int64_t>& sizes, const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
@@ -106,11 +104,17 @@ int find(std::vector<int>& parent, int x) {
 
 }  // namespace
 
-bool maps_as_channels_last(const graph::TensorMeta& m) {
-  if (m.sizes.size() != 4) return false;
-  if (m.sizes[1] == 1 || m.sizes[2] * m.sizes[3] == 1) return true;
-  return same_mapping(m.sizes, m.strides, nhwc_strides(m.sizes));
+std::vector<int64_t> nhwc_strides(const std::vector<int64_t>& s) {
+  return {s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]};
 }
+
+bool maps_as_channels_last(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
+  if (sizes.size() != 4) return false;
+  if (sizes[1] == 1 || sizes[2] * sizes[3] == 1) return true;
+  return same_mapping(sizes, strides, nhwc_strides(sizes));
+}
+
+bool maps_as_channels_last(const graph::TensorMeta& m) { return maps_as_channels_last(m.sizes, m.strides); }
 
 std::vector<std::vector<int64_t>> channels_last_strides(const graph::Graph& g) {
   const size_t count = g.nodes.size();
@@ -145,7 +149,9 @@ std::vector<std::vector<int64_t>> channels_last_strides(const graph::Graph& g) {
     for (const graph::Node& n : g.nodes) {
       if (!nhwc[n.id]) continue;
       bool keep = true;
-      if (info[n.id].role == Role::Follows) {
+      // A convolution whose input stays as traced reads an NHWC copy of it (lowering makes one): cheaper than
+      // cuDNN's own transposes of its input and result.
+      if (info[n.id].role == Role::Follows && !info[n.id].convolution) {
         const graph::NodeId x = first_tensor(n.id);
         keep = x >= 0 && nhwc[x];
       }
@@ -159,7 +165,8 @@ std::vector<std::vector<int64_t>> channels_last_strides(const graph::Graph& g) {
       }
     }
   }
-  // Only regions holding a convolution gain: elsewhere NHWC would only move a transpose.
+  // Only regions where a convolution reads a value planned NHWC gain: a lone convolution would only trade cuDNN's
+  // transposes for copies of its own.
   std::vector<int> parent(count);
   std::iota(parent.begin(), parent.end(), 0);
   for (const graph::Node& n : g.nodes)
@@ -168,7 +175,7 @@ std::vector<std::vector<int64_t>> channels_last_strides(const graph::Graph& g) {
         if (nhwc[u.user]) parent[find(parent, u.user)] = find(parent, n.id);
   std::vector<bool> gains(count, false);
   for (const graph::Node& n : g.nodes)
-    if (nhwc[n.id] && info[n.id].convolution) gains[find(parent, n.id)] = true;
+    if (nhwc[n.id] && info[n.id].convolution && nhwc[first_tensor(n.id)]) gains[find(parent, n.id)] = true;
   std::vector<std::vector<int64_t>> out(count);
   bool any = false;
   for (const graph::Node& n : g.nodes)

@@ -3,7 +3,8 @@
 // batch 8 on an H100. A value that only convolutions, pooling and elementwise ops read - no view, no other torch
 // op, not the graph's output - has a memory order nobody observes, so the plan may choose it: the values between
 // convolutions are planned NHWC, torch then runs each convolution in NHWC (passing its weight in that order too),
-// and the kernels between them read and write through strides anyway.
+// and the kernels between them read and write through strides anyway. A convolution planned NHWC whose input is
+// not (the network's input image) reads an NHWC copy of it.
 //
 // The choice is checked while lowering: an op that runs through torch on such a value but is not planned NHWC
 // itself (an elementwise op lowering declined) would hand torch a layout the trace never saw, so lowering throws
@@ -24,6 +25,9 @@ std::vector<std::vector<int64_t>> channels_last_strides(const graph::Graph& grap
 // Whether a tensor's traced layout addresses memory as channels-last would: a 4-d tensor of one channel or one
 // spatial position, or one traced NHWC.
 bool maps_as_channels_last(const graph::TensorMeta& meta);
+bool maps_as_channels_last(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides);
+// The NHWC strides of a 4-d tensor of `sizes` [N, C, H, W].
+std::vector<int64_t> nhwc_strides(const std::vector<int64_t>& sizes);
 
 struct LayoutConflict : std::runtime_error {
   using std::runtime_error::runtime_error;

@@ -226,13 +226,15 @@ int Lowerer::buffer_for(graph::NodeId id) {
   return b;
 }
 
-int Lowerer::contiguous_copy(int source) {
+int Lowerer::contiguous_copy(int source) { return layout_copy(source, contiguous_strides(buffer(source).sizes)); }
+
+int Lowerer::layout_copy(int source, const Sizes& strides) {
   const Buffer src = program_.buffers[source];
   Buffer b;
   b.kind = Buffer::Kind::Alloc;
   b.dtype = src.dtype;
   b.sizes = src.sizes;
-  b.strides = contiguous_strides(src.sizes);
+  b.strides = strides;
   const int out = add_buffer(b);
   add_kernel(src.sizes, {source}, [&](Cluster& c) {
     c.store(c.load(src.root, src.dtype, src.strides, src.offset), out, b.dtype, b.strides, 0);

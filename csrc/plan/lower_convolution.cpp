@@ -3,6 +3,7 @@
 // the convolution anyway (its batch norm, activation or layer norm) can add it for free. The extern step passes
 // None for the bias, and the node's value is its result plus the bias along the channels, lazy like any pointwise
 // value. ConvNeXt: 40 add kernels a call fewer.
+#include "plan/channels_last.h"
 #include "plan/lowering.h"
 
 namespace fastcomp::plan::detail {
@@ -22,16 +23,19 @@ bool Lowerer::lower_convolution_bias(const graph::Node& n, const std::string& op
       b.sizes[0] != out.sizes[1])
     return false;
   check_planned_layouts(n);
+  ExternStep step{n.id, "", false, 2};
+  copy_input_channels_last(n, &step);
   for (size_t i = 0; i < n.args.size(); ++i)
-    if (i != 2) ensure_objects(n.args[i]);
+    if (i != 2 && (i != 0 || step.input_copy < 0)) ensure_objects(n.args[i]);
   for (const auto& a : n.kwargs) ensure_objects(a);
   Buffer r;
   r.kind = Buffer::Kind::Extern;
   r.dtype = dtype;
   r.sizes = meta_sizes(out);
   r.strides = node_strides(n.id);
-  const int result = add_buffer(r);
-  add_extern_step({n.id, "", false, 2, result});
+  step.result = add_buffer(r);
+  const int result = step.result;
+  add_extern_step(std::move(step));
   const int bias_buffer = buffer_for(bias);
   value_in_space(n, r.sizes, [&](Cluster& c) {
     const Buffer& rb = program_.buffers[result];
@@ -44,6 +48,19 @@ bool Lowerer::lower_convolution_bias(const graph::Node& n, const std::string& op
     return c.cast(c.op(ExprOp::Add, DType::F32, {x, y}), dtype);
   });
   return true;
+}
+
+void Lowerer::copy_input_channels_last(const graph::Node& n, ExternStep* step) {
+  if (planned_strides_.empty() || planned_strides_[n.id].empty() || n.args.empty() ||
+      n.args[0].kind != graph::Arg::Kind::Node || op_name(n.target_name) != "conv2d")
+    return;
+  const graph::NodeId x = n.args[0].node;
+  const int b = buffer_for(x);
+  const Buffer& in = buffer(b);
+  if (in.sizes.size() != 4 || !codegen::all_static(in.sizes) || !codegen::all_static(in.strides)) return;
+  std::vector<int64_t> sizes, strides;
+  for (size_t d = 0; d < 4; ++d) sizes.push_back(in.sizes[d].hint()), strides.push_back(in.strides[d].hint());
+  if (!maps_as_channels_last(sizes, strides)) step->input_copy = layout_copy(b, codegen::to_sizes(nhwc_strides(sizes)));
 }
 
 }  // namespace fastcomp::plan::detail

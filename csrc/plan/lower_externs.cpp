@@ -105,9 +105,12 @@ void Lowerer::add_extern(const graph::Node& n) {
     // reshape of a transposed tensor), so the views still to be used are made before it.
     materialize_live_views_of(n);
   }
-  for (const auto& a : n.args) ensure_objects(a);
+  ExternStep step{n.id, std::move(declined_)};
+  copy_input_channels_last(n, &step);
+  for (size_t i = 0; i < n.args.size(); ++i)
+    if (i != 0 || step.input_copy < 0) ensure_objects(n.args[i]);
   for (const auto& a : n.kwargs) ensure_objects(a);
-  add_extern_step({n.id, std::move(declined_)});
+  add_extern_step(std::move(step));
   declined_.clear();
   program_.node_object[n.id] = true;
   if (n.type == graph::ValueType::Tensor) add_node_buffer(n, Buffer::Kind::Extern);

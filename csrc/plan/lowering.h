@@ -159,6 +159,8 @@ class Lowerer {
   const Buffer& buffer(int id) const { return program_.buffers[id]; }
   // Copies buffer `source` into a new contiguous Alloc buffer (a pointwise kernel) and returns it.
   int contiguous_copy(int source);
+  // ... into a new Alloc buffer of `strides`.
+  int layout_copy(int source, const Sizes& strides);
   // A kernel of lowering's own, for no graph node: `build` fills a fresh cluster over `space` with loads of
   // `inputs` (buffer ids; their producers run first), expressions and stores to Alloc buffers, and the kernel
   // takes its place among the steps at once.
@@ -211,6 +213,8 @@ class Lowerer {
   bool lower_in_place(const graph::Node& n);
   // A convolution with a bias: torch's call without it, the bias added by a kernel (lower_convolution.cpp).
   bool lower_convolution_bias(const graph::Node& n, const std::string& op);
+  // Convolution `n`'s step reads an NHWC copy of its input when n is planned channels-last and its input is not.
+  void copy_input_channels_last(const graph::Node& n, ExternStep* step);
   // Whether node x's value can be replaced by another from node `at` on: nothing else shares its memory.
   bool only_the_graph_holds(graph::NodeId x, graph::NodeId at) const;
   bool trailing_reduce(const graph::Node& n, graph::NodeId x, const RowFn& fn, int k,

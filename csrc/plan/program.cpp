@@ -112,7 +112,12 @@ std::string Program::to_string(const graph::Graph& graph) const {
       case Step::Kind::Extern: {
         const graph::Node& n = graph.nodes[extern_steps[s.index].node];
         const std::string& why = extern_steps[s.index].why;
-        if (extern_steps[s.index].result >= 0)
+        if (extern_steps[s.index].input_copy >= 0)
+          out += fmt::format("extern %{} = {} on b{}{}\n", n.id, n.target_name, extern_steps[s.index].input_copy,
+                             extern_steps[s.index].result >= 0
+                                 ? fmt::format(" without its bias -> b{}", extern_steps[s.index].result)
+                                 : "");
+        else if (extern_steps[s.index].result >= 0)
           out += fmt::format("extern %{} = {} without its bias -> b{}\n", n.id, n.target_name, extern_steps[s.index].result);
         else if (extern_steps[s.index].as_view)
           out += fmt::format("extern %{} = as_strided(b{})  # {}\n", n.id, node_buffer[n.id], n.target_name);

@@ -85,6 +85,9 @@ struct ExternStep {
   // `result` (an Extern buffer of no node); the node's value is that plus the bias, added by the kernel reading it
   // (lower_convolution.cpp). -1: the node's own call, its result the node's object and buffer.
   int bias_at = -1, result = -1;
+  // A convolution planned channels-last whose input is not (channels_last.h): its first argument is passed as
+  // buffer `input_copy`, an NHWC copy lowering made. -1: the argument itself.
+  int input_copy = -1;
 };
 
 struct Step {

@@ -502,7 +502,9 @@ class CudaExecutable final : public Executable {
     std::vector<PyObject*> argv{nullptr};
     std::vector<PyRef> temps;
     for (size_t i = 0; i < node.args.size(); ++i)
-      argv.push_back(static_cast<int>(i) == e.bias_at ? Py_None : borrow_arg(node.args[i], objects, temps, symbols));
+      argv.push_back(static_cast<int>(i) == e.bias_at                  ? Py_None
+                     : i == 0 && e.input_copy >= 0                       ? tensors[e.input_copy]
+                                                                         : borrow_arg(node.args[i], objects, temps, symbols));
     for (const auto& a : node.kwargs) argv.push_back(borrow_arg(a, objects, temps, symbols));
     for (size_t i = 1; i < argv.size(); ++i)
       if (!argv[i]) return false;

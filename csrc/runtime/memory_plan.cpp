@@ -81,6 +81,10 @@ MemoryPlan plan_memory(const plan::Program& program, const graph::Graph& graph) 
       const graph::Node& n = graph.nodes[e.node];
       for (const auto& a : n.args) node_use(a, step), buffers_of(a, step);
       for (const auto& a : n.kwargs) node_use(a, step), buffers_of(a, step);
+      if (e.input_copy >= 0) {  // its tensor is the convolution's input
+        use(e.input_copy, step);
+        extern_reads[program.buffers[e.input_copy].root] = true;
+      }
       const int b = e.result >= 0 ? e.result : program.node_buffer[n.id];
       if (b >= 0 && program.buffers[b].kind == Buffer::Kind::Extern) write(b, step);
     }

@@ -396,7 +396,7 @@ def test_convolutions_take_the_layout_cudnn_gives(caplog):
 @pytest.mark.parametrize("name", ["basic_block", "viewed", "returned", "declined"])
 def test_convolution_chains_in_channels_last_give_eager_results_and_layouts(name, mode, caplog):
     """Values between convolutions planned NHWC (csrc/plan/channels_last.h): eager's values and output strides,
-    whether the plan chose NHWC (basic_block) or something observes the layout and it keeps the traced one; and no
+    where the plan chose NHWC and where something observes a layout and it keeps the traced one; and no
     convolution's result comes back in another layout than planned (which would cost a copy each call)."""
     import logging
 

@@ -5,6 +5,7 @@
 #include <Python.h>
 
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "cpython/pyref.h"
@@ -57,7 +58,9 @@ class SourceTable {
 
  private:
   int intern(Source s);
+  static size_t bucket_of(const Source& s);
   std::vector<Source> sources_;
+  std::unordered_map<size_t, std::vector<int>> buckets_;  // bucket_of -> the sources in it
 };
 
 }  // namespace fastcomp::frontend

@@ -99,20 +99,6 @@ Sizes Lowerer::node_strides(graph::NodeId id) const {
   return meta_strides(graph_.nodes[id].meta);
 }
 
-void Lowerer::check_planned_layouts(const graph::Node& n) const {
-  if (planned_strides_.empty() || !planned_strides_[n.id].empty()) return;
-  if (n.type == graph::ValueType::Tensor && maps_as_channels_last(n.meta)) return;
-  auto replanned = [&](const graph::Arg& a, const auto& self) -> bool {
-    if (a.kind == graph::Arg::Kind::Node && !planned_strides_[a.node].empty()) return true;
-    return std::any_of(a.items.begin(), a.items.end(), [&](const graph::Arg& i) { return self(i, self); });
-  };
-  for (const auto* args : {&n.args, &n.kwargs})
-    for (const graph::Arg& a : *args)
-      if (replanned(a, replanned))
-        throw LayoutConflict(fmt::format("%{} ({}) runs through torch on a value planned channels-last", n.id,
-                                         n.target_name));
-}
-
 int Lowerer::add_buffer(Buffer b) {
   const int id = static_cast<int>(program_.buffers.size());
   if (b.kind != Buffer::Kind::View) b.root = id;

@@ -25,9 +25,7 @@ bool Lowerer::lower_convolution_bias(const graph::Node& n, const std::string& op
   check_planned_layouts(n);
   ExternStep step{n.id, "", false, 2};
   copy_input_channels_last(n, &step);
-  for (size_t i = 0; i < n.args.size(); ++i)
-    if (i != 2 && (i != 0 || step.input_copy < 0)) ensure_objects(n.args[i]);
-  for (const auto& a : n.kwargs) ensure_objects(a);
+  ensure_argument_objects(n, step);
   Buffer r;
   r.kind = Buffer::Kind::Extern;
   r.dtype = dtype;

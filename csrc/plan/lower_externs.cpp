@@ -2,9 +2,11 @@
 // or a cuBLASLt call is a buffer, whose tensor the runtime allocates; a view (or a split's tuple) exists as a
 // torch object only where torch makes it, by calling the view's op on its base's object when first needed. An
 // extern that writes an argument first makes every lazy value and live view it could disturb.
+#include <fmt/format.h>
+
 #include <algorithm>
 
-
+#include "plan/channels_last.h"
 #include "plan/lowering.h"
 
 namespace fastcomp::plan {
@@ -47,6 +49,12 @@ void Lowerer::ensure_object(graph::NodeId id) {
   for (const auto& a : n.kwargs) ensure_objects(a);
   add_extern_step({id});
   program_.node_object[id] = true;
+}
+
+void Lowerer::ensure_argument_objects(const graph::Node& n, const ExternStep& step) {
+  for (size_t i = 0; i < n.args.size(); ++i)
+    if (static_cast<int>(i) != step.bias_at && (i != 0 || step.input_copy < 0)) ensure_objects(n.args[i]);
+  for (const auto& a : n.kwargs) ensure_objects(a);
 }
 
 void Lowerer::add_extern_step(ExternStep step) {
@@ -96,6 +104,20 @@ void Lowerer::materialize_live_views_of(const graph::Node& n) {
   }
 }
 
+void Lowerer::check_planned_layouts(const graph::Node& n) const {
+  if (planned_strides_.empty() || !planned_strides_[n.id].empty()) return;
+  if (n.type == graph::ValueType::Tensor && maps_as_channels_last(n.meta)) return;
+  auto replanned = [&](const graph::Arg& a, const auto& self) -> bool {
+    if (a.kind == graph::Arg::Kind::Node && !planned_strides_[a.node].empty()) return true;
+    return std::any_of(a.items.begin(), a.items.end(), [&](const graph::Arg& i) { return self(i, self); });
+  };
+  for (const auto* args : {&n.args, &n.kwargs})
+    for (const graph::Arg& a : *args)
+      if (replanned(a, replanned))
+        throw LayoutConflict(fmt::format("%{} ({}) runs through torch on a value planned channels-last", n.id,
+                                         n.target_name));
+}
+
 void Lowerer::add_extern(const graph::Node& n) {
   check_planned_layouts(n);
   if (graph::writes_an_argument(n)) {
@@ -107,9 +129,7 @@ void Lowerer::add_extern(const graph::Node& n) {
   }
   ExternStep step{n.id, std::move(declined_)};
   copy_input_channels_last(n, &step);
-  for (size_t i = 0; i < n.args.size(); ++i)
-    if (i != 0 || step.input_copy < 0) ensure_objects(n.args[i]);
-  for (const auto& a : n.kwargs) ensure_objects(a);
+  ensure_argument_objects(n, step);
   add_extern_step(std::move(step));
   declined_.clear();
   program_.node_object[n.id] = true;

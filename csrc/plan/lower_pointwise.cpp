@@ -2,6 +2,7 @@
 // broadcasting and type promotion. The result dtype is the node's (torch computed it on meta tensors); tensor
 // operands are cast to the dtype torch computes in, and Python scalars are rounded to it, as TensorIterator
 // does. f16/bf16 results compute in f32 and round once per op (codegen's rule), like eager.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -222,15 +223,11 @@ bool lower_batch_norm(Lowerer& L, const graph::Node& n) {
 bool is_elementwise_op(const graph::Node& n, const std::string& op) {
   bool swapped = false;
   if (unary_op(op) || binary_op(op, &swapped) || comparison_op(op) || is_cast(n, op)) return true;
+  if (op == "min" || op == "max")  // torch.max(a, b), not torch.max(x, dim)
+    return n.args.size() == 2 && n.args[1].kind == graph::Arg::Kind::Node && !n.kwnames;
   static const char* const kOthers[] = {"gelu", "reciprocal", "square", "where", "clamp", "clip", "clamp_min",
-                                        "clamp_max", "dropout", "batch_norm", "min", "max"};
-  for (const char* o : kOthers)
-    if (op == o) {
-      if (op != "min" && op != "max") return true;
-      // torch.max(a, b), not torch.max(x, dim)
-      return n.args.size() == 2 && n.args[1].kind == graph::Arg::Kind::Node && !n.kwnames;
-    }
-  return false;
+                                        "clamp_max", "dropout", "batch_norm"};
+  return std::any_of(std::begin(kOthers), std::end(kOthers), [&](const char* o) { return op == o; });
 }
 
 bool lower_pointwise_op(Lowerer& L, const graph::Node& n, const std::string& op) {

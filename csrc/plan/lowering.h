@@ -167,6 +167,9 @@ class Lowerer {
   void add_kernel(const Sizes& space, const std::vector<int>& inputs,
                   const std::function<void(Cluster&)>& build);
   void add_matmul(MatmulStep step);
+  // The torch objects extern step `step` of node `n` passes: its arguments', except those it passes otherwise (a
+  // convolution's bias as None, its input as a channels-last copy).
+  void ensure_argument_objects(const graph::Node& n, const ExternStep& step);
   // Appends `step` to the program's extern steps and its place among the steps (the one way extern steps are added).
   void add_extern_step(ExternStep step);
   // Node `n` runs as a call into torch (the catch-all for everything without a lowering).

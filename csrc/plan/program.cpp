@@ -110,19 +110,16 @@ std::string Program::to_string(const graph::Graph& graph) const {
       }
       case Step::Kind::Matmul: out += matmul_steps[s.index].to_string() + "\n"; break;
       case Step::Kind::Extern: {
-        const graph::Node& n = graph.nodes[extern_steps[s.index].node];
-        const std::string& why = extern_steps[s.index].why;
-        if (extern_steps[s.index].input_copy >= 0)
-          out += fmt::format("extern %{} = {} on b{}{}\n", n.id, n.target_name, extern_steps[s.index].input_copy,
-                             extern_steps[s.index].result >= 0
-                                 ? fmt::format(" without its bias -> b{}", extern_steps[s.index].result)
-                                 : "");
-        else if (extern_steps[s.index].result >= 0)
-          out += fmt::format("extern %{} = {} without its bias -> b{}\n", n.id, n.target_name, extern_steps[s.index].result);
-        else if (extern_steps[s.index].as_view)
+        const ExternStep& e = extern_steps[s.index];
+        const graph::Node& n = graph.nodes[e.node];
+        if (e.input_copy >= 0 || e.result >= 0)  // a convolution: "on b3" (its input's copy), "without its bias -> b5"
+          out += fmt::format("extern %{} = {}{}{}\n", n.id, n.target_name,
+                             e.input_copy >= 0 ? fmt::format(" on b{}", e.input_copy) : "",
+                             e.result >= 0 ? fmt::format(" without its bias -> b{}", e.result) : "");
+        else if (e.as_view)
           out += fmt::format("extern %{} = as_strided(b{})  # {}\n", n.id, node_buffer[n.id], n.target_name);
         else
-          out += fmt::format("extern %{} = {}{}\n", n.id, n.target_name, why.empty() ? "" : "  # " + why);
+          out += fmt::format("extern %{} = {}{}\n", n.id, n.target_name, e.why.empty() ? "" : "  # " + e.why);
         break;
       }
     }

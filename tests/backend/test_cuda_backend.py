@@ -1,5 +1,7 @@
 """The CUDA backend on a GPU: every op-suite case, at every shape and float dtype, equals eager on fresh random
 inputs and runs as the plan says (generated kernels, cuBLASLt calls, extern torch ops); the seed workloads too."""
+import contextlib
+import logging
 import os
 import re
 
@@ -14,6 +16,17 @@ from tests.helpers import assert_same
 pytestmark = pytest.mark.gpu
 
 TOLERANCE = {torch.float32: (1e-5, 1e-5), torch.float16: (1e-2, 1e-2), torch.bfloat16: (1e-2, 2e-2)}
+
+
+@contextlib.contextmanager
+def perf_hints(caplog):
+    """FASTCOMP_LOGS=perf_hints for the block; yields a function giving the hint messages logged so far."""
+    caplog.set_level(logging.DEBUG, logger="fastcomp")
+    fastcomp.set_logs(perf_hints=True)
+    try:
+        yield lambda: [r.getMessage() for r in caplog.records if r.name == "fastcomp.perf_hints"]
+    finally:
+        fastcomp.set_logs()
 
 
 def plan_counts(record):
@@ -242,57 +255,40 @@ def test_a_view_starting_mid_vector_runs_the_kernels_compiled_for_any_alignment(
     """The program holds each kernel once, with 16-byte accesses; a call whose pointer is not aligned for them
     (here a view one float into its storage) launches the same kernels from a second program with scalar
     accesses, compiled on first need; aligned calls keep the vector kernels."""
-    import logging
-
     def f(x):
         return torch.softmax(x, -1) * 2.0 + torch.exp(x)  # a row kernel and a pointwise kernel
 
     compiled = fastcomp.compile(f)
-    caplog.set_level(logging.DEBUG, logger="fastcomp")
-    fastcomp.set_logs(perf_hints=True)
-    try:
-        with torch.no_grad(), CompileCounter() as cc:
+    with perf_hints(caplog) as hints, torch.no_grad(), CompileCounter() as cc:
+        aligned = torch.randn(64, 96, device="cuda")
+        assert_same(compiled(aligned), f(aligned), rtol=1e-5, atol=1e-5)
+        assert not any("not aligned" in h for h in hints())
+        for _ in range(2):
+            storage = torch.randn(64 * 96 + 1, device="cuda")
+            shifted = storage[1:].view(64, 96)  # same sizes and strides: the guards pass
+            assert shifted.data_ptr() % 16 == 4
+            assert_same(compiled(shifted), f(shifted), rtol=1e-5, atol=1e-5)
             aligned = torch.randn(64, 96, device="cuda")
             assert_same(compiled(aligned), f(aligned), rtol=1e-5, atol=1e-5)
-            hints = [r.getMessage() for r in caplog.records if r.name == "fastcomp.perf_hints"]
-            assert not any("not aligned" in h for h in hints)
-            for _ in range(2):
-                storage = torch.randn(64 * 96 + 1, device="cuda")
-                shifted = storage[1:].view(64, 96)  # same sizes and strides: the guards pass
-                assert shifted.data_ptr() % 16 == 4
-                assert_same(compiled(shifted), f(shifted), rtol=1e-5, atol=1e-5)
-                aligned = torch.randn(64, 96, device="cuda")
-                assert_same(compiled(aligned), f(aligned), rtol=1e-5, atol=1e-5)
-        assert cc.graph_count == 1
-        hints = [r.getMessage() for r in caplog.records if r.name == "fastcomp.perf_hints"]
-        assert sum("not aligned for its vector accesses" in h for h in hints) == 1, hints
-    finally:
-        fastcomp.set_logs()
+    assert cc.graph_count == 1
+    assert sum("not aligned for its vector accesses" in h for h in hints()) == 1, hints()
 
 
 def check_grouped_products(qkv, weights, mode, calls, caplog, plan_has):
     """Compiles `qkv(x, *weights)` in `mode`, checks four calls on fresh x against eager, that its three products of
     x are one grouped step (plan text `plan_has`), and that the step said once it made `calls` cuBLASLt calls
     when it could not make one."""
-    import logging
-
     compiled = fastcomp.compile(qkv, mode=mode)
-    caplog.set_level(logging.DEBUG, logger="fastcomp")
-    fastcomp.set_logs(perf_hints=True)
-    try:
-        with torch.no_grad(), CompileCounter() as cc:
-            for _ in range(4):
-                x = torch.randn(192, 256, dtype=torch.bfloat16, device="cuda") / 4
-                expected = qkv(x, *weights)
-                assert_same(compiled(x, *weights), expected, rtol=2e-2, atol=2e-2 * expected.abs().max().item())
-        assert cc.graph_count == 1 and cc.break_count == 0, cc.records
-        assert all(text in cc.records[0]["plan"] for text in plan_has), cc.records[0]["plan"]
-        hints = [r.getMessage() for r in caplog.records if r.name == "fastcomp.perf_hints"]
-        split = [h for h in hints if "do not lie at equal steps" in h]
-        assert len(split) == (calls > 1), hints
-        assert calls == 1 or f"run as {calls} cuBLASLt calls" in split[0], split
-    finally:
-        fastcomp.set_logs()
+    with perf_hints(caplog) as hints, torch.no_grad(), CompileCounter() as cc:
+        for _ in range(4):
+            x = torch.randn(192, 256, dtype=torch.bfloat16, device="cuda") / 4
+            expected = qkv(x, *weights)
+            assert_same(compiled(x, *weights), expected, rtol=2e-2, atol=2e-2 * expected.abs().max().item())
+    assert cc.graph_count == 1 and cc.break_count == 0, cc.records
+    assert all(text in cc.records[0]["plan"] for text in plan_has), cc.records[0]["plan"]
+    split = [h for h in hints() if "do not lie at equal steps" in h]
+    assert len(split) == (calls > 1), hints()
+    assert calls == 1 or f"run as {calls} cuBLASLt calls" in split[0], split
 
 
 @pytest.mark.parametrize("mode", [None, "reduce-overhead"], ids=["default", "reduce-overhead"])
@@ -359,8 +355,6 @@ def test_convolutions_take_the_layout_cudnn_gives(caplog):
     the trace takes the kernel's layout (kernel_layout.h), so user code that asks for it sees eager's answer, and
     no call copies a convolution's result into another layout (a ConvNeXt block: layer norm over channels between
     permutes, a depthwise and a pointwise convolution)."""
-    import logging
-
     import torch.nn.functional as F
 
     def block(x, ln_w, ln_b, dw, dw_b, pw):
@@ -371,25 +365,19 @@ def test_convolutions_take_the_layout_cudnn_gives(caplog):
         return y.view(y.shape[0], -1) if y.is_contiguous() else y.flatten(1) + 1.0
 
     compiled = fastcomp.compile(block)
-    caplog.set_level(logging.DEBUG, logger="fastcomp")
-    fastcomp.set_logs(perf_hints=True)
-    try:
-        with torch.no_grad(), CompileCounter() as cc:
-            for _ in range(3):
-                args = [torch.randn(4, 56, 56, 32, device="cuda").permute(0, 3, 1, 2), torch.randn(32, device="cuda"),
-                        torch.randn(32, device="cuda"), torch.randn(32, 1, 7, 7, device="cuda") / 7,
-                        torch.randn(32, device="cuda"), torch.randn(64, 32, 1, 1, device="cuda") / 6]
-                expected = block(*args)
-                actual = compiled(*args)
-                assert actual.stride() == expected.stride()
-                # cuDNN's f32 convolutions run in TF32 (10-bit mantissas): an ulp of difference in the layer norm
-                # before them can move a product by 1e-3 of its size.
-                assert_same(actual, expected, rtol=2e-3, atol=2e-3 * expected.abs().max().item())
-        assert cc.graph_count == 1 and cc.break_count == 0, cc.records
-        hints = [r.getMessage() for r in caplog.records if r.name == "fastcomp.perf_hints"]
-        assert not any("another layout than its meta function said" in h for h in hints), hints
-    finally:
-        fastcomp.set_logs()
+    with perf_hints(caplog) as hints, torch.no_grad(), CompileCounter() as cc:
+        for _ in range(3):
+            args = [torch.randn(4, 56, 56, 32, device="cuda").permute(0, 3, 1, 2), torch.randn(32, device="cuda"),
+                    torch.randn(32, device="cuda"), torch.randn(32, 1, 7, 7, device="cuda") / 7,
+                    torch.randn(32, device="cuda"), torch.randn(64, 32, 1, 1, device="cuda") / 6]
+            expected = block(*args)
+            actual = compiled(*args)
+            assert actual.stride() == expected.stride()
+            # cuDNN's f32 convolutions run in TF32 (10-bit mantissas): an ulp of difference in the layer norm
+            # before them can move a product by 1e-3 of its size.
+            assert_same(actual, expected, rtol=2e-3, atol=2e-3 * expected.abs().max().item())
+    assert cc.graph_count == 1 and cc.break_count == 0, cc.records
+    assert not any("another layout than its meta function said" in h for h in hints()), hints()
 
 
 @pytest.mark.parametrize("mode", [None, "reduce-overhead"])
@@ -398,29 +386,21 @@ def test_convolution_chains_in_channels_last_give_eager_results_and_layouts(name
     """Values between convolutions planned NHWC (csrc/plan/channels_last.h): eager's values and output strides,
     where the plan chose NHWC and where something observes a layout and it keeps the traced one; and no
     convolution's result comes back in another layout than planned (which would cost a copy each call)."""
-    import logging
-
     from tests.backend import conv_chains
 
     fn = getattr(conv_chains, name)
     compiled = fastcomp.compile(fn, mode=mode)
-    caplog.set_level(logging.DEBUG, logger="fastcomp")
-    fastcomp.set_logs(perf_hints=True)
-    try:
-        with torch.no_grad(), CompileCounter() as cc:
-            for call in range(5):
-                if call == 1:
-                    assert fastcomp.wait_for_compiles(timeout=60)
-                args = conv_chains.inputs("cuda", channels=32, size=14)
-                got, want = compiled(*args), fn(*args)
-                for g, w in zip(got if isinstance(got, tuple) else [got], want if isinstance(want, tuple) else [want]):
-                    assert g.stride() == w.stride()
-                    # cuDNN's f32 convolutions run in TF32, and its NHWC and NCHW kernels round differently
-                    assert_same(g, w, rtol=2e-3, atol=2e-3 * max(1.0, w.abs().max().item()))
-        assert (cc.graph_count, cc.break_count) == (1, 0), cc.records
-        nhwc = conv_chains.nhwc_strides(channels=32, size=14)
-        assert (nhwc in cc.records[0]["plan"]) == (name == "basic_block"), cc.records[0]["plan"]
-        hints = [r.getMessage() for r in caplog.records if r.name == "fastcomp.perf_hints"]
-        assert not any("another layout than its meta function said" in h for h in hints), hints
-    finally:
-        fastcomp.set_logs()
+    with perf_hints(caplog) as hints, torch.no_grad(), CompileCounter() as cc:
+        for call in range(5):
+            if call == 1:
+                assert fastcomp.wait_for_compiles(timeout=60)
+            args = conv_chains.inputs("cuda", channels=32, size=14)
+            got, want = compiled(*args), fn(*args)
+            for g, w in zip(got if isinstance(got, tuple) else [got], want if isinstance(want, tuple) else [want]):
+                assert g.stride() == w.stride()
+                # cuDNN's f32 convolutions run in TF32, and its NHWC and NCHW kernels round differently
+                assert_same(g, w, rtol=2e-3, atol=2e-3 * max(1.0, w.abs().max().item()))
+    assert (cc.graph_count, cc.break_count) == (1, 0), cc.records
+    nhwc = conv_chains.nhwc_strides(channels=32, size=14)
+    assert (nhwc in cc.records[0]["plan"]) == (name == "basic_block"), cc.records[0]["plan"]
+    assert not any("another layout than its meta function said" in h for h in hints()), hints()

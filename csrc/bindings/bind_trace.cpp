@@ -46,6 +46,12 @@ void bind_trace(py::module_& m) {
       },
       py::arg("fn"), py::arg("args"), py::arg("kwargs") = py::none(), py::arg("grad_enabled") = false, doc);
   m.def(
+      "scaled_dot_product_attention_meta",
+      [](py::handle fn, py::tuple args, py::object kwargs, bool grad) {
+        return run(frontend::scaled_dot_product_attention_meta, fn, args, kwargs, grad);
+      },
+      py::arg("fn"), py::arg("args"), py::arg("kwargs") = py::none(), py::arg("grad_enabled") = false, doc);
+  m.def(
       "attention_meta",
       [](py::handle fn, py::tuple args, py::object kwargs, bool grad) -> py::object {
         auto out = frontend::attention_meta(fn.ptr(), args.ptr(), kwargs.is_none() ? nullptr : kwargs.ptr(), grad);

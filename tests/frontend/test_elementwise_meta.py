@@ -624,3 +624,117 @@ def test_random_attention_matches_torch(seed):
         assert got == (describe_out(out), describe_out(weights)), (got, kwargs)
         answered += 1
     assert answered > 25
+
+
+sdpa_meta = _C._testing.scaled_dot_product_attention_meta
+
+
+def sdpa_case(rng):
+    """Random F.scaled_dot_product_attention arguments: the layouts attention code makes (heads split from
+    [B, L, H*E] and transposed, contiguous, sliced), GQA, masks of every kind, and arguments torch rejects."""
+    ndim = rng.choice([4, 4, 4, 3])
+    B, H, L, S, E = rng.randint(1, 3), rng.choice([1, 2, 4]), rng.randint(1, 6), rng.randint(1, 6), rng.choice([4, 8])
+    Ev = E if rng.random() < 0.8 else 6
+    dtype = rng.choice([torch.float32, torch.float32, torch.bfloat16, torch.float64])
+    gqa = ndim == 4 and rng.random() < 0.2
+    Hk = H // 2 if gqa and H > 1 else H
+
+    def heads(n, length, e, dt=dtype):
+        if ndim == 3:
+            return make_tensor((B * n, length, e), dt, rng, rng.choice(["contiguous", "sliced"]))
+        if rng.random() < 0.6:  # [B, L, H, E] memory, as x.view(B, L, H, E).transpose(1, 2) gives
+            return make_tensor((B, length, n, e), dt, rng).transpose(1, 2)
+        return make_tensor((B, n, length, e), dt, rng, rng.choice(["contiguous", "sliced"]))
+
+    q = heads(H, L, E)
+    k = heads(Hk, S, E if rng.random() < 0.95 else E + 1)
+    v = heads(Hk, S, Ev, dtype if rng.random() < 0.95 else torch.float16)
+    if rng.random() < 0.3:
+        q = q.detach().requires_grad_()
+    kwargs = {}
+    scores = (B * H, L, S) if ndim == 3 else (B, H, L, S)
+    mask_kind = rng.choice([None, None, "bool", "float", "broadcast", "int", "wrong"])
+    if mask_kind == "bool":
+        kwargs["attn_mask"] = make_tensor(scores, torch.bool, rng)
+    elif mask_kind == "float":
+        kwargs["attn_mask"] = make_tensor(scores, dtype, rng)
+    elif mask_kind == "broadcast":
+        kwargs["attn_mask"] = make_tensor((scores[0], 1, L, S)[-ndim:] if ndim == 4 else (1, S), rng.choice([torch.bool, dtype]), rng)
+    elif mask_kind == "int":
+        kwargs["attn_mask"] = make_tensor(scores, torch.int64, rng)
+    elif mask_kind == "wrong":
+        kwargs["attn_mask"] = make_tensor((L + 1, S), torch.bool, rng)
+    if rng.random() < 0.3:
+        kwargs["is_causal"] = rng.random() < 0.7
+    if rng.random() < 0.3:
+        kwargs["scale"] = rng.choice([0.5, 1.0, 2])
+    if rng.random() < 0.3:
+        kwargs["dropout_p"] = 0.0
+    if gqa or rng.random() < 0.1:
+        kwargs["enable_gqa"] = gqa or rng.random() < 0.5
+    return (q, k, v), kwargs
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_random_scaled_dot_product_attention_meta_matches_torch(seed):
+    """The C++ rule answers what torch's meta call (the math path on meta tensors, 4 ms a call) answers: dtype,
+    shape, requires_grad, and its contiguous layout; and declines wherever that call raises."""
+    rng = random.Random(3000 + seed)
+    answered = 0
+    for _ in range(300):
+        args, kwargs = sdpa_case(rng)
+        grad = rng.random() < 0.5
+        got = sdpa_meta(F.scaled_dot_product_attention, args, kwargs, grad)
+        if got is None:
+            continue
+        where = f"{tuple(describe(a) for a in args)} { {k: describe(v) for k, v in kwargs.items()} } grad={grad}"
+        on_meta_tensors = run(F.scaled_dot_product_attention, tuple(on_meta(a) for a in args),
+                              {k: on_meta(v) for k, v in kwargs.items()}, grad)
+        if on_meta_tensors is None:
+            # The math path (the meta call's) refuses a mask with is_causal; the CPU flash kernel applies both, and
+            # the graph's call does what eager's does.
+            assert "attn_mask" in kwargs and kwargs.get("is_causal"), f"answered where the meta call raises: {where} -> {got}"
+            continue
+        assert got == on_meta_tensors, f"{where}: fast path {got}, meta call {on_meta_tensors}"
+        answered += 1
+    assert answered > 100
+
+
+def test_scaled_dot_product_attention_meta_declines_other_functions():
+    q = torch.randn(1, 2, 3, 4)
+    assert sdpa_meta(F.softmax, (q, -1), None, False) is None
+    assert sdpa_meta(F.scaled_dot_product_attention, (q, q, q), {"dropout_p": 0}, False) is None  # an int: torch's own check
+    assert sdpa_meta(F.scaled_dot_product_attention, (q, q, q), {"is_causal": True}, False) is not None
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_compiled_attention_has_the_layout_of_the_kernel_torch_runs(seed):
+    """A traced attention result has the strides of the kernel torch picks on the CPU (flash: the query's layout;
+    math: contiguous), so that code reading them, or viewing the result transposed back, traces as it runs: one
+    graph, eager's values and strides, where a wrong layout made the view raise while tracing."""
+    rng = random.Random(4000 + seed)
+    compiled = 0
+    for _ in range(12):
+        args, kwargs = sdpa_case(rng)
+        try:
+            with torch.no_grad():
+                F.scaled_dot_product_attention(*args, **kwargs)
+        except Exception:
+            continue
+
+        def f(q, k, v):
+            o = F.scaled_dot_product_attention(q, k, v, **kwargs)
+            back = o.transpose(-3, -2)
+            flat = back.view(back.shape[:-2] + (-1,)) if back.is_contiguous() else back.reshape(back.shape[:-2] + (-1,))
+            return flat * 2, o.stride(), back.is_contiguous()
+
+        fastcomp.reset()  # each case's first compile: one code object would become dynamic, then hit the limit
+        with torch.no_grad():
+            expected = f(*args)
+            with CompileCounter() as cc:
+                got = fastcomp.compile(f)(*args)
+        assert (cc.graph_count, cc.break_count) == (1, 0), (describe(args[0]), kwargs)
+        assert got[1:] == expected[1:], (describe(args[0]), kwargs)
+        torch.testing.assert_close(got[0], expected[0])
+        compiled += 1
+    assert compiled >= 6

@@ -87,4 +87,81 @@ std::optional<AttentionMeta> attention_meta(PyObject* target, PyObject* args, Py
   return out;
 }
 
+namespace {
+
+PyObject* sdpa_function() {  // owned for the process
+  static cpython::GilOnce<PyObject> fn;
+  return fn.get([] {
+    PyRef nn_c = PyRef::steal(PyImport_ImportModule("torch._C._nn"));
+    if (!nn_c) PyErr_Clear();
+    return lookup(nn_c.get(), "scaled_dot_product_attention");
+  });
+}
+
+// Whether a mask of `mask` sizes broadcasts to `scores` sizes (trailing dimensions equal or 1, no more of them).
+bool broadcasts_to(const std::vector<int64_t>& mask, const std::vector<int64_t>& scores) {
+  if (mask.size() > scores.size()) return false;
+  for (size_t i = 1; i <= mask.size(); ++i) {
+    const int64_t m = mask[mask.size() - i], s = scores[scores.size() - i];
+    if (m != 1 && m != s) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool is_scaled_dot_product_attention(PyObject* target) { return target && target == sdpa_function(); }
+
+bool bind_attention_args(PyObject* args, PyObject* kwargs, std::vector<PyObject*>* out) {
+  return PyTuple_Check(args) &&
+         bind_args(args, kwargs,
+                   {"query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa"}, 3, out);
+}
+
+std::optional<ComputedMeta> scaled_dot_product_attention_meta(PyObject* target, PyObject* args, PyObject* kwargs,
+                                                              bool grad_enabled) {
+  std::vector<PyObject*> a;
+  if (!is_scaled_dot_product_attention(target) || !bind_attention_args(args, kwargs, &a)) return std::nullopt;
+  enum { kQuery, kKey, kValue, kMask, kDropout, kCausal, kScale, kGqa };
+  Arg q, k, v, mask;
+  if (!read_tensor(a[kQuery], &q, true) || !read_tensor(a[kKey], &k, true) || !read_tensor(a[kValue], &v, true))
+    return std::nullopt;
+  const size_t ndim = q.sizes.size();
+  if ((ndim != 3 && ndim != 4) || k.sizes.size() != ndim || v.sizes.size() != ndim || !is_float(q.dt) ||
+      k.dt != q.dt || v.dt != q.dt)
+    return std::nullopt;
+  // Scalars as torch's argument parser takes them without a conversion of its own: exact floats and bools.
+  if (a[kDropout] && !PyFloat_CheckExact(a[kDropout])) return std::nullopt;
+  if (a[kDropout] && PyFloat_AS_DOUBLE(a[kDropout]) != 0.0) {
+    const double p = PyFloat_AS_DOUBLE(a[kDropout]);
+    if (!(p > 0.0 && p < 1.0)) return std::nullopt;
+  }
+  const bool gqa = a[kGqa] && a[kGqa] == Py_True;
+  if ((a[kCausal] && !PyBool_Check(a[kCausal])) || (a[kGqa] && !PyBool_Check(a[kGqa])) ||
+      (!none(a[kScale]) && !PyFloat_CheckExact(a[kScale])))
+    return std::nullopt;
+  // [..., heads, L, E] queries against [..., heads, S, E] keys and [..., heads, S, Ev] values.
+  const int64_t S = k.sizes[ndim - 2];
+  if (k.sizes[ndim - 1] != q.sizes[ndim - 1] || v.sizes[ndim - 2] != S || k.sizes[0] != q.sizes[0] ||
+      v.sizes[0] != q.sizes[0])
+    return std::nullopt;
+  if (ndim == 4) {
+    const int64_t hq = q.sizes[1], hk = k.sizes[1];
+    if (v.sizes[1] != hk || (hq != hk && !(gqa && hq % hk == 0))) return std::nullopt;
+  }
+  std::vector<int64_t> scores(q.sizes.begin(), q.sizes.end() - 1);
+  scores.push_back(S);
+  if (!none(a[kMask])) {
+    // A mask together with is_causal: the math path raises (and so does the meta call, which runs it), the CPU
+    // flash kernel applies both. The graph calls torch's function, which does as it does eagerly.
+    if (!read_tensor(a[kMask], &mask, true) || (mask.dt != kBool && mask.dt != q.dt) ||
+        !broadcasts_to(mask.sizes, scores))
+      return std::nullopt;
+  }
+  std::vector<int64_t> sizes(q.sizes.begin(), q.sizes.end() - 1);
+  sizes.push_back(v.sizes[ndim - 1]);
+  const bool grad = grad_enabled && (q.requires_grad || k.requires_grad || v.requires_grad || mask.requires_grad);
+  return fresh_result(q.dt, std::move(sizes), grad);
+}
+
 }  // namespace fastcomp::frontend

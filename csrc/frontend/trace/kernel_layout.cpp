@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "frontend/trace/attention_meta.h"
 #include "frontend/trace/meta.h"
 #include "frontend/trace/meta_args.h"
 #include "frontend/trace/torch_refs.h"
@@ -160,21 +161,94 @@ bool result_follows_stand_ins(PyObject* target, PyObject* real_args, PyObject* r
   return follows;
 }
 
-// Ops whose kernel picks among algorithms by the sizes, each with its own layout (SDPA's CPU flash kernel
-// permutes its output; the math path does not): stand-ins of other sizes would show another algorithm's layout,
-// and their meta function's layout is kept.
-bool picks_kernel_by_size(const std::string& name) {
-  const std::string base = name.substr(name.rfind('.') + 1);
-  return base == "scaled_dot_product_attention";
-}
-
-// Convolutions, whose CUDA result layout cuDNN decides (channels-last in, channels-last out).
-bool lays_out_by_library(const std::string& name) {
+// Convolutions, whose CUDA result layout cuDNN decides (channels-last in, channels-last out), and attention, whose
+// flash, memory-efficient and cuDNN kernels each lay their result out their own way ([B, L, H, E] in memory, or the
+// query's layout), where the meta function runs the math path (contiguous).
+bool lays_out_by_library(PyObject* target, const std::string& name) {
   static const char* const kOps[] = {"conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
                                      "conv_transpose3d", "convolution", "_convolution"};
   const std::string base = name.substr(name.rfind('.') + 1);
-  return std::any_of(std::begin(kOps), std::end(kOps), [&](const char* op) { return base == op; });
+  return is_scaled_dot_product_attention(target) ||
+         std::any_of(std::begin(kOps), std::end(kOps), [&](const char* op) { return base == op; });
 }
+
+// Whether the call draws random numbers on the device (attention with dropout): a probe would advance the
+// program's CUDA generator.
+bool draws_on_device(PyObject* target, PyObject* args, PyObject* kwargs) {
+  std::vector<PyObject*> a;
+  if (!is_scaled_dot_product_attention(target) || !bind_attention_args(args, kwargs, &a)) return false;
+  PyObject* p = a[4];
+  return p && !(PyFloat_Check(p) && PyFloat_AS_DOUBLE(p) == 0.0) && !(PyLong_Check(p) && PyLong_AsLong(p) == 0);
+}
+
+// A real CPU tensor with `m`'s sizes, strides, dtype and requires_grad, for torch._fused_sdp_choice, which reads
+// only metadata: uninitialised, and where its span would pass kChoiceBytes, one whose dimensions but the last are
+// broadcast (stride 0): the CPU choice reads sizes and the last stride only.
+PyRef choice_stand_in(const graph::TensorMeta& m) {
+  constexpr int64_t kChoiceBytes = int64_t(256) << 20;
+  const auto& T = torch_refs();
+  std::vector<int64_t> strides = m.strides;
+  PyRef itemsize = PyRef::steal(PyObject_GetAttrString(m.dtype.get(), "itemsize"));
+  if (!itemsize || m.sizes.empty()) return PyErr_Clear(), PyRef();
+  if (span(m.sizes, strides) * PyLong_AsLongLong(itemsize.get()) > kChoiceBytes)
+    for (size_t d = 0; d + 1 < strides.size(); ++d) strides[d] = 0;
+  PyRef size_tuple = PyRef::steal(PyTuple_New(m.sizes.size())), stride_tuple = PyRef::steal(PyTuple_New(m.sizes.size()));
+  for (size_t d = 0; d < m.sizes.size(); ++d) {
+    PyTuple_SET_ITEM(size_tuple.get(), d, PyLong_FromLongLong(m.sizes[d]));
+    PyTuple_SET_ITEM(stride_tuple.get(), d, PyLong_FromLongLong(strides[d]));
+  }
+  PyRef args = PyRef::steal(PyTuple_Pack(2, size_tuple.get(), stride_tuple.get()));
+  PyRef kwargs = PyRef::steal(Py_BuildValue("{sOsO}", "dtype", m.dtype.get(), "requires_grad",
+                                            m.requires_grad ? Py_True : Py_False));
+  return PyRef::steal(PyObject_Call(T.empty_strided.get(), args.get(), kwargs.get()));
+}
+
+// F.scaled_dot_product_attention on CPU: torch runs its flash kernel where torch._fused_sdp_choice picks it, laid out
+// as that kernel's own meta function says (the query's layout, in torch 2.4 to 2.13), else the math path, laid out
+// as the meta call (the math path on "meta") said. Null when the meta result stands.
+PyRef cpu_attention_layout(PyObject* meta_args, PyObject* meta_kwargs, PyObject* meta_out) {
+  const auto& T = torch_refs();
+  std::vector<PyObject*> a;
+  if (!bind_attention_args(meta_args, meta_kwargs, &a)) return {};
+  enum { kQuery, kKey, kValue, kMask, kDropout, kCausal, kScale, kGqa };
+  static const char* const kNames[] = {"query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale",
+                                       "enable_gqa"};
+  PyRef choice_kwargs = PyRef::steal(PyDict_New());
+  for (int i = kQuery; i <= kGqa; ++i) {
+    if (!a[i]) continue;
+    PyRef arg = T.is_tensor(a[i]) ? choice_stand_in(meta_of_tensor(a[i], nullptr)) : PyRef::borrow(a[i]);
+    if (!arg) return PyErr_Clear(), PyRef();
+    PyDict_SetItemString(choice_kwargs.get(), kNames[i], arg.get());
+  }
+  PyRef torch_choice = PyRef::steal(PyObject_GetAttrString(T.torch.get(), "_fused_sdp_choice"));
+  PyRef empty = PyRef::steal(PyTuple_New(0));
+  PyRef choice = torch_choice ? PyRef::steal(PyObject_Call(torch_choice.get(), empty.get(), choice_kwargs.get())) : PyRef();
+  constexpr long kFlash = 1;  // torch.nn.attention.SDPBackend.FLASH_ATTENTION
+  if (!choice || !PyLong_Check(choice.get()) || PyLong_AsLong(choice.get()) != kFlash) return PyErr_Clear(), PyRef();
+  // aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p, is_causal, *, attn_mask, scale)
+  PyRef ops = PyRef::steal(PyObject_GetAttrString(T.torch.get(), "ops"));
+  PyRef aten = ops ? PyRef::steal(PyObject_GetAttrString(ops.get(), "aten")) : PyRef();
+  PyRef flash = aten ? PyRef::steal(PyObject_GetAttrString(aten.get(), "_scaled_dot_product_flash_attention_for_cpu")) : PyRef();
+  if (!flash) return PyErr_Clear(), PyRef();
+  PyRef zero = PyRef::steal(PyFloat_FromDouble(0.0));
+  PyRef flash_args = PyRef::steal(PyTuple_Pack(5, a[kQuery], a[kKey], a[kValue], a[kDropout] ? a[kDropout] : zero.get(),
+                                               a[kCausal] ? a[kCausal] : Py_False));
+  PyRef flash_kwargs = PyRef::steal(PyDict_New());
+  if (a[kMask]) PyDict_SetItemString(flash_kwargs.get(), "attn_mask", a[kMask]);
+  if (a[kScale]) PyDict_SetItemString(flash_kwargs.get(), "scale", a[kScale]);
+  PyRef outs = PyRef::steal(PyObject_Call(flash.get(), flash_args.get(), flash_kwargs.get()));
+  PyObject* kernel_out = outs && PyTuple_Check(outs.get()) && PyTuple_GET_SIZE(outs.get()) > 0
+                             ? PyTuple_GET_ITEM(outs.get(), 0) : nullptr;
+  if (!kernel_out || !T.is_tensor(kernel_out)) return PyErr_Clear(), PyRef();
+  graph::TensorMeta out = meta_of_tensor(meta_out, nullptr);
+  const graph::TensorMeta kernel = meta_of_tensor(kernel_out, nullptr);
+  if (kernel.sizes != out.sizes || kernel.strides == out.strides || !dense(kernel.sizes, kernel.strides)) return {};
+  out.strides = kernel.strides;
+  PyRef restrided = make_meta_result(out);
+  PyErr_Clear();
+  return restrided;
+}
+
 
 // An uninitialised tensor of `m`'s exact sizes, strides and dtype on `device`; adds its bytes to `*bytes` and gives
 // null once they pass kCudaProbeBytes.
@@ -201,7 +275,8 @@ PyRef device_stand_in(const graph::TensorMeta& m, PyObject* device, int64_t* byt
 PyRef cuda_kernel_layout(const std::string& name, PyObject* target, PyObject* meta_args, PyObject* meta_kwargs,
                          PyObject* meta_out, PyObject* device) {
   const auto& T = torch_refs();
-  if (!lays_out_by_library(name) || !T.is_tensor(meta_out)) return {};
+  if (!lays_out_by_library(target, name) || !T.is_tensor(meta_out) || draws_on_device(target, meta_args, meta_kwargs))
+    return {};
   int64_t bytes = 0;
   auto stand_in_for = [&](PyObject* a) {
     return T.is_tensor(a) ? device_stand_in(meta_of_tensor(a, nullptr), device, &bytes) : PyRef::borrow(a);
@@ -250,9 +325,12 @@ PyRef kernel_layout(const std::string& name, PyObject* target, PyObject* meta_ar
   if (!T.is_tensor(meta_out)) return {};
   for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(meta_args); ++i)
     if (PyTuple_GET_ITEM(meta_args, i) == meta_out) return {};  // in place: the argument's own layout
+  // Attention picks its kernel by the arguments (and lays the result out by the kernel): stand-ins of other sizes
+  // would show another kernel's layout.
+  if (is_scaled_dot_product_attention(target)) return cpu_attention_layout(meta_args, meta_kwargs, meta_out);
   PyRef real_args, real_kwargs;
   bool mixed = false, exact = true;
-  if (!stand_ins(meta_args, meta_kwargs, &real_args, &real_kwargs, &mixed, &exact) || !mixed || picks_kernel_by_size(name)) {
+  if (!stand_ins(meta_args, meta_kwargs, &real_args, &real_kwargs, &mixed, &exact) || !mixed) {
     PyErr_Clear();
     return {};
   }

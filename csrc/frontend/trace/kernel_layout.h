@@ -21,18 +21,21 @@ PyRef call_keeping_rng(PyObject* target, PyObject* args, PyObject* kwargs);
 /** `meta_out`, the meta result of `target(*meta_args, **meta_kwargs)` (borrowed; `name` as in the graph,
     "torch.xlogy"), re-strided to the layout the kernel gives, when a tensor argument is not laid out row-major
     and a run of the kernel on CPU tensors of the same layouts (the same sizes when small, else sizes above 1 cut
-    to 2) lays a dense result out otherwise; null when the meta result stands (and always for an op that picks
-    its kernel by size: SDPA). Leaves no Python error set and the random number generator as it was. */
+    to 2) lays a dense result out otherwise; null when the meta result stands. F.scaled_dot_product_attention, whose
+    kernel (flash or math) torch picks by the arguments, takes the layout of the kernel torch._fused_sdp_choice picks
+    for them. Leaves no Python error set and the random number generator as it was. */
 PyRef kernel_layout(const std::string& name, PyObject* target, PyObject* meta_args, PyObject* meta_kwargs,
                     PyObject* meta_out);
 
 /** The same for a CUDA op whose kernel library picks the result's layout by a rule of its own that the meta
     function does not follow: cuDNN's convolutions give a channels-last result when the input or the weight is
-    channels-last, where the meta function says contiguous. Without it the graph would plan (and user code see) a
+    channels-last, where the meta function says contiguous; the flash and memory-efficient attention kernels lay
+    their result out as [B, L, H, E] in memory, where the meta function (the math path) says contiguous. Without it the graph would plan (and user code see) a
     layout the op does not produce, and every call would copy its result into the planned one. The op runs on
     uninitialised tensors of the arguments' exact sizes and strides on `device` (which library kernel runs, and so
     the layout, can depend on the sizes: a depthwise convolution). Null when the meta result stands: not such an
-    op, stand-ins over kCudaProbeBytes in all, or the call failed. Leaves no Python error set. */
+    op, stand-ins over kCudaProbeBytes in all, an attention with dropout (a probe would draw from the CUDA
+    generator), or the call failed. Leaves no Python error set. */
 PyRef cuda_kernel_layout(const std::string& name, PyObject* target, PyObject* meta_args, PyObject* meta_kwargs,
                          PyObject* meta_out, PyObject* device);
 

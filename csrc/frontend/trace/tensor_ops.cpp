@@ -239,8 +239,9 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
 
   // The output metadata: C++ for common ops, else torch's meta function, with the layout the kernel gives
   // (kernel_layout.h). Dynamic shapes run it again at other sizes (sym_infer.cpp).
-  // CPU tensors take the layout the CPU kernel gives stand-ins of their arguments; CUDA convolutions the one cuDNN
-  // gives (cuda_kernel_layout); other CUDA ops their meta function's.
+  // CPU tensors take the layout the CPU kernel gives stand-ins of their arguments (attention: the kernel torch picks);
+  // CUDA convolutions and attention the one their library kernel gives (cuda_kernel_layout); other CUDA ops their
+  // meta function's.
   const bool cpu_device = device && PyObject_RichCompareBool(device, T.cpu_device.get(), Py_EQ) == 1;
   const bool cuda_device = device && !cpu_device && !shapes_.active() && is_cuda_device(device);
   auto run_meta = [&](PyObject* margs, PyObject* mkwargs, std::optional<ComputedMeta>* computed) -> PyRef {
@@ -258,19 +259,25 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
       PyRef weights = attention->weights ? make_meta_result(attention->weights->meta) : PyRef::borrow(Py_None);
       return PyRef::steal(PyTuple_Pack(2, output.get(), weights.get()));
     }
-    // Without a tensor argument (torch.normal(0.0, 1.0, size), torch.tensor(...)) the call runs for real.
-    const bool runs_for_real = !device && !PyDict_GetItemString(mkwargs, "device");
-    if (runs_for_real && !computed) {
-      // A probe at other sizes (sym_infer.cpp) asks for the result's sizes only: on "meta", so that a far larger
-      // size (torch.normal(0.0, 1.0, (numel + 1,)) at 2**20 times the sizes) allocates nothing (fuzz seed 8 #38779).
-      PyRef on_meta = PyRef::steal(PyDict_Copy(mkwargs));
-      PyDict_SetItemString(on_meta.get(), "device", T.meta_device.get());
-      return PyRef::steal(PyObject_Call(target, margs, on_meta.get()));
+    PyRef out;
+    if (auto sdpa = scaled_dot_product_attention_meta(target, margs, mkwargs, grad_enabled_)) {
+      out = make_meta_result(sdpa->meta);  // the math path's layout: the device's kernel's follows
+    } else {
+      // Without a tensor argument (torch.normal(0.0, 1.0, size), torch.tensor(...)) the call runs for real.
+      const bool runs_for_real = !device && !PyDict_GetItemString(mkwargs, "device");
+      if (runs_for_real && !computed) {
+        // A probe at other sizes (sym_infer.cpp) asks for the result's sizes only: on "meta", so that a far larger
+        // size (torch.normal(0.0, 1.0, (numel + 1,)) at 2**20 times the sizes) allocates nothing (fuzz seed 8
+        // #38779).
+        PyRef on_meta = PyRef::steal(PyDict_Copy(mkwargs));
+        PyDict_SetItemString(on_meta.get(), "device", T.meta_device.get());
+        return PyRef::steal(PyObject_Call(target, margs, on_meta.get()));
+      }
+      out = runs_for_real ? call_keeping_rng(target, margs, mkwargs) : PyRef::steal(PyObject_Call(target, margs, mkwargs));
+      // A real result stands in as a meta tensor, so that later ops on it run on "meta" too (a dropout of it would
+      // draw from the generator while tracing).
+      if (out && runs_for_real && T.is_tensor(out.get())) out = PyRef::steal(PyObject_CallMethod(out.get(), "to", "s", "meta"));
     }
-    PyRef out = runs_for_real ? call_keeping_rng(target, margs, mkwargs) : PyRef::steal(PyObject_Call(target, margs, mkwargs));
-    // A real result stands in as a meta tensor, so that later ops on it run on "meta" too (a dropout of it would
-    // draw from the generator while tracing).
-    if (out && runs_for_real && T.is_tensor(out.get())) out = PyRef::steal(PyObject_CallMethod(out.get(), "to", "s", "meta"));
     if (out && cpu_device)
       if (PyRef kernel = kernel_layout(name, target, margs, mkwargs, out.get())) out = kernel;
     // On CUDA only at the traced sizes: a probe at other sizes (dynamic shapes) keeps the meta layout, as the runtime

@@ -1,7 +1,9 @@
 """Where a library model's GPU time goes, per mode: `python -m benchmarks.profile_model --model gpt2 --modes
 torch.compile,fastcomp` prints, for each mode, the wall µs per call, the GPU busy µs per call and the kernels that
 take it (torch.profiler with CUDA activity, which sees fastcomp's NVRTC launches and cuBLAS as well as torch's),
-grouped by kernel name. Models, inputs and modes are those of `benchmarks.models`; each mode runs in a fresh process.
+grouped by kernel name, then the torch ops that launched kernels (outermost op > the op that launched, e.g. an
+extern call's `aten::scaled_dot_product_attention > aten::_efficient_attention_forward`). Models, inputs and modes are
+those of `benchmarks.models`; each mode runs in a fresh process.
 A diagnostic for finding what to lower or fuse next, not a measurement to quote: the profiler adds host time.
 """
 import argparse
@@ -39,7 +41,7 @@ def child(cfg):
             run(**kwargs)
         torch.cuda.synchronize()
         wall_us = (time.perf_counter() - start) / calls * 1e6
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             for _ in range(calls):
                 run(**kwargs)
             torch.cuda.synchronize()
@@ -50,10 +52,23 @@ def child(cfg):
         k = kernels[e.name[:110]]
         k[0] += 1
         k[1] += e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
+    launchers = collections.defaultdict(lambda: [0, 0.0])
+    for e in prof.events():
+        launched = getattr(e, "kernels", None)
+        if e.device_type.name != "CPU" or not launched:
+            continue
+        outer = e
+        while outer.cpu_parent is not None:
+            outer = outer.cpu_parent
+        op = launchers[e.name if outer is e else f"{outer.name} > {e.name}"]
+        op[0] += len(launched)
+        op[1] += sum(k.duration for k in launched)
     busy = sum(v[1] for v in kernels.values()) / calls
     top = sorted(kernels.items(), key=lambda kv: -kv[1][1])[: cfg["top"]]
+    top_ops = sorted(launchers.items(), key=lambda kv: -kv[1][1])[: cfg["top"]]
     return {"wall_us": wall_us, "gpu_busy_us": busy, "launches_per_call": sum(v[0] for v in kernels.values()) / calls,
-            "kernels": [(name, n / calls, us / calls) for name, (n, us) in top]}
+            "kernels": [(name, n / calls, us / calls) for name, (n, us) in top],
+            "ops": [(name, n / calls, us / calls) for name, (n, us) in top_ops]}
 
 
 def main(argv=None):
@@ -87,6 +102,9 @@ def main(argv=None):
               f"{r['gpu_busy_us']:.0f} µs/call GPU busy, {r['launches_per_call']:.0f} kernels/call")
         print("| kernel | per call | µs/call |\n|---|---|---|")
         for name, n, us in r["kernels"]:
+            print(f"| `{name}` | {n:g} | {us:.1f} |")
+        print("\n| torch op that launched kernels | kernels per call | µs/call |\n|---|---|---|")
+        for name, n, us in r["ops"]:
             print(f"| `{name}` | {n:g} | {us:.1f} |")
         print(flush=True)
     return 0

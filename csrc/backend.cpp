@@ -76,6 +76,19 @@ std::filesystem::path dump(const std::string& graph_text, const frontend::GuardS
 // the kernels against 21.8 with cuBLASLt; H100, benchmarks/results/2026-11-25_nvidia-h100_small-matmul.md).
 bool small_matmul(bool cuda_graphs) { return config().small_matmul && !cuda_graphs; }
 
+// LowerOptions::masked_attention: whether this torch's math path softmaxes a row with no key to 0 (torch 2.5 on,
+// which has aten._safe_softmax), as its fused kernels and fastcomp's attention kernel do.
+bool masked_attention() {
+  static const bool safe = [] {
+    PyRef ops = PyRef::steal(PyObject_GetAttrString(frontend::torch_refs().torch.get(), "ops"));
+    PyRef aten = ops ? PyRef::steal(PyObject_GetAttrString(ops.get(), "aten")) : PyRef();
+    const bool has = aten && PyObject_HasAttrString(aten.get(), "_safe_softmax");
+    PyErr_Clear();
+    return has;
+  }();
+  return safe;
+}
+
 void add_tf32_guard(frontend::GuardSet& guards) {
   PyRef c = PyRef::steal(PyObject_GetAttrString(frontend::torch_refs().torch.get(), "_C"));
   PyRef fn = c ? PyRef::steal(PyObject_GetAttrString(c.get(), "_get_cublas_allow_tf32")) : PyRef();
@@ -110,7 +123,8 @@ BuiltExecutable rehearse(graph::Graph graph, bool cuda_graphs) {
   BuiltExecutable out;
   plan::Program program =
       plan::lower(graph, {0, /*require_cuda=*/false, config().fused_attention, small_matmul(cuda_graphs),
-                          config().grouped_products, config().channels_last});
+                          config().grouped_products, config().channels_last, codegen::kAttentionSharedBytes,
+                          masked_attention()});
   out.plan_text = plan_text(program, graph);
   const codegen::DeviceLimits h100;
   runtime::CudaSource source = runtime::emit_plan(program, h100);
@@ -191,7 +205,9 @@ BuiltExecutable build_cuda_executable(graph::Graph graph, frontend::GuardSet& gu
   plan::Program program;
   try {
     program = plan::lower(graph, {device, /*require_cuda=*/true, config().fused_attention, small_matmul(cuda_graphs),
-                                  config().grouped_products, config().channels_last});
+                                  config().grouped_products, config().channels_last,
+                                  codegen::attention_shared_limit(runtime::device_limits(device).arch),
+                                  masked_attention()});
   } catch (const plan::NotLowerable& e) {
     return torch_runner(std::move(graph), e.what());
   }

@@ -4,7 +4,8 @@
 // A kernel spec is a dict:
 //   {"name": str, "kind": "pointwise" | "row_reduce" | "column_reduce" | "attention" | "small_matmul", "shape": [int],
 //    column_reduce only: "reduced": [dim, ...] (the dimensions it reduces),
-//    attention only: "scale": float, "causal": bool, "rounding": "every_step" | "probabilities",
+//    attention only: "scale": float, "causal": bool, "rounding": "every_step" | "probabilities", "keys": int,
+//    "kv_heads": int (an optional input 3 is the mask),
 //    "inputs" / "outputs": [{"dtype": "f32", "strides": [int], "offset": int (optional),
 //                            "valid": [dim, begin, end] (optional)}],
 //    "exprs": [{"op": "add", "dtype": "f32", "args": [int], "operand": int, "value": float,
@@ -67,6 +68,8 @@ cg::Kernel parse_kernel(const py::dict& spec) {
   else throw py::value_error("unknown kind '" + kind + "'");
   if (spec.contains("scale")) k.attention_scale = spec["scale"].cast<double>();
   if (spec.contains("causal")) k.attention_causal = spec["causal"].cast<bool>();
+  if (spec.contains("keys")) k.attention_keys = spec["keys"].cast<int64_t>();
+  if (spec.contains("kv_heads")) k.attention_kv_heads = spec["kv_heads"].cast<int64_t>();
   if (spec.contains("rounding")) {
     const std::string r = spec["rounding"].cast<std::string>();
     if (r != "every_step" && r != "probabilities") throw py::value_error("unknown rounding '" + r + "'");
@@ -145,8 +148,8 @@ void bind_codegen(py::module_& m) {
       },
       py::arg("specs"), py::arg("sm_count") = 132, py::arg("sm") = 90, py::arg("alignment") = "vector",
       "One NVRTC program text for a list of kernel specs, for arch sm_<sm>, for vector-aligned pointers or any.");
-  m.def("attention_shared_bytes", &cg::attention_shared_bytes, py::arg("t"), py::arg("d"),
-        "Shared memory an attention kernel over t keys of d columns needs (bytes).");
+  m.def("attention_shared_bytes", &cg::attention_shared_bytes, py::arg("s"), py::arg("d"),
+        "Shared memory an attention kernel over s keys of d columns needs at least (bytes).");
   m.def(
       "kernel_text", [](const py::dict& spec) { return parse_kernel(spec).to_string(); }, py::arg("spec"),
       "Kernel::to_string of a kernel spec.");

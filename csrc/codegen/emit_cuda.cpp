@@ -83,6 +83,14 @@ constexpr const char* kBfloatRound =
     "__device__ __forceinline__ float fc_round_bf16(float x) { return fc_bf16_to_float(fc_float_to_bf16(x)); }\n";
 
 constexpr const char* kHelpers = R"(
+// A kernel's dynamic shared memory (the launch's shared bytes) as 16-byte aligned floats. CPU tests that run the
+// kernels (tests/codegen/cuda_on_cpu.h) define it as a static array first.
+#ifndef FC_DYNAMIC_SHARED_FLOATS
+#define FC_DYNAMIC_SHARED_FLOATS(name) \
+  extern __shared__ float4 name##_float4[]; \
+  float* const name = reinterpret_cast<float*>(name##_float4)
+#endif
+
 // N consecutive elements as one memory access of N * sizeof(T) bytes (16 at most).
 template <typename T, int N> struct alignas(sizeof(T) * N) fc_vec { T v[N]; };
 

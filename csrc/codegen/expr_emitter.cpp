@@ -315,25 +315,29 @@ std::vector<bool> live_exprs(const Kernel& k) {
 void validate_attention(const Kernel& k) {
   if (k.shape.size() != 4 || !all_static({k.shape[1], k.shape[2], k.shape[3]}))
     invalid(k, "an attention kernel needs a [B, H, T, D] shape with static H, T and D (B may be a symbol)");
-  if (k.inputs.size() != 3 || k.outputs.size() != 1) invalid(k, "an attention kernel takes q, k, v and writes o");
+  if ((k.inputs.size() != 3 && k.inputs.size() != 4) || k.outputs.size() != 1)
+    invalid(k, "an attention kernel takes q, k, v (and a mask) and writes o");
   if (!k.exprs.empty() || !k.stores.empty()) invalid(k, "an attention kernel has no expressions or stores");
   const DType dtype = k.inputs[0].dtype;
   if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::BF16)
     invalid(k, "attention kernels are f32, f16 or bf16");
-  for (size_t o = 0; o < 4; ++o) {
-    const Operand& op = o < 3 ? k.inputs[o] : k.outputs[0];
-    if (op.dtype != dtype) invalid(k, "an attention kernel's q, k, v and o share one dtype");
+  for (size_t o = 0; o <= k.inputs.size(); ++o) {
+    const Operand& op = o < k.inputs.size() ? k.inputs[o] : k.outputs[0];
+    if (o == 3 ? op.dtype != dtype && op.dtype != DType::Bool : op.dtype != dtype)
+      invalid(k, "an attention kernel's q, k, v and o share one dtype; its mask has it too, or is bool");
     if (op.strides.size() != 4 || op.valid.dim >= 0) invalid(k, "attention operands need 4 strides, without ranges");
     for (const Size& s : op.strides)
       if (!known_ge(s, 0)) invalid(k, "an attention operand has a negative stride");
     if (!known_ge(op.storage_offset, 0)) invalid(k, "an attention operand has a negative storage offset");
   }
-  const int64_t t = k.shape[2].hint(), d = k.shape[3].hint();
-  if (t < 1 || d < 1 || k.shape[0].hint() < 1 || k.shape[1].hint() < 1)
-    invalid(k, "an attention kernel needs at least one head, query and column");
-  if (attention_shared_bytes(t, d) > kAttentionSharedBytes)
-    invalid(k, fmt::format("T={} keys of D={} columns need {} bytes of shared memory, over {}", t, d,
-                           attention_shared_bytes(t, d), kAttentionSharedBytes));
+  const int64_t h = k.shape[1].hint(), t = k.shape[2].hint(), d = k.shape[3].hint();
+  const int64_t s = k.attention_keys ? k.attention_keys : t, hk = k.attention_kv_heads ? k.attention_kv_heads : h;
+  if (t < 1 || d < 1 || s < 1 || k.shape[0].hint() < 1 || h < 1)
+    invalid(k, "an attention kernel needs at least one head, query, key and column");
+  if (hk < 1 || h % hk != 0) invalid(k, "an attention kernel's key heads divide its query heads");
+  if (attention_shared_bytes(s, d) > kAttentionSharedBytes)
+    invalid(k, fmt::format("S={} keys of D={} columns need {} bytes of shared memory, over {}", s, d,
+                           attention_shared_bytes(s, d), kAttentionSharedBytes));
   if (!std::isfinite(k.attention_scale)) invalid(k, "the attention scale is not finite");
 }
 

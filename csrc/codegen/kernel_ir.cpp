@@ -118,7 +118,8 @@ const char* expr_op_name(ExprOp op) {
   return "?";
 }
 
-// kernel <name> <kind> shape=[...] [reduced=[<dim>,...]] [scale=<attention scale> [causal] [rounding=probabilities]]
+// kernel <name> <kind> shape=[...] [reduced=[<dim>,...]]
+//     [scale=<attention scale> [causal] [keys=<S>] [kv_heads=<Hk>] [rounding=probabilities]]
 //   in<i> <dtype> strides=[...] [offset=<n>] [valid d<dim>=[<begin>,<end>)]
 //   out<i> ...
 //   e<i> = <op> <dtype> [in<operand> [size=<n> stride=<n>] | <constant> | d<dim>=[<begin>,<end>) | e<arg> ...]
@@ -137,7 +138,9 @@ std::string Kernel::to_string() const {
     out += " reduced=[" + dims + "]";
   }
   if (kind == Kind::Attention)
-    out += fmt::format(" scale={}{}{}", attention_scale, attention_causal ? " causal" : "",
+    out += fmt::format(" scale={}{}{}{}{}", attention_scale, attention_causal ? " causal" : "",
+                       attention_keys ? fmt::format(" keys={}", attention_keys) : "",
+                       attention_kv_heads ? fmt::format(" kv_heads={}", attention_kv_heads) : "",
                        attention_rounding == AttentionRounding::Probabilities ? " rounding=probabilities" : "");
   out += "\n";
   for (size_t i = 0; i < inputs.size(); ++i) out += operand_text("in", i, inputs[i]);

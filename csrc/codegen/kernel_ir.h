@@ -112,11 +112,15 @@ struct Store {
 };
 
 struct Kernel {
-  // Attention: `shape` is [B, H, T, D] (batch, heads, sequence, head width), all static; inputs 0, 1, 2 are q,
-  // k and v and output 0 is o, each addressed over that space (element (b, h, t, d) is row t, column d of head
-  // (b, h)); the keys run over the same T as the queries. Per head: o = softmax(scale * q @ k^T, over the keys,
+  // Attention: `shape` is [B, H, T, D] (batch, query heads, queries, head width), H, T and D static; inputs 0, 1,
+  // 2 are q, k and v and output 0 is o. q and o are addressed over that space (element (b, h, t, d) is row t,
+  // column d of head (b, h)); k and v over [B, Hk, S, D], Hk = `attention_kv_heads` heads of S = `attention_keys`
+  // keys (0: H and T), query head h reading key head h / (H / Hk) (grouped-query attention). An optional input 3
+  // is a mask over [B, H, T, S] (strides 0 where it broadcasts): bool (false: the key is left out) or the
+  // operands' dtype (added to the scaled scores). Per head: o = softmax(scale * q @ k^T + mask, over the keys,
   // the keys after the query's own left out when `attention_causal`) @ v, in f32, with the operands' dtype (f32,
-  // f16 or bf16, the same for all four) for inputs and output. Rounding to that dtype in between follows
+  // f16 or bf16, the same for q, k, v and o) for inputs and output; a row whose keys are all left out is 0 (as
+  // torch's fused kernels and its math path's safe softmax give). Rounding to that dtype in between follows
   // `attention_rounding`. No exprs or stores.
   //
   // SmallMatmul: `shape` is [M, N, K], all static, M at most kSmallMatmulMaxRows; D[m, n] = sum over k of
@@ -131,6 +135,8 @@ struct Kernel {
   };
   double attention_scale = 1;      // Attention only
   bool attention_causal = false;
+  int64_t attention_keys = 0;      // S; 0: T
+  int64_t attention_kv_heads = 0;  // Hk, a divisor of H; 0: H
   AttentionRounding attention_rounding = AttentionRounding::EveryStep;
   // ColumnReduce only: per dimension of `shape`, whether Reduce expressions combine along it; the last dimension
   // is never reduced and at least one is.
@@ -195,10 +201,16 @@ struct DeviceLimits {
   int max_threads_per_sm = 2048;  // resident threads per multiprocessor: grids are sized in waves
 };
 
-/** Shared memory an attention kernel over T keys of D columns needs (its keys, values and the warps' query rows);
- *  lowering uses the attention kernel only where this is at most kAttentionSharedBytes. */
-int64_t attention_shared_bytes(int64_t t, int64_t d);
-constexpr int64_t kAttentionSharedBytes = 48 * 1024;  // static shared memory, no opt-in attribute needed
+/** Shared memory an attention kernel over S keys of D columns needs at least (its keys, values and a row a warp of
+ *  queries, then their probabilities); lowering uses the attention kernel only where this is at most
+ *  attention_shared_limit(the device's arch). */
+int64_t attention_shared_bytes(int64_t s, int64_t d);
+// The most dynamic shared memory an attention kernel asks for: a block may opt into 96 KB on sm_70, 64 KB on sm_75,
+// 99 KB on sm_86/89 and more on sm_80 and sm_90; 48 KB before sm_70.
+constexpr int64_t kAttentionSharedBytes = 96 * 1024;
+inline int64_t attention_shared_limit(runtime::cuda::CudaArch arch) {
+  return arch.sm() == 75 ? 64 * 1024 : arch.major >= 7 ? kAttentionSharedBytes : 48 * 1024;
+}
 
 // SmallMatmul kernels take at most this many rows of A: each lane keeps a running sum per row (and column) in
 // registers.

@@ -202,6 +202,8 @@ codegen::Kernel Cluster::kernel(const std::string& name, std::vector<int>* args)
   if (k.kind == codegen::Kernel::Kind::Attention) {
     k.attention_scale = attention_scale_;
     k.attention_causal = attention_causal_;
+    k.attention_keys = attention_keys_;
+    k.attention_kv_heads = attention_kv_heads_;
     k.attention_rounding = attention_rounding_;
   }
   return k;

@@ -34,12 +34,16 @@ class Cluster {
   // combined with each other, never used per element.
   void set_split(std::optional<ReductionSplit> split) { split_ = split; }
   const std::optional<ReductionSplit>& split() const { return split_; }
-  // An attention kernel (kernel_ir.h) over a [B, H, T, D] space: q, k and v are Load expressions of the cluster
-  // (one load may serve several, e.g. attention(x, x, x)) and its one store names o's buffer and layout (the
+  // An attention kernel (kernel_ir.h) over a [B, H, T, D] space: q, k and v (and a mask, or -1) are Load
+  // expressions of the cluster (one load may serve several, e.g. attention(x, x, x)); k and v span `keys` keys
+  // (0: T) of `kv_heads` heads (0: H), the mask [B, H, T, keys]. Its one store names o's buffer and layout (the
   // stored expression is not used: the kernel computes o).
-  void make_attention(int q, int k, int v, double scale, bool causal, codegen::Kernel::AttentionRounding rounding) {
+  void make_attention(int q, int k, int v, double scale, bool causal, codegen::Kernel::AttentionRounding rounding,
+                      int64_t keys = 0, int64_t kv_heads = 0, int mask = -1) {
     hand_written_ = codegen::Kernel::Kind::Attention, role_loads_ = {q, k, v};
+    if (mask >= 0) role_loads_.push_back(mask);
     attention_scale_ = scale, attention_causal_ = causal, attention_rounding_ = rounding;
+    attention_keys_ = keys, attention_kv_heads_ = kv_heads;
   }
   // A small-matmul kernel (kernel_ir.h) over an [M, N, K] space: a and w are Load expressions of the cluster, bias
   // one too or -1, and its one store names D's buffer and layout (the stored expression is not used).
@@ -116,6 +120,7 @@ class Cluster {
   std::vector<int> role_loads_;  // the loads in the kernel's input order: q, k, v (attention); a, w, bias (small matmul)
   double attention_scale_ = 1;
   bool attention_causal_ = false;
+  int64_t attention_keys_ = 0, attention_kv_heads_ = 0;
   codegen::Kernel::AttentionRounding attention_rounding_ = codegen::Kernel::AttentionRounding::EveryStep;
   bool sealed_ = false;
   std::vector<Load> loads_;

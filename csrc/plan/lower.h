@@ -29,6 +29,13 @@ struct LowerOptions {
   // Values between 2-d convolutions planned channels-last where nothing observes their layout (channels_last.h;
   // fastcomp.config.channels_last).
   bool channels_last = true;
+  // The most shared memory an attention kernel may take on the device (kernel_ir.h's attention_shared_limit).
+  int64_t attention_shared_limit = codegen::kAttentionSharedBytes;
+  // Whether F.scaled_dot_product_attention with a mask may be an attention kernel: torch's f32 paths give a query
+  // row the mask leaves no key 0, as the kernel does, from torch 2.5 on (the math path's softmax became safe).
+  // f16 and bf16 masked attention always stays torch's: it may run cuDNN's kernel, which gives such a row the
+  // mean of the values.
+  bool masked_attention = true;
 };
 
 // The largest product (m * n * k multiply-adds) lowering gives a small-matmul kernel: up to here a cuBLASLt call

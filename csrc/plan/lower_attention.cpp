@@ -191,7 +191,7 @@ bool lower_self_attention(Lowerer& L, const graph::Node& n) {
   const Sizes head_space = {B, *H, T, D};
   const double scale = std::sqrt(1.0 / D);
   if (L.options().fused_attention && T.is_static() &&
-      codegen::attention_shared_bytes(T.hint(), D) <= codegen::kAttentionSharedBytes) {
+      codegen::attention_shared_bytes(T.hint(), D) <= L.options().attention_shared_limit) {
     // One kernel for the heads (emit_attention.cpp), o written straight into [T, B, E]: element (b, h, t, d) at
     // t*B*E + b*E + h*D + d.
     const int o = alloc(L, t, {T, B, E});
@@ -274,11 +274,15 @@ bool lower_self_attention(Lowerer& L, const graph::Node& n) {
 }
 
 // F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-// enable_gqa=False) with fastcomp.config.fused_attention: self-attention heads [B, H, T, D] (q, k, v and the
-// output of one shape; H, T and D static, the batch may be a symbol) whose keys and values fit in shared memory,
-// without a mask tensor or dropout, run as one attention kernel reading q, k and v in place and writing the
-// output in eager's layout. Rounded as the fused SDPA kernels round (scores and softmax in f32, the probabilities
-// in the dtype for the product with v). Anything else stays the extern call (torch's flash or memory-efficient kernel).
+// enable_gqa=False) with fastcomp.config.fused_attention: heads [B, H, T, D] of queries against [B, Hk, S, D] keys
+// and values (H, T, S and D static, the batch may be a symbol; Hk = H, or with enable_gqa a divisor of it) whose
+// keys and values fit in shared memory, without dropout, with no mask, a causal one, or (f32, see LowerOptions::
+// masked_attention) a mask tensor of bool or the queries' dtype that broadcasts to [B, H, T, S] (not both: torch's
+// kernels disagree on that pair), run as one
+// attention kernel reading q, k, v and the mask in place and writing the output in the layout the trace gave it
+// (the probe of torch's kernel: [B, T, H, D] in memory for flash and memory-efficient). Rounded as the fused SDPA
+// kernels round (scores and softmax in f32, the probabilities in the dtype for the product with v). Anything else
+// stays the extern call (torch's flash, memory-efficient or math path).
 bool lower_scaled_dot_product_attention(Lowerer& L, const graph::Node& n) {
   if (!L.options().fused_attention || n.type != graph::ValueType::Tensor) return false;
   CallArgs args(n);
@@ -287,7 +291,9 @@ bool lower_scaled_dot_product_attention(Lowerer& L, const graph::Node& n) {
   const graph::Arg* q = tensor_arg(args.get(0, "query"));
   const graph::Arg* k = tensor_arg(args.get(1, "key"));
   const graph::Arg* v = tensor_arg(args.get(2, "value"));
-  if (!q || !k || !v || !is_none(args.get(3, "attn_mask"))) return false;
+  const graph::Arg* mask_arg = args.get(3, "attn_mask");
+  const graph::Arg* mask = is_none(mask_arg) ? nullptr : tensor_arg(mask_arg);
+  if (!q || !k || !v || (!is_none(mask_arg) && !mask)) return false;
   if (const graph::Arg* p = args.get(4, "dropout_p"); p && const_number(p) != 0.0) return false;
   bool causal = false;
   if (const graph::Arg* c = args.get(5, "is_causal")) {
@@ -295,30 +301,70 @@ bool lower_scaled_dot_product_attention(Lowerer& L, const graph::Node& n) {
     if (!b) return false;
     causal = *b;
   }
-  if (const graph::Arg* g = args.get(7, "enable_gqa"); g && const_bool(g) != false) return false;
+  if (causal && mask) return false;
+  bool gqa = false;
+  if (const graph::Arg* g = args.get(7, "enable_gqa")) {
+    const std::optional<bool> b = const_bool(g);
+    if (!b) return false;
+    gqa = *b;
+  }
   const DType t = L.node_dtype(n.id);
   if (t != DType::F32 && t != DType::F16 && t != DType::BF16) return false;
+  if (mask && (t != DType::F32 || !L.options().masked_attention)) return false;  // rows with no key: LowerOptions
   const Sizes shape = meta_sizes(n.meta);
-  // The batch may be a symbol; H, T and D size the kernel's shared arrays and loops.
+  // The batch may be a symbol; H, T, S and D size the kernel's shared arrays and loops.
   if (shape.size() != 4 || !codegen::all_static({shape[1], shape[2], shape[3]})) return false;
   for (const graph::Arg* a : {q, k, v})
-    if (!L.value(a->node).tensor || L.node_dtype(a->node) != t || meta_sizes(L.node(a->node).meta) != shape)
+    if (!L.value(a->node).tensor || L.node_dtype(a->node) != t || meta_sizes(L.node(a->node).meta).size() != 4)
       return false;
-  const int64_t T = shape[2].hint(), D = shape[3].hint();
-  if (T * D == 0 || shape[0].hint() * shape[1].hint() == 0 ||
-      codegen::attention_shared_bytes(T, D) > codegen::kAttentionSharedBytes)
+  const Sizes qs = meta_sizes(L.node(q->node).meta), ks = meta_sizes(L.node(k->node).meta),
+              vs = meta_sizes(L.node(v->node).meta);
+  if (qs != shape || ks != vs || !codegen::all_static({ks[1], ks[2], ks[3]}) || !(ks[0] == shape[0]) ||
+      ks[3].hint() != shape[3].hint())
+    return false;
+  const int64_t H = shape[1].hint(), T = shape[2].hint(), D = shape[3].hint(), Hk = ks[1].hint(), S = ks[2].hint();
+  if (Hk < 1 || (Hk != H && !(gqa && H % Hk == 0))) return false;
+  if (T * D * S == 0 || shape[0].hint() * H == 0 ||
+      codegen::attention_shared_bytes(S, D) > L.options().attention_shared_limit)
     return false;
   double scale = 1.0 / std::sqrt(double(D));
-  if (const graph::Arg* s = args.get(6, "scale"); !is_none(s)) {
-    const std::optional<double> x = const_number(s);
+  if (const graph::Arg* sc = args.get(6, "scale"); !is_none(sc)) {
+    const std::optional<double> x = const_number(sc);
     if (!x) return false;
     scale = *x;
   }
   const Sizes out_strides = meta_strides(n.meta);
   if (!is_dense(shape, out_strides)) return false;
+  // The mask over [B, H, T, S]: its own strides where its sizes match, 0 where it broadcasts (torch's rules:
+  // trailing dimensions line up, missing leading ones broadcast).
+  Sizes mask_strides;
+  Size mask_offset = 0;
+  int mask_buffer = -1;
+  DType mask_dtype = DType::Bool;
+  if (mask) {
+    if (!L.value(mask->node).tensor) return false;
+    mask_dtype = L.node_dtype(mask->node);
+    if (mask_dtype != DType::Bool && mask_dtype != t) return false;
+    const Sizes msizes = meta_sizes(L.node(mask->node).meta);
+    if (msizes.size() > 4) return false;
+    const Sizes scores = {shape[0], Size(H), Size(T), Size(S)};
+    for (size_t d = 0; d < msizes.size(); ++d) {
+      const Size& size = msizes[d];
+      if (!(size.is_static() && size.hint() == 1) && !(size == scores[4 - msizes.size() + d])) return false;
+    }
+  }
 
   // From here on the node is lowered.
   const int qb = L.buffer_for(q->node), kb = L.buffer_for(k->node), vb = L.buffer_for(v->node);
+  if (mask) {
+    mask_buffer = L.buffer_for(mask->node);
+    const Buffer& mb = L.buffer(mask_buffer);
+    mask_offset = mb.offset;
+    mask_strides.assign(4, Size(0));  // 0 where the mask broadcasts
+    const size_t lead = 4 - mb.sizes.size();
+    for (size_t d = 0; d < mb.sizes.size(); ++d)
+      if (!(mb.sizes[d].is_static() && mb.sizes[d].hint() == 1)) mask_strides[lead + d] = mb.strides[d];
+  }
   Buffer o;
   o.kind = Buffer::Kind::Alloc;
   o.node = n.id;
@@ -328,13 +374,17 @@ bool lower_scaled_dot_product_attention(Lowerer& L, const graph::Node& n) {
   const int ob = L.add_buffer(o);
   L.value(n.id).tensor = true;
   L.value(n.id).buffer = ob;
-  L.add_kernel(shape, {qb, kb, vb}, [&](Cluster& c) {
-    int loads[3];
+  std::vector<int> inputs = {qb, kb, vb};
+  if (mask) inputs.push_back(mask_buffer);
+  L.add_kernel(shape, inputs, [&](Cluster& c) {
+    int loads[4] = {-1, -1, -1, -1};
     for (int i = 0; i < 3; ++i) {
-      const Buffer& b = L.buffer(std::array{qb, kb, vb}[i]);
+      const Buffer& b = L.buffer(inputs[i]);
       loads[i] = c.load(b.root, t, b.strides, b.offset);
     }
-    c.make_attention(loads[0], loads[1], loads[2], scale, causal, codegen::Kernel::AttentionRounding::Probabilities);
+    if (mask) loads[3] = c.load(L.buffer(mask_buffer).root, mask_dtype, mask_strides, mask_offset);
+    c.make_attention(loads[0], loads[1], loads[2], scale, causal, codegen::Kernel::AttentionRounding::Probabilities,
+                     S, Hk, loads[3]);
     c.store(loads[2], ob, t, out_strides, 0);
   });
   return true;

@@ -629,23 +629,23 @@ case("mha_unfused_batch_first", lambda x, attn: attn(x, x, x)[0], mha_args(True)
 case("mha_unfused_seq_first", lambda x, attn: attn(x, x, x, need_weights=False)[0] * 2, mha_args(False),
      MHA_SHAPES, plan=(3, 4, 0), config=UNFUSED)
 # By default the heads are one attention kernel between the two projections (the shapes' heads all fit in shared
-# memory, T=89 of width 64 just).
+# memory, T=179 of width 64 just).
 case("mha_fused_batch_first", lambda x, attn: attn(x, x, x)[0], mha_args(True), MHA_SHAPES, plan=(1, 2, 1),
      config=FUSED)
 case("mha_fused_seq_first", lambda x, attn: attn(x, x, x, need_weights=False)[0] * 2, mha_args(False),
-     MHA_SHAPES + ((2, 89, 128, 2),), plan=(2, 2, 0), config=FUSED)
+     MHA_SHAPES + ((2, 179, 128, 2),), plan=(2, 2, 0), config=FUSED)
 # At 32 tokens or fewer (batch * seq) the two projections are small-matmul kernels, as F.linear's are.
 SMALL_MHA_SHAPES = ((2, 5, 24, 3), (3, 1, 16, 4), (1, 32, 64, 8))
 case("mha_fused_small_projections", lambda x, attn: attn(x, x, x)[0], mha_args(True), SMALL_MHA_SHAPES,
      plan=(3, 0, 1))
 case("mha_unfused_small_projections", lambda x, attn: attn(x, x, x, need_weights=False)[0] * 2, mha_args(False),
      SMALL_MHA_SHAPES, plan=(5, 2, 0), config={"fused_attention": False})
-# Keys that do not fit in shared memory (T=92, D=64): the four steps of the unfused heads.
+# Keys that do not fit in shared memory (T=180, D=64): the four steps of the unfused heads.
 case("mha_fused_too_long_keeps_the_steps", lambda x, attn: attn(x, x, x, need_weights=False)[0] * 2,
-     mha_args(False), ((2, 92, 128, 2),), plan=(3, 4, 0))
+     mha_args(False), ((2, 180, 128, 2),), plan=(3, 4, 0))
 # F.scaled_dot_product_attention: one attention kernel reading q, k, v in place (then the pointwise * 2);
 # (B, H, T, D), the last one the longest T of width 64 that fits in shared memory. Off, torch's kernel.
-SDPA_SHAPES = ((2, 3, 5, 8), (1, 1, 1, 16), (2, 4, 33, 64), (1, 2, 89, 64))
+SDPA_SHAPES = ((2, 3, 5, 8), (1, 1, 1, 16), (2, 4, 33, 64), (1, 2, 179, 64))
 
 
 def sdpa_args(shape, dtype, device):
@@ -666,13 +666,58 @@ case("sdpa_fused_causal_scaled", lambda q, k, v: F.scaled_dot_product_attention(
 # attention output (torch's kernel rounds its probabilities to bf16) would exceed a tolerance scaled by the result.
 case("sdpa_fused_same_tensor", lambda x: F.scaled_dot_product_attention(x, x, x, is_causal=True) + x, one,
      SDPA_SHAPES, plan=(2, 0, 0))
-# A mask tensor, or keys that do not fit in shared memory: torch's own kernel.
-case("sdpa_fused_with_a_mask_is_extern",
+# Masks: a bool one made in the graph (its kernel, then the attention kernel reading it), an additive one broadcast
+# over the heads as HF's [B, 1, T, S] masks are, a key padding mask [B, 1, 1, S] (f32 only: in f16 and bf16 a
+# mask keeps torch's kernel, LowerOptions::masked_attention); grouped-query heads; queries against keys of another
+# length (cross-attention).
+case("sdpa_fused_with_a_bool_mask",
      lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=q[..., :1] > k[..., :1].mT) * 2, sdpa_args,
-     ((2, 3, 5, 8),), plan=(2, 0, 1))
+     ((2, 3, 5, 8), (2, 4, 33, 64)), plan=(3, 0, 0), dtypes=(torch.float32,))
+
+
+def sdpa_with_additive_mask(shape, dtype, device):
+    b, h, t, d = shape
+    return sdpa_head_views(shape, dtype, device) + (randn((b, 1, t, t), dtype, device),)
+
+
+def sdpa_with_key_padding(shape, dtype, device):
+    b, h, t, d = shape
+    keep = torch.arange(t, device=device) < torch.tensor([t, max(t // 2, 1)] * b, device=device)[:b, None]
+    return sdpa_head_views(shape, dtype, device) + (keep[:, None, None, :],)
+
+
+def sdpa_grouped(shape, dtype, device):
+    b, h, t, d = shape
+    return (randn((b, h, t, d), dtype, device), randn((b, h // 2, t, d), dtype, device),
+            randn((b, h // 2, t, d), dtype, device))
+
+
+def sdpa_cross(shape, dtype, device):
+    b, h, t, d = shape
+    return (randn((b, h, t, d), dtype, device), randn((b, h, 2 * t + 1, d), dtype, device),
+            randn((b, h, 2 * t + 1, d), dtype, device), randn((1, h, t, 2 * t + 1), dtype, device))
+
+
+case("sdpa_fused_with_an_additive_mask", lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m) * 2,
+     sdpa_with_additive_mask, ((2, 3, 5, 8), (2, 4, 33, 64)), plan=(2, 0, 0), dtypes=(torch.float32,))
+case("sdpa_half_with_a_mask_is_extern",
+     lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m) * 2,
+     sdpa_with_additive_mask, ((2, 3, 5, 8),), plan=(1, 0, 1), dtypes=(torch.float16, torch.bfloat16))
+case("sdpa_fused_with_a_key_padding_mask",
+     lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m, scale=0.2) * 2,
+     sdpa_with_key_padding, ((2, 3, 5, 8), (2, 4, 33, 64)), plan=(2, 0, 0), dtypes=(torch.float32,))
+case("sdpa_fused_grouped_query_heads",
+     lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True) * 2,
+     sdpa_grouped, ((2, 4, 5, 8), (1, 8, 33, 64)), plan=(2, 0, 0))
+case("sdpa_fused_cross_attention_with_a_bias",
+     lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m) * 2,
+     sdpa_cross, ((2, 3, 5, 8), (2, 4, 33, 64)), plan=(2, 0, 0), dtypes=(torch.float32,))
+case("sdpa_fused_cross_attention", lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v) * 2,
+     sdpa_cross, ((2, 3, 5, 8), (2, 4, 33, 64)), plan=(2, 0, 0))
+# Keys that do not fit in shared memory, or fused attention off: torch's own kernel.
 case("sdpa_unfused_is_extern", lambda q, k, v: F.scaled_dot_product_attention(q, k, v) * 2, sdpa_args,
      ((2, 3, 5, 8),), plan=(1, 0, 1), config=UNFUSED)
 case("sdpa_fused_too_long_is_extern", lambda q, k, v: F.scaled_dot_product_attention(q, k, v) * 2, sdpa_args,
-     ((1, 2, 92, 64),), plan=(1, 0, 1))
+     ((1, 2, 180, 64),), plan=(1, 0, 1))
 # The averaged weights are needed: torch's own multi_head_attention_forward runs (the sum and the add are kernels).
 case("mha_weights_used_is_extern", mha_weights_used, mha_args(True), MHA_SHAPES, plan=(2, 0, 4))

@@ -404,3 +404,58 @@ def test_convolution_chains_in_channels_last_give_eager_results_and_layouts(name
     nhwc = conv_chains.nhwc_strides(channels=32, size=14)
     assert (nhwc in cc.records[0]["plan"]) == (name == "basic_block"), cc.records[0]["plan"]
     assert not any("another layout than its meta function said" in h for h in hints()), hints()
+
+
+def attention_heads(x, heads):
+    """[B, L, H*E] split into heads as attention layers do: [B, H, L, E] over [B, L, H, E] memory."""
+    B, L, D = x.shape
+    return x.view(B, L, heads, D // heads).transpose(1, 2)
+
+
+def attention_block(q_in, k_in, v_in, mask, causal, kv_heads):
+    q, k, v = attention_heads(q_in, 8), attention_heads(k_in, kv_heads), attention_heads(v_in, kv_heads)
+    o = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
+                                                         enable_gqa=kv_heads != 8)
+    B, H, L, E = o.shape
+    back = o.transpose(1, 2)
+    # view() where the kernel's layout allows it, as code written against eager's layout does
+    flat = back.view(B, L, H * E) if back.is_contiguous() else back.reshape(B, L, H * E)
+    return flat * 2, o.stride()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("form", ["causal", "bool_mask", "float_mask", "gqa", "long"])
+@pytest.mark.parametrize("mode", [None, "reduce-overhead"])
+def test_attention_results_have_the_kernels_layout(dtype, form, mode, caplog):
+    """F.scaled_dot_product_attention through torch's kernels (flash, memory-efficient, cuDNN) lays its result out
+    as that kernel does ([B, L, H, E] in memory, where the meta function says contiguous): the trace probes it, so
+    the graph has eager's strides, a view of the result transposed back is traced, and no call copies the result
+    into another layout."""
+    B, L = 2, 1024 if form == "long" else 64
+    kv_heads = 2 if form == "gqa" else 8
+
+    def make():
+        xs = [torch.randn(B, L, 8 * 64, device="cuda", dtype=dtype) for _ in range(2)]
+        x_kv = torch.randn(B, L, kv_heads * 64, device="cuda", dtype=dtype)
+        mask = None
+        if form == "bool_mask":
+            mask = torch.rand(B, 1, L, L, device="cuda") > 0.2
+        elif form == "float_mask":
+            mask = torch.randn(B, 1, L, L, device="cuda", dtype=dtype)
+        return xs[0], x_kv, x_kv if form == "gqa" else xs[1], mask
+
+    causal = form in ("causal", "gqa", "long")
+    compiled = fastcomp.compile(attention_block, mode=mode)
+    rtol, atol = TOLERANCE[dtype]
+    with perf_hints(caplog) as hints, torch.no_grad(), CompileCounter() as cc:
+        for call in range(4):
+            if call == 1:
+                assert fastcomp.wait_for_compiles(timeout=60)
+            q_in, k_in, v_in, mask = make()
+            got = compiled(q_in, k_in, v_in, mask, causal, kv_heads)
+            want = attention_block(q_in, k_in, v_in, mask, causal, kv_heads)
+            assert got[1] == want[1]
+            assert got[0].stride() == want[0].stride()
+            assert_same(got[0], want[0], rtol=rtol * 10, atol=atol * 10)
+    assert (cc.graph_count, cc.break_count) == (1, 0), cc.records
+    assert not any("another layout than its meta function said" in h for h in hints()), hints()

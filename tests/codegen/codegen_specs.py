@@ -273,6 +273,37 @@ def sdpa_attention(b=2, h=3, t=33, d=48, causal=True, name="sdpa_attention"):
     return s.spec
 
 
+def sdpa_masked_attention(b=2, h=4, t=5, s=7, d=8, kv_heads=2, mask="float", mask_dims=(0, 2, 3), dtype="f32",
+                          causal=False, name="sdpa_masked"):
+    """F.scaled_dot_product_attention over [B, H, T, D] queries against S keys of `kv_heads` heads (grouped-query
+    attention when fewer than H), with a mask over [B, H, T, S] ("bool", "float" or None) present along
+    `mask_dims` and broadcast (stride 0) along the others, as HF's [B, 1, T, S] masks are. q and o in [B, T, H, D]
+    memory (heads split from a projection), k and v contiguous. operand_shapes() gives each input's own shape."""
+    sp = Spec(name, [b, h, t, d], "attention")
+    sp.d.update(scale=0.25, causal=causal, rounding="probabilities", keys=s, kv_heads=kv_heads)
+    sp.input(dtype, [t * h * d, d, h * d, 1])
+    sp.input(dtype, [kv_heads * s * d, s * d, d, 1])
+    sp.input(dtype, [kv_heads * s * d, s * d, d, 1], offset=3)
+    if mask:
+        sizes = [b, h, t, s]
+        present = [n if i in mask_dims else 1 for i, n in enumerate(sizes)]
+        strides = contiguous(present)
+        sp.input("bool" if mask == "bool" else dtype, [st if i in mask_dims else 0 for i, st in enumerate(strides)])
+    sp.output(dtype, [t * h * d, d, h * d, 1])
+    return sp.spec
+
+
+def operand_shapes(spec):
+    """Each input's shape: the space's for an attention kernel's q, [B, Hk, S, D] for k and v, [B, H, T, S] for the
+    mask; the space's for other kernels."""
+    shape = spec["shape"]
+    if spec["kind"] != "attention":
+        return [shape] * len(spec["inputs"])
+    b, h, t, d = shape
+    s, hk = spec.get("keys") or t, spec.get("kv_heads") or h
+    return [shape, [b, hk, s, d], [b, hk, s, d], [b, h, t, s]][:len(spec["inputs"])]
+
+
 def small_matmul(m=32, n=1024, k=512, dtype="f32", bias=True, a_row=None, w_row=None, a_offset=0,
                  name="small_matmul"):
     """F.linear of a few rows as lowering writes it: x [m, k] (rows a_row apart, from a_offset) and the weight

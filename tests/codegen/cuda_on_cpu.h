@@ -21,6 +21,8 @@
 #define __launch_bounds__(n)
 #define __restrict__ __restrict
 #define __shared__ static
+// Dynamic shared memory (the emitted prelude's macro, defined here first): a static array as large as any kernel asks.
+#define FC_DYNAMIC_SHARED_FLOATS(name) alignas(16) static float name[256 * 1024 / sizeof(float)]
 // A gather's out-of-range index ends the CUDA context; here, the process.
 inline void __trap() { std::abort(); }
 

@@ -35,11 +35,11 @@ def test_kernel_text_shows_a_causal_mask_and_the_rounding():
 def test_a_causal_row_sees_the_keys_up_to_its_own():
     code = T.emit_kernel(S.mha_attention(b=2, h=2, t=40, d=8, causal=True))[0]
     assert code.startswith("// mha_attention: causal attention")
-    assert "const int keys = min(t0 + warp + 8 * i + 1, T);" in code and "if (c * 32 + lane < keys) m = fc_max(m, s[i][c]);" in code
+    assert "const int keys = min(t0 + warp + 8 * i + 1, S);" in code and "if (c * 32 + lane < keys) m = fc_max(m, s[i][c]);" in code
     # p is 0 past a row's keys, so the product with the values stops at the warp's last row's keys
-    assert "const int j_end = min(t0 + warp + 8 * (RW - 1) + 1, T);" in code
+    assert "const int j_end = min(t0 + warp + 8 * (RW - 1) + 1, S);" in code
     plain = T.emit_kernel(S.mha_attention(b=2, h=2, t=40, d=8))[0]
-    assert "const int keys = T;" in plain and "const int j_end = T;" in plain
+    assert "const int keys = S;" in plain and "const int j_end = S;" in plain
 
 
 def test_sdpa_rounding_keeps_the_scores_in_f32():
@@ -51,15 +51,18 @@ def test_sdpa_rounding_keeps_the_scores_in_f32():
 @pytest.mark.parametrize("b, h, t, grid, rows_per_warp", [
     (16, 8, 64, 128 * 2, 4),  # W7: 128 heads, each split over 2 blocks of 32 rows for a block per SM of 132
     (4, 4, 32, 16 * 4, 1),    # W10: 16 heads of 32 rows, 8 rows a block (one per warp)
-    (256, 8, 64, 2048 * 2, 4),  # many heads: 64 rows do not fit at once (56 would), so two blocks of 32 a head
+    (256, 8, 64, 2048, 8),    # many heads: one block of 64 rows a head
     (256, 8, 48, 2048, 6),    # many heads of 48 rows: one block a head
+    (256, 8, 160, 2048 * 7, 3),  # 160 keys and values take 81 KB of the 96: 24 rows a block at most
 ])
 def test_launch_shape_gives_each_sm_a_block_then_each_warp_the_most_rows(b, h, t, grid, rows_per_warp):
     code, got_grid, block, shared = T.emit_kernel(S.mha_attention(b=b, h=h, t=t, d=64), 132)
-    assert (got_grid, block, shared) == (grid, 256, 0)  # static shared memory: no launch argument
+    # dynamic shared memory: the rows' queries (then probabilities), the keys padded to 65 columns, the values
+    assert (got_grid, block, shared) == (grid, 256, (8 * rows_per_warp * max(t, 64) + t * 65 + t * 64) * 4)
     assert code.startswith(f"// mha_attention: attention over [B, H, T, D] = [{b}, {h}, {t}, 64]")
     assert f", {rows_per_warp} a warp;" in code.splitlines()[0]
-    assert "__shared__ float ks[T][D + 1];" in code  # padded: 32 lanes reading 32 keys hit 32 banks
+    # padded: 32 lanes reading 32 keys hit 32 banks
+    assert "float (*const ks)[D + 1] = reinterpret_cast<float (*)[D + 1]>(fc_shared + R * W);" in code
 
 
 def test_heads_with_contiguous_rows_are_read_four_elements_at_a_time():
@@ -70,9 +73,9 @@ def test_heads_with_contiguous_rows_are_read_four_elements_at_a_time():
     assert "mha_attention_head<false>" in T.emit_kernel(odd)[0] and not T.vector_operands(odd)
 
 
-def test_shared_memory_bound_is_the_static_limit():
-    # 8 query rows (one a warp) of max(T, D) entries, keys and values
-    assert T.attention_shared_bytes(89, 64) <= 48 * 1024 < T.attention_shared_bytes(90, 64)
+def test_shared_memory_bound_is_the_dynamic_limit():
+    # 8 query rows (one a warp) of max(S, D) entries, keys and values: 179 keys of 64 columns fit in 96 KB
+    assert T.attention_shared_bytes(179, 64) <= 96 * 1024 < T.attention_shared_bytes(180, 64)
 
 
 @pytest.mark.parametrize("mutate, message", [
@@ -80,7 +83,9 @@ def test_shared_memory_bound_is_the_static_limit():
     (lambda d: d["inputs"][1].update(dtype="f16"), "share one dtype"),
     (lambda d: d["inputs"].pop(), "takes q, k, v"),
     (lambda d: d.update(shape=[2, 2, 4]), r"\[B, H, T, D\]"),
-    (lambda d: d.update(shape=[1, 1, 128, 64]), "shared memory"),
+    (lambda d: d.update(shape=[1, 1, 180, 64]), "shared memory"),
+    (lambda d: d.update(kv_heads=3), "key heads divide"),
+    (lambda d: d["inputs"].append(dict(dtype="f16", strides=[0, 0, 4, 1], offset=0)), "mask has it too, or is bool"),
     (lambda d: d["exprs"].append(dict(op="constant", dtype="f32", value=1.0)), "no expressions"),
     (lambda d: d["outputs"][0].update(strides=[1, 1, 1]), "4 strides"),
     (lambda d: d.update(scale=float("inf")), "not finite"),
@@ -115,6 +120,32 @@ def test_half_kernels_round_each_step_as_torch_does_and_compile(nvrtc, dtype):
         ok, log, _ = nvrtc.compile(T.emit_program([spec], sm=sm), arch=f"compute_{sm}")
         assert ok, log
         assert "warning" not in log, log
+
+
+def test_a_mask_is_added_to_the_scores_or_leaves_keys_out():
+    additive = T.emit_kernel(S.sdpa_masked_attention(mask="float", dtype="bf16"))[0]
+    assert additive.startswith("// sdpa_masked: attention over [B, H, T, D] = [2, 4, 5, 8], 7 keys, 2 key heads: "
+                               "softmax(q k^T + mask) v")
+    assert "const int64_t head = blockIdx.x / 1, b = head / 4, h = head % 4, hk = h / 2;" in additive
+    assert "s[i][c] += fc_bf16_to_float(mask[mask_row + int64_t(c * 32 + lane) * 1]);" in additive
+    # a row with every key left out has 0 probabilities, not 0 / 0
+    assert "if (m == __int_as_float(0xff800000)) m = 0.0f;" in additive
+    assert "s[i][c] = fc_round_bf16(l > 0.0f ? s[i][c] / l : 0.0f);" in additive
+    boolean = T.emit_kernel(S.sdpa_masked_attention(mask="bool", mask_dims=(3,)))[0]
+    assert "const bool* __restrict__ mask = in3 + (0 + b * 0 + h * 0);" in boolean
+    assert "const int64_t mask_row = int64_t(min(t0 + warp + 8 * i, T - 1)) * 0;" in boolean
+    assert "if (c * 32 + lane < keys && !mask[mask_row + int64_t(c * 32 + lane) * 1]) s[i][c] = __int_as_float(0xff800000);" in boolean
+    plain = T.emit_kernel(S.sdpa_masked_attention(mask=None))[0]
+    assert "mask_row" not in plain and "in3" not in plain and "s[i][c] = s[i][c] / l;" in plain
+
+
+@pytest.mark.parametrize("case", [dict(mask="float", dtype="bf16"), dict(mask="bool", dtype="f16", t=1, s=40),
+                                  dict(mask=None, kv_heads=1, causal=True, t=9, s=4), dict(mask="bool", d=6)],
+                         ids=str)
+def test_masked_and_grouped_kernels_compile(nvrtc, case):
+    ok, log, _ = nvrtc.compile(T.emit_program([S.sdpa_masked_attention(**case)]))
+    assert ok, log
+    assert "warning" not in log, log
 
 
 @pytest.mark.gpu

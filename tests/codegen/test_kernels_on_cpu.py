@@ -76,6 +76,45 @@ def test_attention_kernels_read_each_operand_in_its_own_layout(causal):
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
 
 
+def attention_reference(spec, inputs):
+    """torch's F.scaled_dot_product_attention in f64 on an attention spec's operands (operand_shapes)."""
+    q, k, v, *mask = (torch.as_strided(x, shape, i["strides"], i["offset"])
+                      for x, shape, i in zip(inputs, S.operand_shapes(spec), spec["inputs"]))
+    mask = mask[0] if mask else None
+    if mask is not None and mask.dtype != torch.bool:
+        mask = mask.double()
+    return torch.nn.functional.scaled_dot_product_attention(
+        q.double(), k.double(), v.double(), attn_mask=mask, is_causal=spec["causal"], scale=spec["scale"],
+        enable_gqa=spec["kv_heads"] != spec["shape"][1])
+
+
+def attention_inputs(spec, seed):
+    g = torch.Generator().manual_seed(seed)
+    return [G.random_storage(i["dtype"], G.storage_elements(shape, i["strides"], i["offset"]), g, device="cpu")
+            for shape, i in zip(S.operand_shapes(spec), spec["inputs"])]
+
+
+@pytest.mark.parametrize("case", [
+    dict(mask="float"), dict(mask="bool"), dict(mask="bool", mask_dims=(3,)),  # a key padding mask
+    dict(mask="float", mask_dims=(1, 2, 3)), dict(mask=None, causal=True), dict(mask=None, t=9, s=4, causal=True),
+    dict(mask="bool", t=1, s=40), dict(mask=None, kv_heads=4), dict(mask="float", h=3, kv_heads=1, d=6),
+], ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items()))
+def test_attention_kernels_take_masks_other_key_counts_and_key_heads(case):
+    """Cross-attention (S keys, not T), grouped-query heads and masks (bool: a left-out key; float: added to the
+    scores; broadcast over batch, heads or queries), and rows whose keys a bool mask all leaves out (0, as torch
+    gives), against torch's F.scaled_dot_product_attention."""
+    spec = S.sdpa_masked_attention(**case)
+    inputs = attention_inputs(spec, seed=len(str(case)))
+    left_out = case["mask"] == "bool" and case.get("mask_dims", (0, 2, 3)) == (0, 2, 3)
+    if left_out:
+        inputs[3][: spec["keys"]] = False  # query 0 of batch 0 (every head) sees no key
+    (got,) = run(spec, inputs)
+    want = attention_reference(spec, inputs)
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
+    if left_out:
+        assert (want[0, :, 0] == 0).all() and (want[1:] != 0).any()
+
+
 # Column reductions: a column per thread (or `vec` of them), R split across a block's threads where there are few
 # columns; strided inputs, reduced dimensions apart from each other, a per-element store and epilogue inputs.
 @pytest.mark.parametrize("spec", [

@@ -282,11 +282,23 @@ def write_report(report, out):
 
 
 def merge(reports):
-    """One report from parts run on one machine: their rows in order; the parts must agree on the environment."""
+    """One report from parts run on one machine: their rows in order; the parts must agree on the environment. A
+    row (model, batch, dtype) in several parts (a re-run of rows that ran out of time) is taken whole from the part
+    that ran the most of its modes, the earlier on a tie: each row's numbers come from one run side by side."""
     envs = {json.dumps(r["environment"], sort_keys=True) for r in reports}
     if len(envs) != 1:
         raise SystemExit(f"the parts ran in different environments: {sorted(envs)}")
-    merged = dict(reports[0], rows=[row for r in reports for row in r["rows"]])
+    ran = lambda row: sum("failed" not in r for r in row["modes"].values())  # noqa: E731
+    rows, index = [], {}
+    for report in reports:
+        for row in report["rows"]:
+            key = (row["model"], row["batch"], row["dtype"])
+            if key not in index:
+                index[key] = len(rows)
+                rows.append(row)
+            elif ran(row) > ran(rows[index[key]]):
+                rows[index[key]] = row
+    merged = dict(reports[0], rows=rows)
     merged["command"] = " + ".join(r.get("command", "") for r in reports)
     return merged
 
@@ -306,7 +318,7 @@ def chart(report, path):
     if not rows:
         return "no row has a torch.compile time"
     modes = [m for m in MODES if m != "torch.compile"]
-    labels = [f"{r['model']}\n{r['batch']} {r['dtype']}" for r in rows]
+    labels = [f"{r['model'].removeprefix('timm-').split('_patch')[0]}\n{r['batch']} {r['dtype']}" for r in rows]
     width = 0.8 / len(modes)
     figure, axis = plt.subplots(figsize=(max(8, 1.1 * len(rows)), 5))
     for i, mode in enumerate(modes):

@@ -258,3 +258,23 @@ def test_dynamic_batches_case_runs_fastcomp_on_the_cpu(tmp_path):
     (row,) = json.loads((tmp_path / "dynamic_batches.json").read_text())
     assert row["status"] == "ok" and row["compiles"] == 2, row  # static first, then one dynamic entry
     assert "| W5 | fc |" in (tmp_path / "dynamic_batches.md").read_text()
+
+
+def test_model_reports_take_each_row_from_the_part_that_ran_most_of_it():
+    from benchmarks import models
+
+    env = {"gpu": "H100", "torch": "2.11"}
+    first = {"environment": env, "command": "--models gpt2,bert", "rows": [
+        {"model": "gpt2", "batch": 8, "dtype": "f32",
+         "modes": {"eager": {"us": 2000.0}, "fastcomp": {"failed": "not run: time budget"}}},
+        {"model": "bert", "batch": 8, "dtype": "f32", "modes": {"eager": {"us": 2300.0}, "fastcomp": {"us": 1.0}}}]}
+    rerun = {"environment": env, "command": "--models gpt2,bert", "rows": [
+        {"model": "gpt2", "batch": 8, "dtype": "f32", "modes": {"eager": {"us": 2100.0}, "fastcomp": {"us": 1700.0}}},
+        {"model": "bert", "batch": 8, "dtype": "f32", "modes": {"eager": {"us": 2400.0}, "fastcomp": {"us": 2.0}}}]}
+    merged = models.merge([first, rerun])
+    assert [(r["model"], r["batch"]) for r in merged["rows"]] == [("gpt2", 8), ("bert", 8)]
+    assert merged["rows"][0]["modes"] == {"eager": {"us": 2100.0}, "fastcomp": {"us": 1700.0}}  # ran more modes
+    assert merged["rows"][1]["modes"] == {"eager": {"us": 2300.0}, "fastcomp": {"us": 1.0}}  # a tie: the first
+    assert merged["command"] == "--models gpt2,bert + --models gpt2,bert"
+    with pytest.raises(SystemExit, match="different environments"):
+        models.merge([first, dict(rerun, environment={"gpu": "H200", "torch": "2.11"})])

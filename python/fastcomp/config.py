@@ -27,9 +27,10 @@ Environment variables give the start-up values:
   candidate algorithms on the GPU and keeps the fastest (a few ms of GPU time per product shape, once per
   process); off keeps cuBLASLt's heuristic pick, so the algorithm, and with it the last bits of results, never
   depend on timing.
-- ``FASTCOMP_FUSED_ATTENTION`` (on/off, default on): self-attention heads whose keys and values fit in shared
-  memory run as one kernel; off runs them as a head-splitting kernel, two batched cuBLASLt products and a softmax
-  kernel.
+- ``FASTCOMP_FUSED_ATTENTION`` (on/off, default on): attention heads (``nn.MultiheadAttention``,
+  ``F.scaled_dot_product_attention``) whose keys and values fit in shared memory run as one kernel; off runs
+  ``nn.MultiheadAttention``'s as a head-splitting kernel, two batched cuBLASLt products and a softmax kernel, and
+  ``F.scaled_dot_product_attention`` as torch's kernel.
 - ``FASTCOMP_SMALL_MATMUL`` (on/off, default on): ``F.linear`` (and ``nn.MultiheadAttention``'s projections) of at
   most 32 rows (under 2^25 multiply-adds, both operands contiguous along K) runs as a kernel of fastcomp's own,
   which saves the host a cuBLASLt call and needs no cuBLASLt at all (a warm start plans none); not under

@@ -11,7 +11,8 @@ import warnings
 
 import torch
 
-from tests.fuzz.ops import BINARY, CASTS, COMBINE, FACTORIES, INDEX, MATMUL, REDUCE, SLICES, UNARY, VIEW
+from tests.fuzz.ops import (ATTENTION, BINARY, CASTS, COMBINE, FACTORIES, INDEX, MATMUL, REDUCE, SLICES, UNARY,
+                            VIEW)
 from tests.fuzz.program import HEADER, SYMBOLS, InputSpec, Program, Stmt
 
 
@@ -173,6 +174,11 @@ class Generator:
         o = self.tensor(lambda v: v.dtype == a.dtype and v.dim() >= 1 and (a.shape[-1] in v.shape))
         return "matmul." + kind, tmpl.format(t=t, o=o)
 
+    def x_attention(self):
+        kind, tmpl = self.rng.choice(ATTENTION)
+        t = self.tensor(lambda v: v.is_floating_point() and v.dim() in (3, 4) and v.shape[-1] > 0)
+        return "attention." + kind, tmpl.format(t=t)
+
     def x_combine(self):
         kind, tmpl = self.rng.choice(COMBINE)
         t = self.tensor()
@@ -194,7 +200,7 @@ class Generator:
         return "helper." + kind, call
 
     TENSOR_EXPRS = ((10, x_unary), (10, x_binary), (8, x_reduce), (9, x_view), (6, x_slice), (4, x_index), (3, x_cast),
-                    (3, x_factory), (3, x_matmul), (3, x_combine), (2, x_module), (2, x_helper))
+                    (3, x_factory), (3, x_matmul), (3, x_combine), (2, x_module), (2, x_helper), (2, x_attention))
 
     def tensor_expr(self, families=None):
         table = [(w, f) for w, f in self.TENSOR_EXPRS if families is None or f.__name__ in families]

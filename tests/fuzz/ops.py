@@ -107,3 +107,13 @@ COMBINE = [
     ("stack_dim", "torch.stack([{t}, {t}], {d})"), ("broadcast", "torch.broadcast_tensors({t}, {o})"),
     ("where_mask", "torch.where({m}, {t}, {o})"), ("expand_other", "{t}.expand_as({o})"),
 ]
+
+ATTENTION = [  # (kind, template) over a floating [..., L, E] tensor of 3 or 4 dimensions
+    ("sdpa", "F.scaled_dot_product_attention({t}, {t}, {t})"),
+    ("sdpa_causal", "F.scaled_dot_product_attention({t}, {t} * 0.5, {t}, is_causal=True)"),
+    ("sdpa_bool_mask", "F.scaled_dot_product_attention({t}, {t}, {t}, attn_mask=({t} @ {t}.mT) > 0)"),
+    ("sdpa_float_mask", "F.scaled_dot_product_attention({t}, {t}, {t}, attn_mask=({t} @ {t}.mT) * 0.1, scale=0.5)"),
+    ("sdpa_cross", "F.scaled_dot_product_attention({t}, torch.cat([{t}, {t}], -2), torch.cat([{t}, -{t}], -2))"),
+    ("sdpa_heads_split", "F.scaled_dot_product_attention(*[{t}.transpose(-3, -2)] * 3).transpose(-3, -2)"),
+    ("sdpa_strides", "F.scaled_dot_product_attention({t}, {t}, {t}, is_causal=True).stride()"),
+]

@@ -203,11 +203,29 @@ PyRef choice_stand_in(const graph::TensorMeta& m) {
   return PyRef::steal(PyObject_Call(T.empty_strided.get(), args.get(), kwargs.get()));
 }
 
-// F.scaled_dot_product_attention on CPU: torch runs its flash kernel where torch._fused_sdp_choice picks it, laid out
-// as that kernel's own meta function says (the query's layout, in torch 2.4 to 2.13), else the math path, laid out
-// as the meta call (the math path on "meta") said. Null when the meta result stands.
-PyRef cpu_attention_layout(PyObject* meta_args, PyObject* meta_kwargs, PyObject* meta_out) {
+// F.scaled_dot_product_attention on CPU: on arguments of a few thousand elements at most, the call itself on
+// stand-ins of their exact sizes and strides (cheaper than the meta call, and exact where the rule below is not:
+// empty tensors, whose strides the math path's bmm picks). Otherwise torch runs its flash kernel where
+// torch._fused_sdp_choice picks it, laid out as that kernel's own meta function says (the query's layout, in torch
+// 2.4 to 2.13), else the math path, laid out as the meta call (the math path on "meta") said. Null when the meta
+// result stands.
+PyRef cpu_attention_layout(PyObject* target, PyObject* meta_args, PyObject* meta_kwargs, PyObject* meta_out) {
   const auto& T = torch_refs();
+  graph::TensorMeta out = meta_of_tensor(meta_out, nullptr);
+  PyRef real_args, real_kwargs;
+  bool mixed = false, exact = false;
+  if (stand_ins(meta_args, meta_kwargs, &real_args, &real_kwargs, &mixed, &exact) && exact) {
+    PyRef real = call_keeping_rng(target, real_args.get(), real_kwargs.get());
+    PyErr_Clear();
+    if (!real || !T.is_tensor(real.get())) return {};
+    const graph::TensorMeta kernel = meta_of_tensor(real.get(), nullptr);
+    if (kernel.sizes != out.sizes || kernel.strides == out.strides) return {};
+    out.strides = kernel.strides;
+    PyRef restrided = make_meta_result(out);
+    PyErr_Clear();
+    return restrided;
+  }
+  PyErr_Clear();
   std::vector<PyObject*> a;
   if (!bind_attention_args(meta_args, meta_kwargs, &a)) return {};
   enum { kQuery, kKey, kValue, kMask, kDropout, kCausal, kScale, kGqa };
@@ -240,7 +258,6 @@ PyRef cpu_attention_layout(PyObject* meta_args, PyObject* meta_kwargs, PyObject*
   PyObject* kernel_out = outs && PyTuple_Check(outs.get()) && PyTuple_GET_SIZE(outs.get()) > 0
                              ? PyTuple_GET_ITEM(outs.get(), 0) : nullptr;
   if (!kernel_out || !T.is_tensor(kernel_out)) return PyErr_Clear(), PyRef();
-  graph::TensorMeta out = meta_of_tensor(meta_out, nullptr);
   const graph::TensorMeta kernel = meta_of_tensor(kernel_out, nullptr);
   if (kernel.sizes != out.sizes || kernel.strides == out.strides || !dense(kernel.sizes, kernel.strides)) return {};
   out.strides = kernel.strides;
@@ -327,7 +344,7 @@ PyRef kernel_layout(const std::string& name, PyObject* target, PyObject* meta_ar
     if (PyTuple_GET_ITEM(meta_args, i) == meta_out) return {};  // in place: the argument's own layout
   // Attention picks its kernel by the arguments (and lays the result out by the kernel): stand-ins of other sizes
   // would show another kernel's layout.
-  if (is_scaled_dot_product_attention(target)) return cpu_attention_layout(meta_args, meta_kwargs, meta_out);
+  if (is_scaled_dot_product_attention(target)) return cpu_attention_layout(target, meta_args, meta_kwargs, meta_out);
   PyRef real_args, real_kwargs;
   bool mixed = false, exact = true;
   if (!stand_ins(meta_args, meta_kwargs, &real_args, &real_kwargs, &mixed, &exact) || !mixed) {

@@ -224,7 +224,7 @@ KernelSource emit_attention(const Kernel& k, const DeviceLimits& limits) {
   const bool every_step = k.attention_rounding == Kernel::AttentionRounding::EveryStep;
   const Size& B = k.shape[0];
   const int64_t H = k.shape[1].hint(), T = k.shape[2].hint(), D = k.shape[3].hint();
-  const int64_t S = k.attention_keys ? k.attention_keys : T, Hk = k.attention_kv_heads ? k.attention_kv_heads : H;
+  const int64_t S = k.key_count(), Hk = k.key_heads();
   const bool masked = k.inputs.size() == 4;
   const bool bool_mask = masked && k.inputs[3].dtype == DType::Bool;
   // Rows a block: enough blocks for one a multiprocessor (at the trace-time batch when it is a symbol) -- small

@@ -331,7 +331,7 @@ void validate_attention(const Kernel& k) {
     if (!known_ge(op.storage_offset, 0)) invalid(k, "an attention operand has a negative storage offset");
   }
   const int64_t h = k.shape[1].hint(), t = k.shape[2].hint(), d = k.shape[3].hint();
-  const int64_t s = k.attention_keys ? k.attention_keys : t, hk = k.attention_kv_heads ? k.attention_kv_heads : h;
+  const int64_t s = k.key_count(), hk = k.key_heads();
   if (t < 1 || d < 1 || s < 1 || k.shape[0].hint() < 1 || h < 1)
     invalid(k, "an attention kernel needs at least one head, query, key and column");
   if (hk < 1 || h % hk != 0) invalid(k, "an attention kernel's key heads divide its query heads");

@@ -137,6 +137,8 @@ struct Kernel {
   bool attention_causal = false;
   int64_t attention_keys = 0;      // S; 0: T
   int64_t attention_kv_heads = 0;  // Hk, a divisor of H; 0: H
+  int64_t key_count() const { return attention_keys ? attention_keys : shape[2].hint(); }     // S
+  int64_t key_heads() const { return attention_kv_heads ? attention_kv_heads : shape[1].hint(); }  // Hk
   AttentionRounding attention_rounding = AttentionRounding::EveryStep;
   // ColumnReduce only: per dimension of `shape`, whether Reduce expressions combine along it; the last dimension
   // is never reduced and at least one is.

@@ -9,7 +9,6 @@
 // two lines as one attention kernel (emit_attention.cpp) that reads q, k, v from qkv and writes o.
 // Item 1 (the weights) must be unused: it never exists. Masks, dropout, bias_k/v, separate projection weights,
 // a key or value other than the query, or any other use of the result keep the extern call.
-#include <array>
 #include <cmath>
 
 #include "plan/lowering.h"
@@ -319,7 +318,7 @@ bool lower_scaled_dot_product_attention(Lowerer& L, const graph::Node& n) {
       return false;
   const Sizes qs = meta_sizes(L.node(q->node).meta), ks = meta_sizes(L.node(k->node).meta),
               vs = meta_sizes(L.node(v->node).meta);
-  if (qs != shape || ks != vs || !codegen::all_static({ks[1], ks[2], ks[3]}) || !(ks[0] == shape[0]) ||
+  if (qs != shape || ks != vs || !codegen::all_static({ks[1], ks[2], ks[3]}) || ks[0] != shape[0] ||
       ks[3].hint() != shape[3].hint())
     return false;
   const int64_t H = shape[1].hint(), T = shape[2].hint(), D = shape[3].hint(), Hk = ks[1].hint(), S = ks[2].hint();
@@ -335,36 +334,21 @@ bool lower_scaled_dot_product_attention(Lowerer& L, const graph::Node& n) {
   }
   const Sizes out_strides = meta_strides(n.meta);
   if (!is_dense(shape, out_strides)) return false;
-  // The mask over [B, H, T, S]: its own strides where its sizes match, 0 where it broadcasts (torch's rules:
-  // trailing dimensions line up, missing leading ones broadcast).
-  Sizes mask_strides;
-  Size mask_offset = 0;
-  int mask_buffer = -1;
-  DType mask_dtype = DType::Bool;
+  // The mask broadcasts to the scores [B, H, T, S] by torch's rules (trailing dimensions line up, size-1 and
+  // missing leading ones broadcast).
+  const Sizes scores = {shape[0], Size(H), Size(T), Size(S)};
   if (mask) {
-    if (!L.value(mask->node).tensor) return false;
-    mask_dtype = L.node_dtype(mask->node);
-    if (mask_dtype != DType::Bool && mask_dtype != t) return false;
+    const DType mask_dtype = L.node_dtype(mask->node);
+    if (!L.value(mask->node).tensor || (mask_dtype != DType::Bool && mask_dtype != t)) return false;
     const Sizes msizes = meta_sizes(L.node(mask->node).meta);
     if (msizes.size() > 4) return false;
-    const Sizes scores = {shape[0], Size(H), Size(T), Size(S)};
-    for (size_t d = 0; d < msizes.size(); ++d) {
-      const Size& size = msizes[d];
-      if (!(size.is_static() && size.hint() == 1) && !(size == scores[4 - msizes.size() + d])) return false;
-    }
+    for (size_t d = 0; d < msizes.size(); ++d)
+      if (msizes[d] != 1 && msizes[d] != scores[4 - msizes.size() + d]) return false;
   }
 
   // From here on the node is lowered.
   const int qb = L.buffer_for(q->node), kb = L.buffer_for(k->node), vb = L.buffer_for(v->node);
-  if (mask) {
-    mask_buffer = L.buffer_for(mask->node);
-    const Buffer& mb = L.buffer(mask_buffer);
-    mask_offset = mb.offset;
-    mask_strides.assign(4, Size(0));  // 0 where the mask broadcasts
-    const size_t lead = 4 - mb.sizes.size();
-    for (size_t d = 0; d < mb.sizes.size(); ++d)
-      if (!(mb.sizes[d].is_static() && mb.sizes[d].hint() == 1)) mask_strides[lead + d] = mb.strides[d];
-  }
+  const int mask_buffer = mask ? L.buffer_for(mask->node) : -1;
   Buffer o;
   o.kind = Buffer::Kind::Alloc;
   o.node = n.id;
@@ -382,7 +366,7 @@ bool lower_scaled_dot_product_attention(Lowerer& L, const graph::Node& n) {
       const Buffer& b = L.buffer(inputs[i]);
       loads[i] = c.load(b.root, t, b.strides, b.offset);
     }
-    if (mask) loads[3] = c.load(L.buffer(mask_buffer).root, mask_dtype, mask_strides, mask_offset);
+    if (mask) loads[3] = L.load_buffer(c, mask_buffer, scores, /*row=*/false);
     c.make_attention(loads[0], loads[1], loads[2], scale, causal, codegen::Kernel::AttentionRounding::Probabilities,
                      S, Hk, loads[3]);
     c.store(loads[2], ob, t, out_strides, 0);

@@ -179,6 +179,9 @@ class Lowerer {
   bool decline(std::string why);
   // `n` is a view of `base`'s buffer with n's own meta layout.
   void add_view(const graph::Node& n, int base_buffer);
+  // The expression loading `buffer` into cluster `c` for an op of shape `out_shape` (broadcast: trailing
+  // dimensions line up, size-1 ones read at stride 0; row: a per-row op).
+  int load_buffer(Cluster& c, int buffer, const Sizes& out_shape, bool row) const;
 
  private:
   void lower_node(const graph::Node& n);
@@ -247,8 +250,6 @@ class Lowerer {
   void materialize_live_views_of(const graph::Node& n);  // before a mutating extern: its args' live views as objects
   int cluster_of(int id);                     // follows merges
   int new_cluster(const Sizes& space);
-  // The expression loading `buffer` into cluster `c` for an op of shape `out_shape` (row: a per-row op).
-  int load_buffer(Cluster& c, int buffer, const Sizes& out_shape, bool row) const;
   // Node n's value is `expr` of cluster `cluster` (cast to n's dtype), per element or, with `per_row`, one per row
   // (column) of a reduction.
   void bind_lazy(const graph::Node& n, int cluster, int expr, bool per_row);

@@ -10,13 +10,21 @@ namespace {
 
 using namespace meta_args;  // NOLINT: the fast paths share its vocabulary
 
+// `module.name` as a new reference, or null (error cleared) where this torch lacks it.
+PyObject* module_function(const char* module, const char* name) {
+  PyRef m = PyRef::steal(PyImport_ImportModule(module));
+  if (!m) PyErr_Clear();
+  return lookup(m.get(), name);
+}
+
 PyObject* mha_function() {  // owned for the process
   static cpython::GilOnce<PyObject> fn;
-  return fn.get([] {
-    PyRef functional = PyRef::steal(PyImport_ImportModule("torch.nn.functional"));
-    if (!functional) PyErr_Clear();
-    return lookup(functional.get(), "multi_head_attention_forward");
-  });
+  return fn.get([] { return module_function("torch.nn.functional", "multi_head_attention_forward"); });
+}
+
+PyObject* sdpa_function() {  // owned for the process
+  static cpython::GilOnce<PyObject> fn;
+  return fn.get([] { return module_function("torch._C._nn", "scaled_dot_product_attention"); });
 }
 
 bool none(PyObject* o) { return !o || o == Py_None; }
@@ -89,15 +97,6 @@ std::optional<AttentionMeta> attention_meta(PyObject* target, PyObject* args, Py
 
 namespace {
 
-PyObject* sdpa_function() {  // owned for the process
-  static cpython::GilOnce<PyObject> fn;
-  return fn.get([] {
-    PyRef nn_c = PyRef::steal(PyImport_ImportModule("torch._C._nn"));
-    if (!nn_c) PyErr_Clear();
-    return lookup(nn_c.get(), "scaled_dot_product_attention");
-  });
-}
-
 // Whether a mask of `mask` sizes broadcasts to `scores` sizes (trailing dimensions equal or 1, no more of them).
 bool broadcasts_to(const std::vector<int64_t>& mask, const std::vector<int64_t>& scores) {
   if (mask.size() > scores.size()) return false;
@@ -113,16 +112,15 @@ bool broadcasts_to(const std::vector<int64_t>& mask, const std::vector<int64_t>&
 bool is_scaled_dot_product_attention(PyObject* target) { return target && target == sdpa_function(); }
 
 bool bind_attention_args(PyObject* args, PyObject* kwargs, std::vector<PyObject*>* out) {
-  return PyTuple_Check(args) &&
-         bind_args(args, kwargs,
-                   {"query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa"}, 3, out);
+  const char* const* n = sdpa_param::kNames;
+  return PyTuple_Check(args) && bind_args(args, kwargs, {n[0], n[1], n[2], n[3], n[4], n[5], n[6], n[7]}, 3, out);
 }
 
 std::optional<ComputedMeta> scaled_dot_product_attention_meta(PyObject* target, PyObject* args, PyObject* kwargs,
                                                               bool grad_enabled) {
+  using namespace sdpa_param;  // NOLINT: the parameters' indices
   std::vector<PyObject*> a;
   if (!is_scaled_dot_product_attention(target) || !bind_attention_args(args, kwargs, &a)) return std::nullopt;
-  enum { kQuery, kKey, kValue, kMask, kDropout, kCausal, kScale, kGqa };
   Arg q, k, v, mask;
   if (!read_tensor(a[kQuery], &q, true) || !read_tensor(a[kKey], &k, true) || !read_tensor(a[kValue], &v, true))
     return std::nullopt;

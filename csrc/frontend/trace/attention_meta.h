@@ -35,8 +35,15 @@ std::optional<ComputedMeta> scaled_dot_product_attention_meta(PyObject* target, 
 /** Whether `target` is F.scaled_dot_product_attention. */
 bool is_scaled_dot_product_attention(PyObject* target);
 
-/** F.scaled_dot_product_attention's arguments in its parameters' order (query, key, value, attn_mask, dropout_p,
- * is_causal, scale, enable_gqa), null where not given; false when they do not bind. Borrowed. */
+/** F.scaled_dot_product_attention's parameters, in order, and their names. */
+namespace sdpa_param {
+enum : int { kQuery, kKey, kValue, kMask, kDropout, kCausal, kScale, kGqa, kCount };
+inline constexpr const char* kNames[kCount] = {"query",     "key",       "value", "attn_mask",
+                                               "dropout_p", "is_causal", "scale", "enable_gqa"};
+}  // namespace sdpa_param
+
+/** F.scaled_dot_product_attention's arguments indexed by sdpa_param, null where not given; false when they do not
+ * bind. Borrowed. */
 bool bind_attention_args(PyObject* args, PyObject* kwargs, std::vector<PyObject*>* out);
 
 }  // namespace fastcomp::frontend

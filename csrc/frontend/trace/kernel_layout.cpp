@@ -65,6 +65,26 @@ int64_t span(const std::vector<int64_t>& sizes, const std::vector<int64_t>& stri
   return n;
 }
 
+PyRef int_tuple(const std::vector<int64_t>& values) {
+  PyRef t = PyRef::steal(PyTuple_New(values.size()));
+  for (size_t i = 0; i < values.size(); ++i) PyTuple_SET_ITEM(t.get(), i, PyLong_FromLongLong(values[i]));
+  return t;
+}
+
+// torch.empty_strided(sizes, strides, **kwargs): an uninitialised tensor.
+PyRef uninitialised(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides, PyObject* kwargs) {
+  PyRef args = PyRef::steal(PyTuple_Pack(2, int_tuple(sizes).get(), int_tuple(strides).get()));
+  return PyRef::steal(PyObject_Call(torch_refs().empty_strided.get(), args.get(), kwargs));
+}
+
+// The meta result `out` re-strided to `strides`. Leaves no Python error set.
+PyRef with_strides(graph::TensorMeta out, std::vector<int64_t> strides) {
+  out.strides = std::move(strides);
+  PyRef restrided = make_meta_result(out);
+  PyErr_Clear();
+  return restrided;
+}
+
 // A real CPU tensor of ones standing in for the meta tensor `m`: its own sizes and strides when it has few
 // elements and spans few (`*exact`; an expanded tensor spans few, but an op's result on it has all of its elements),
 // else sizes cut to 2 with the strides of broadcast (0) and size-1 dimensions kept and the others dense in the order
@@ -90,12 +110,8 @@ PyRef stand_in(const graph::TensorMeta& m, bool* exact) {
   PyRef n = PyRef::steal(Py_BuildValue("(L)", static_cast<long long>(storage)));
   PyRef flat = ones ? PyRef::steal(PyObject_Call(ones.get(), n.get(), kwargs.get())) : PyRef();
   if (!flat) return {};
-  PyRef size_tuple = PyRef::steal(PyTuple_New(sizes.size())), stride_tuple = PyRef::steal(PyTuple_New(sizes.size()));
-  for (size_t d = 0; d < sizes.size(); ++d) {
-    PyTuple_SET_ITEM(size_tuple.get(), d, PyLong_FromLongLong(sizes[d]));
-    PyTuple_SET_ITEM(stride_tuple.get(), d, PyLong_FromLongLong(strides[d]));
-  }
-  return PyRef::steal(PyObject_CallMethod(flat.get(), "as_strided", "OO", size_tuple.get(), stride_tuple.get()));
+  return PyRef::steal(PyObject_CallMethod(flat.get(), "as_strided", "OO", int_tuple(sizes).get(),
+                                          int_tuple(strides).get()));
 }
 
 // The arguments with each top-level meta tensor replaced by its stand-in; false when one cannot be made or a
@@ -177,7 +193,7 @@ bool lays_out_by_library(PyObject* target, const std::string& name) {
 bool draws_on_device(PyObject* target, PyObject* args, PyObject* kwargs) {
   std::vector<PyObject*> a;
   if (!is_scaled_dot_product_attention(target) || !bind_attention_args(args, kwargs, &a)) return false;
-  PyObject* p = a[4];
+  PyObject* p = a[sdpa_param::kDropout];
   return p && !(PyFloat_Check(p) && PyFloat_AS_DOUBLE(p) == 0.0) && !(PyLong_Check(p) && PyLong_AsLong(p) == 0);
 }
 
@@ -186,68 +202,40 @@ bool draws_on_device(PyObject* target, PyObject* args, PyObject* kwargs) {
 // broadcast (stride 0): the CPU choice reads sizes and the last stride only.
 PyRef choice_stand_in(const graph::TensorMeta& m) {
   constexpr int64_t kChoiceBytes = int64_t(256) << 20;
-  const auto& T = torch_refs();
   std::vector<int64_t> strides = m.strides;
   PyRef itemsize = PyRef::steal(PyObject_GetAttrString(m.dtype.get(), "itemsize"));
   if (!itemsize || m.sizes.empty()) return PyErr_Clear(), PyRef();
   if (span(m.sizes, strides) * PyLong_AsLongLong(itemsize.get()) > kChoiceBytes)
     for (size_t d = 0; d + 1 < strides.size(); ++d) strides[d] = 0;
-  PyRef size_tuple = PyRef::steal(PyTuple_New(m.sizes.size())), stride_tuple = PyRef::steal(PyTuple_New(m.sizes.size()));
-  for (size_t d = 0; d < m.sizes.size(); ++d) {
-    PyTuple_SET_ITEM(size_tuple.get(), d, PyLong_FromLongLong(m.sizes[d]));
-    PyTuple_SET_ITEM(stride_tuple.get(), d, PyLong_FromLongLong(strides[d]));
-  }
-  PyRef args = PyRef::steal(PyTuple_Pack(2, size_tuple.get(), stride_tuple.get()));
   PyRef kwargs = PyRef::steal(Py_BuildValue("{sOsO}", "dtype", m.dtype.get(), "requires_grad",
                                             m.requires_grad ? Py_True : Py_False));
-  return PyRef::steal(PyObject_Call(T.empty_strided.get(), args.get(), kwargs.get()));
+  return uninitialised(m.sizes, strides, kwargs.get());
 }
 
-// F.scaled_dot_product_attention on CPU: on arguments of a few thousand elements at most, the call itself on
-// stand-ins of their exact sizes and strides (cheaper than the meta call, and exact where the rule below is not:
-// empty tensors, whose strides the math path's bmm picks). Otherwise torch runs its flash kernel where
-// torch._fused_sdp_choice picks it, laid out as that kernel's own meta function says (the query's layout, in torch
-// 2.4 to 2.13), else the math path, laid out as the meta call (the math path on "meta") said. Null when the meta
-// result stands.
-PyRef cpu_attention_layout(PyObject* target, PyObject* meta_args, PyObject* meta_kwargs, PyObject* meta_out) {
+// The strides of torch's CPU flash attention result of `sizes` for arguments `a` (meta tensors, indexed by
+// sdpa_param) where torch._fused_sdp_choice picks that kernel for them: as the kernel's own meta function lays it
+// out (the query's layout, in torch 2.4 to 2.13). Empty where it picks the math path.
+std::vector<int64_t> cpu_flash_strides(const std::vector<PyObject*>& a, const std::vector<int64_t>& sizes) {
+  using namespace sdpa_param;  // NOLINT: the parameters' indices
   const auto& T = torch_refs();
-  graph::TensorMeta out = meta_of_tensor(meta_out, nullptr);
-  PyRef real_args, real_kwargs;
-  bool mixed = false, exact = false;
-  if (stand_ins(meta_args, meta_kwargs, &real_args, &real_kwargs, &mixed, &exact) && exact) {
-    PyRef real = call_keeping_rng(target, real_args.get(), real_kwargs.get());
-    PyErr_Clear();
-    if (!real || !T.is_tensor(real.get())) return {};
-    const graph::TensorMeta kernel = meta_of_tensor(real.get(), nullptr);
-    if (kernel.sizes != out.sizes || kernel.strides == out.strides) return {};
-    out.strides = kernel.strides;
-    PyRef restrided = make_meta_result(out);
-    PyErr_Clear();
-    return restrided;
-  }
-  PyErr_Clear();
-  std::vector<PyObject*> a;
-  if (!bind_attention_args(meta_args, meta_kwargs, &a)) return {};
-  enum { kQuery, kKey, kValue, kMask, kDropout, kCausal, kScale, kGqa };
-  static const char* const kNames[] = {"query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale",
-                                       "enable_gqa"};
   PyRef choice_kwargs = PyRef::steal(PyDict_New());
-  for (int i = kQuery; i <= kGqa; ++i) {
+  for (int i = 0; i < kCount; ++i) {
     if (!a[i]) continue;
     PyRef arg = T.is_tensor(a[i]) ? choice_stand_in(meta_of_tensor(a[i], nullptr)) : PyRef::borrow(a[i]);
-    if (!arg) return PyErr_Clear(), PyRef();
+    if (!arg) return PyErr_Clear(), std::vector<int64_t>();
     PyDict_SetItemString(choice_kwargs.get(), kNames[i], arg.get());
   }
   PyRef torch_choice = PyRef::steal(PyObject_GetAttrString(T.torch.get(), "_fused_sdp_choice"));
   PyRef empty = PyRef::steal(PyTuple_New(0));
   PyRef choice = torch_choice ? PyRef::steal(PyObject_Call(torch_choice.get(), empty.get(), choice_kwargs.get())) : PyRef();
   constexpr long kFlash = 1;  // torch.nn.attention.SDPBackend.FLASH_ATTENTION
-  if (!choice || !PyLong_Check(choice.get()) || PyLong_AsLong(choice.get()) != kFlash) return PyErr_Clear(), PyRef();
+  if (!choice || !PyLong_Check(choice.get()) || PyLong_AsLong(choice.get()) != kFlash)
+    return PyErr_Clear(), std::vector<int64_t>();
   // aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p, is_causal, *, attn_mask, scale)
   PyRef ops = PyRef::steal(PyObject_GetAttrString(T.torch.get(), "ops"));
   PyRef aten = ops ? PyRef::steal(PyObject_GetAttrString(ops.get(), "aten")) : PyRef();
   PyRef flash = aten ? PyRef::steal(PyObject_GetAttrString(aten.get(), "_scaled_dot_product_flash_attention_for_cpu")) : PyRef();
-  if (!flash) return PyErr_Clear(), PyRef();
+  if (!flash) return PyErr_Clear(), std::vector<int64_t>();
   PyRef zero = PyRef::steal(PyFloat_FromDouble(0.0));
   PyRef flash_args = PyRef::steal(PyTuple_Pack(5, a[kQuery], a[kKey], a[kValue], a[kDropout] ? a[kDropout] : zero.get(),
                                                a[kCausal] ? a[kCausal] : Py_False));
@@ -257,34 +245,47 @@ PyRef cpu_attention_layout(PyObject* target, PyObject* meta_args, PyObject* meta
   PyRef outs = PyRef::steal(PyObject_Call(flash.get(), flash_args.get(), flash_kwargs.get()));
   PyObject* kernel_out = outs && PyTuple_Check(outs.get()) && PyTuple_GET_SIZE(outs.get()) > 0
                              ? PyTuple_GET_ITEM(outs.get(), 0) : nullptr;
-  if (!kernel_out || !T.is_tensor(kernel_out)) return PyErr_Clear(), PyRef();
+  if (!kernel_out || !T.is_tensor(kernel_out)) return PyErr_Clear(), std::vector<int64_t>();
   const graph::TensorMeta kernel = meta_of_tensor(kernel_out, nullptr);
-  if (kernel.sizes != out.sizes || kernel.strides == out.strides || !dense(kernel.sizes, kernel.strides)) return {};
-  out.strides = kernel.strides;
-  PyRef restrided = make_meta_result(out);
-  PyErr_Clear();
-  return restrided;
+  return kernel.sizes == sizes && dense(kernel.sizes, kernel.strides) ? kernel.strides : std::vector<int64_t>();
 }
 
+// F.scaled_dot_product_attention on CPU: on arguments of a few thousand elements at most, the call itself on
+// stand-ins of their exact sizes and strides (cheaper than the meta call, and exact where cpu_flash_strides is not:
+// empty tensors, whose strides the math path's bmm picks); otherwise cpu_flash_strides, or where torch runs the
+// math path the layout the meta call (the math path on "meta") gave. Null when the meta result stands.
+PyRef cpu_attention_layout(PyObject* target, PyObject* meta_args, PyObject* meta_kwargs, PyObject* meta_out) {
+  const auto& T = torch_refs();
+  const graph::TensorMeta out = meta_of_tensor(meta_out, nullptr);
+  PyRef real_args, real_kwargs;
+  bool mixed = false, exact = false;
+  std::vector<int64_t> strides;
+  if (stand_ins(meta_args, meta_kwargs, &real_args, &real_kwargs, &mixed, &exact) && exact) {
+    PyRef real = call_keeping_rng(target, real_args.get(), real_kwargs.get());
+    if (!real || !T.is_tensor(real.get())) return PyErr_Clear(), PyRef();
+    const graph::TensorMeta kernel = meta_of_tensor(real.get(), nullptr);
+    if (kernel.sizes == out.sizes) strides = kernel.strides;
+  } else {
+    PyErr_Clear();
+    std::vector<PyObject*> a;
+    if (!bind_attention_args(meta_args, meta_kwargs, &a)) return {};
+    strides = cpu_flash_strides(a, out.sizes);
+  }
+  if (strides.empty() || strides == out.strides) return {};
+  return with_strides(out, std::move(strides));
+}
 
 // An uninitialised tensor of `m`'s exact sizes, strides and dtype on `device`; adds its bytes to `*bytes` and gives
 // null once they pass kCudaProbeBytes.
 PyRef device_stand_in(const graph::TensorMeta& m, PyObject* device, int64_t* bytes) {
-  const auto& T = torch_refs();
   PyRef itemsize = PyRef::steal(PyObject_GetAttrString(m.dtype.get(), "itemsize"));
   if (!itemsize) return {};
   for (int64_t s : m.sizes)
     if (s == 0) return {};
   *bytes += span(m.sizes, m.strides) * PyLong_AsLongLong(itemsize.get());
   if (*bytes > kCudaProbeBytes) return {};
-  PyRef size_tuple = PyRef::steal(PyTuple_New(m.sizes.size())), stride_tuple = PyRef::steal(PyTuple_New(m.sizes.size()));
-  for (size_t d = 0; d < m.sizes.size(); ++d) {
-    PyTuple_SET_ITEM(size_tuple.get(), d, PyLong_FromLongLong(m.sizes[d]));
-    PyTuple_SET_ITEM(stride_tuple.get(), d, PyLong_FromLongLong(m.strides[d]));
-  }
-  PyRef args = PyRef::steal(PyTuple_Pack(2, size_tuple.get(), stride_tuple.get()));
   PyRef kwargs = PyRef::steal(Py_BuildValue("{sOsO}", "dtype", m.dtype.get(), "device", device));
-  return PyRef::steal(PyObject_Call(T.empty_strided.get(), args.get(), kwargs.get()));
+  return uninitialised(m.sizes, m.strides, kwargs.get());
 }
 
 }  // namespace
@@ -314,13 +315,10 @@ PyRef cuda_kernel_layout(const std::string& name, PyObject* target, PyObject* me
   }
   PyRef real = PyRef::steal(PyObject_Call(target, args.get(), kwargs.get()));
   if (!real || !T.is_tensor(real.get())) return PyErr_Clear(), PyRef();
-  graph::TensorMeta out = meta_of_tensor(meta_out, nullptr);
+  const graph::TensorMeta out = meta_of_tensor(meta_out, nullptr);
   const graph::TensorMeta kernel = meta_of_tensor(real.get(), nullptr);
   if (kernel.sizes != out.sizes || kernel.strides == out.strides || !dense(kernel.sizes, kernel.strides)) return {};
-  out.strides = kernel.strides;
-  PyRef restrided = make_meta_result(out);
-  PyErr_Clear();
-  return restrided;
+  return with_strides(out, kernel.strides);
 }
 
 PyRef call_keeping_rng(PyObject* target, PyObject* args, PyObject* kwargs) {
@@ -375,10 +373,7 @@ PyRef kernel_layout(const std::string& name, PyObject* target, PyObject* meta_ar
   }
   // Only a dense meta result is re-strided: one that overlaps or has gaps is a view, laid out by its base.
   if (strides == out.strides || !dense(out.sizes, out.strides)) return {};
-  out.strides = std::move(strides);
-  PyRef restrided = make_meta_result(out);
-  PyErr_Clear();
-  return restrided;
+  return with_strides(out, std::move(strides));
 }
 
 }  // namespace fastcomp::frontend

@@ -214,7 +214,8 @@ BuiltExecutable build_cuda_executable(graph::Graph graph, frontend::GuardSet& gu
   std::string text = plan_text(program, graph);
   runtime::CudaSource source;
   try {
-    source = runtime::emit_plan(program, runtime::device_limits(device));
+    source = runtime::emit_plan(program, runtime::device_limits(device), codegen::PointerAlignment::Vector,
+                                runtime::nvrtc_program_parts());
   } catch (const std::exception& e) {
     if (!config().suppress_errors) throw;  // raised as fastcomp.InternalError (dispatch.cpp)
     FC_LOG(compile, warning, "fastcomp: the CUDA backend could not emit code for this graph ({}); it runs through "
@@ -236,13 +237,13 @@ BuiltExecutable build_cuda_executable(graph::Graph graph, frontend::GuardSet& gu
   const graph::Graph graph_for_replay = cuda_graphs ? graph : graph::Graph{};
   const plan::Program program_for_replay = cuda_graphs ? program : plan::Program{};
   try {
-    std::shared_ptr<const std::string> binary = runtime::cached_plan_binary(program, source);
+    runtime::PlanBinary binary = runtime::cached_plan_binary(program, source);
     // torch's matmul switches decide cuBLASLt's descriptors: read once here, and only for graphs with products.
     const runtime::MatmulSwitches switches =
         program.matmul_steps.empty() ? runtime::MatmulSwitches{} : runtime::read_matmul_switches();
     // What is slow (NVRTC on a cache miss, cuBLASLt's first plan of a dtype) happens on the background thread
     // while the first calls run through torch; what is quick (a cached cubin, warm cuBLASLt) happens now.
-    const bool needs_nvrtc = !binary && !source.program.empty();
+    const bool needs_nvrtc = binary.empty() && !source.parts.empty();
     if ((needs_nvrtc || !runtime::matmuls_plan_quickly(program)) && config().background_compile) {
       const std::string dumped_source = dumped.empty() ? "" : (dumped / "kernels.cu").string();
       // Only cuBLASLt to plan: a process where torch's own matmuls already warmed cuBLASLt plans in a few ms
@@ -256,8 +257,8 @@ BuiltExecutable build_cuda_executable(graph::Graph graph, frontend::GuardSet& gu
           runtime::make_background_executable(std::move(graph), std::move(program), std::move(source),
                                               std::move(binary), switches, out.summary, dumped_source, settle_ms);
     } else {
-      if (!binary) binary = runtime::compile_plan(program, source);
-      out.executable = runtime::make_cuda_executable(graph, std::move(program), source, std::move(binary), switches);
+      if (needs_nvrtc) binary = runtime::compile_plan(program, source);
+      out.executable = runtime::make_cuda_executable(graph, std::move(program), source, binary, switches);
     }
     // A CUDA graph replays one set of sizes: a dynamic graph's change per call, so it launches directly.
     if (cuda_graphs && program_for_replay.is_dynamic())

@@ -148,6 +148,21 @@ void bind_codegen(py::module_& m) {
       },
       py::arg("specs"), py::arg("sm_count") = 132, py::arg("sm") = 90, py::arg("alignment") = "vector",
       "One NVRTC program text for a list of kernel specs, for arch sm_<sm>, for vector-aligned pointers or any.");
+  m.def(
+      "split_program",
+      [](const py::list& specs, int parts, int sm_count, int sm) {
+        std::vector<cg::KernelSource> sources;
+        for (py::handle h : specs)
+          sources.push_back(cg::emit_cuda(parse_kernel(py::reinterpret_borrow<py::dict>(h)), limits_of(sm_count)));
+        cg::share_identical_kernels(sources);
+        py::list out;
+        for (const cg::ProgramPart& part : cg::split_program(sources, {sm / 10, sm % 10}, cg::PointerAlignment::Vector, parts))
+          out.append(py::make_tuple(part.source, part.kernels));
+        return out;
+      },
+      py::arg("specs"), py::arg("parts"), py::arg("sm_count") = 132, py::arg("sm") = 90,
+      "The specs' kernels (twins shared, as emit_plan does) cut into at most `parts` NVRTC programs: "
+      "[(source, [kernel names it defines])].");
   m.def("attention_shared_bytes", &cg::attention_shared_bytes, py::arg("s"), py::arg("d"),
         "Shared memory an attention kernel over s keys of d columns needs at least (bytes).");
   m.def(

@@ -103,10 +103,11 @@ void bind_cuda(py::module_& m) {
   m.def(
       "nvrtc_options",
       [](const std::string& source, int major, int minor, const std::string& kind,
-         const std::vector<std::string>& options) {
-        return cuda::nvrtc_options(source, {major, minor}, output_arg(kind), options);
+         const std::vector<std::string>& options, int threads) {
+        return cuda::nvrtc_options(source, {major, minor}, output_arg(kind), options, threads);
       },
-      "source"_a, "arch_major"_a, "arch_minor"_a, "kind"_a = "ptx", "options"_a = std::vector<std::string>{});
+      "source"_a, "arch_major"_a, "arch_minor"_a, "kind"_a = "ptx", "options"_a = std::vector<std::string>{},
+      "threads"_a = 0);
   m.def(
       "nvrtc_compile",
       [](const std::string& source, const std::string& name, int major, int minor, const std::string& kind,

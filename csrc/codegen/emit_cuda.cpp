@@ -1,9 +1,11 @@
 // emit_cuda and emit_program: dispatch by kernel kind, and the prelude every program starts with.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <climits>
 #include <map>
+#include <set>
 
 #include "codegen/emit_internal.h"
 #include "codegen/expr_emitter.h"
@@ -296,6 +298,50 @@ std::string emit_program(const std::vector<KernelSource>& kernels, const runtime
                "constexpr bool kVectorAccess = true;\n"
              : "// Pointers of any alignment: every access is scalar.\nconstexpr bool kVectorAccess = false;\n";
   for (const KernelSource& k : kernels) out += "\n" + k.code;
+  return out;
+}
+
+namespace {
+// What a kernel costs NVRTC, in characters of code: its text, plus what every kernel costs beyond it (its
+// signature, launch bounds, the optimiser's per-function work). On an H100 host an attention kernel of 5.9k
+// characters took 310 ms alone, a row reduction of 3.5k ~115 ms, a pointwise kernel of 1.7k ~60 ms, the prelude
+// with an empty kernel ~25-35 ms.
+constexpr size_t kPerKernelCost = 1000;
+constexpr size_t kMinPartCost = 4000;  // about two pointwise kernels: less would not pay for the prelude again
+size_t compile_cost(const KernelSource& k) { return k.code.size() + kPerKernelCost; }
+}  // namespace
+
+std::vector<ProgramPart> split_program(const std::vector<KernelSource>& kernels, const runtime::cuda::CudaArch& arch,
+                                       PointerAlignment alignment, int parts) {
+  // The kernels with code of their own (share_identical_kernels leaves a later twin only a comment and the
+  // first one's name).
+  std::vector<size_t> owners;
+  std::set<std::string> named;
+  size_t total = 0;
+  for (size_t i = 0; i < kernels.size(); ++i)
+    if (named.insert(kernels[i].name).second) owners.push_back(i), total += compile_cost(kernels[i]);
+  const size_t n = std::clamp<size_t>(std::min<size_t>(total / kMinPartCost, owners.size()), 1,
+                                      static_cast<size_t>(std::max(parts, 1)));
+  // Longest first onto the part with the least so far (LPT), then each part's kernels back in program order.
+  std::vector<size_t> by_cost = owners;
+  std::stable_sort(by_cost.begin(), by_cost.end(),
+                   [&](size_t a, size_t b) { return compile_cost(kernels[a]) > compile_cost(kernels[b]); });
+  std::vector<size_t> load(n, 0);
+  std::vector<std::vector<size_t>> members(n);
+  for (size_t i : by_cost) {
+    const size_t part = std::min_element(load.begin(), load.end()) - load.begin();
+    load[part] += compile_cost(kernels[i]);
+    members[part].push_back(i);
+  }
+  std::vector<ProgramPart> out;
+  for (std::vector<size_t>& m : members) {
+    std::sort(m.begin(), m.end());
+    std::vector<KernelSource> mine;
+    ProgramPart part;
+    for (size_t i : m) mine.push_back(kernels[i]), part.kernels.push_back(kernels[i].name);
+    part.source = emit_program(mine, arch, alignment);
+    out.push_back(std::move(part));
+  }
   return out;
 }
 

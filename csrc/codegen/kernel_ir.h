@@ -227,6 +227,22 @@ KernelSource emit_cuda(const Kernel& kernel, const DeviceLimits& limits);
 std::string emit_program(const std::vector<KernelSource>& kernels, const runtime::cuda::CudaArch& arch,
                          PointerAlignment alignment = PointerAlignment::Vector);
 
+/** One of the NVRTC programs a graph's kernels are cut into: its source (the prelude and its kernels) and the
+ *  names of the kernels it defines. */
+struct ProgramPart {
+  std::string source;
+  std::vector<std::string> kernels;
+};
+
+/** The kernels (after share_identical_kernels) cut into at most `parts` programs that NVRTC can compile side by
+ *  side, each about as costly to compile: NVRTC's own --split-compile parallelises one program's optimiser and
+ *  assembler poorly (8 threads compiled GPT-2's program 1.6x faster than one on an H100 host), while separate
+ *  programs on separate threads share nothing. Every part pays the prelude's front end again (~25 ms), so a part
+ *  gets at least kMinPartCost of code; a program that small stays whole. Kernels keep their order within a part,
+ *  so the same plan always gives the same parts (and kernel-cache keys). */
+std::vector<ProgramPart> split_program(const std::vector<KernelSource>& kernels, const runtime::cuda::CudaArch& arch,
+                                       PointerAlignment alignment, int parts);
+
 /** Kernels whose code is the same but for their name (the layers of a model, each its own fused kernel of the
  *  same shapes) are compiled once: each later one keeps its launch shape but takes the first one's name (the
  *  function to launch) and a one-line comment as its code. NVRTC's time grows with the code it compiles, so a

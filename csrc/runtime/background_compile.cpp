@@ -30,7 +30,7 @@ InFlight& in_flight() {
 // What the compile thread hands over: written once by it, read by the executable after `ready`.
 struct Outcome {
   std::atomic<bool> ready{false};
-  std::shared_ptr<const std::string> binary;
+  PlanBinary binary;
   MatmulPlans plans;
   std::string error, nvrtc_log;
   bool nvrtc_failed = false;
@@ -47,7 +47,7 @@ void compile_and_plan(Outcome& outcome, const plan::Program& program, const Cuda
            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
     return made;
   };
-  const bool needs_nvrtc = !outcome.binary;
+  const bool needs_nvrtc = outcome.binary.empty() && !source.parts.empty();
   std::future<MatmulPlans> plans;
   if (needs_nvrtc && !program.matmul_steps.empty()) plans = std::async(std::launch::async, plan_all);
   try {
@@ -68,7 +68,7 @@ void compile_and_plan(Outcome& outcome, const plan::Program& program, const Cuda
 class BackgroundExecutable final : public Executable {
  public:
   BackgroundExecutable(graph::Graph graph, plan::Program program, CudaSource source,
-                       std::shared_ptr<const std::string> binary, const MatmulSwitches& switches, std::string summary,
+                       PlanBinary binary, const MatmulSwitches& switches, std::string summary,
                        std::string source_path, double settle_ms)
       : fallback_(make_torch_runner(graph)),
         graph_(std::move(graph)),
@@ -162,8 +162,8 @@ class BackgroundExecutable final : public Executable {
 }  // namespace
 
 std::unique_ptr<Executable> make_background_executable(graph::Graph graph, plan::Program program, CudaSource source,
-                                                       std::shared_ptr<const std::string> binary,
-                                                       const MatmulSwitches& switches, std::string summary,
+                                                       PlanBinary binary, const MatmulSwitches& switches,
+                                                       std::string summary,
                                                        std::string source_path, double settle_ms) {
   return std::make_unique<BackgroundExecutable>(std::move(graph), std::move(program), std::move(source),
                                                 std::move(binary), switches, std::move(summary),

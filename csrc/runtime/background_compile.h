@@ -21,8 +21,8 @@ namespace fastcomp::runtime {
  *  temp folder). `settle_ms` > 0: waits that long for the thread before returning, and if it is done by then the
  *  first call already runs the kernels. */
 std::unique_ptr<Executable> make_background_executable(graph::Graph graph, plan::Program program, CudaSource source,
-                                                       std::shared_ptr<const std::string> binary,
-                                                       const MatmulSwitches& switches, std::string summary,
+                                                       PlanBinary binary, const MatmulSwitches& switches,
+                                                       std::string summary,
                                                        std::string source_path, double settle_ms = 0);
 
 /** Blocks until every background compile started so far has finished (or `timeout_s` passed, if >= 0); releases

@@ -42,7 +42,6 @@ using plan::Buffer;
 using plan::Step;
 
 constexpr size_t kMatmulPlansPerStep = 8;  // dynamic shapes: cuBLASLt plans kept per matmul, most recent first
-constexpr const char* kProgramName = "fastcomp_graph";
 
 PyObject* int_tuple(const std::vector<SizeSlots::Ref>& v, const std::vector<int64_t>& values) {  // new reference
   PyObject* t = PyTuple_New(v.size());
@@ -69,20 +68,20 @@ PyRef torch_dtype(codegen::DType t) {
 
 class CudaExecutable final : public Executable {
  public:
-  CudaExecutable(graph::Graph graph, plan::Program program, const CudaSource& source,
-                 std::shared_ptr<const std::string> binary, const MatmulSwitches& switches, MatmulPlans plans)
+  CudaExecutable(graph::Graph graph, plan::Program program, const CudaSource& source, const PlanBinary& binary,
+                 const MatmulSwitches& switches, MatmulPlans plans)
       : graph_(std::move(graph)), program_(std::move(program)) {
     const auto start = std::chrono::steady_clock::now();
     const auto& T = frontend::torch_refs();
     const int device = program_.device;
-    if (!source.program.empty()) {
-      module_ = std::make_unique<cuda::LoadedModule>(*binary, device);
+    if (!source.parts.empty()) {
+      kernels_ = std::make_unique<LoadedPlan>(source, binary, device);
       cuda::ContextGuard guard(device);
       for (size_t i = 0; i < source.kernels.size(); ++i) {
         const codegen::KernelSource& k = source.kernels[i];
         Launch l;
         l.name = k.name;
-        l.function = module_->get_function(k.name);
+        l.function = kernels_->get_function(k.name);
         for (const codegen::KernelSource::VectorOperand& v : k.vector_operands) {
           const codegen::Kernel& kernel = program_.kernels[i];
           const size_t n_in = kernel.inputs.size();
@@ -370,17 +369,18 @@ class CudaExecutable final : public Executable {
   // loaded the first time a launch needs it: a view that starts mid-vector, e.g. x[1:] of a float tensor.
   // Holds the GIL while NVRTC runs (once per executable, ~50-200 ms) so no other call can enter half-loaded.
   cuda::CUfunction any_alignment_function(int kernel) {
-    if (!any_alignment_module_) {
+    if (!any_alignment_kernels_) {
       const auto start = std::chrono::steady_clock::now();
-      const CudaSource source = emit_plan(program_, device_limits(program_.device), codegen::PointerAlignment::Any);
-      any_alignment_module_ = std::make_unique<cuda::LoadedModule>(*compile_plan(program_, source), program_.device);
+      const CudaSource source = emit_plan(program_, device_limits(program_.device), codegen::PointerAlignment::Any,
+                                          nvrtc_program_parts());
+      any_alignment_kernels_ = std::make_unique<LoadedPlan>(source, compile_plan(program_, source), program_.device);
       FC_LOG(perf_hints, info, "fastcomp: a kernel got a pointer that is not aligned for its vector accesses (a "
              "view starting mid-vector?); compiled the graph's kernels with scalar accesses for such calls in "
              "{:.0f} ms. Calls with aligned inputs keep the vector kernels.",
              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
     }
     Launch& l = launches_[kernel];
-    if (!l.any_alignment_function) l.any_alignment_function = any_alignment_module_->get_function(l.name);
+    if (!l.any_alignment_function) l.any_alignment_function = any_alignment_kernels_->get_function(l.name);
     return l.any_alignment_function;
   }
 
@@ -654,8 +654,8 @@ class CudaExecutable final : public Executable {
 
   graph::Graph graph_;
   plan::Program program_;
-  std::unique_ptr<cuda::LoadedModule> module_;
-  std::unique_ptr<cuda::LoadedModule> any_alignment_module_;  // see any_alignment_function
+  std::unique_ptr<LoadedPlan> kernels_;
+  std::unique_ptr<LoadedPlan> any_alignment_kernels_;  // see any_alignment_function
   SizeSlots slots_;               // dynamic shapes: every symbolic size the plan needs
   std::vector<Launch> launches_;  // per program kernel
   std::vector<Matmul> matmuls_;   // per matmul step
@@ -692,31 +692,10 @@ codegen::DeviceLimits device_limits(int device) {
   return limits;
 }
 
-CudaSource emit_plan(const plan::Program& program, const codegen::DeviceLimits& limits,
-                     codegen::PointerAlignment alignment) {
-  CudaSource out;
-  for (const codegen::Kernel& k : program.kernels) out.kernels.push_back(codegen::emit_cuda(k, limits));
-  codegen::share_identical_kernels(out.kernels);
-  if (!out.kernels.empty()) out.program = codegen::emit_program(out.kernels, limits.arch, alignment);
-  return out;
-}
-
-std::shared_ptr<const std::string> compile_plan(const plan::Program& program, const CudaSource& source) {
-  if (source.program.empty()) return nullptr;
-  return cuda::compile_cuda_cached(source.program, kProgramName, cuda::device_info(program.device).arch,
-                                   cuda::Output::Cubin, {});
-}
-
-std::shared_ptr<const std::string> cached_plan_binary(const plan::Program& program, const CudaSource& source) {
-  if (source.program.empty()) return nullptr;
-  return cuda::cached_cuda_binary(source.program, kProgramName, cuda::device_info(program.device).arch,
-                                  cuda::Output::Cubin, {});
-}
-
 std::unique_ptr<Executable> make_cuda_executable(graph::Graph graph, plan::Program program, const CudaSource& source,
-                                                 std::shared_ptr<const std::string> binary,
-                                                 const MatmulSwitches& switches, MatmulPlans plans) {
-  return std::make_unique<CudaExecutable>(std::move(graph), std::move(program), source, std::move(binary), switches,
+                                                 const PlanBinary& binary, const MatmulSwitches& switches,
+                                                 MatmulPlans plans) {
+  return std::make_unique<CudaExecutable>(std::move(graph), std::move(program), source, binary, switches,
                                           std::move(plans));
 }
 

@@ -958,3 +958,37 @@ def test_gpu_64_bit_indices_reach_past_2_to_the_31():
     x = torch.randn(spec["shape"][0], device="cuda", dtype=torch.bfloat16)
     (out,) = G.launch(spec, [x])
     assert torch.equal(out, -x)
+
+
+def mixed_specs():
+    """Kernels of every size: attention (the costliest to compile), row reductions, pointwise, and a twin."""
+    return [S.bias_add(name="k0"), S.sdpa_masked_attention(name="k1"), S.layer_norm(name="k2", in_dtype="f32",
+            out_dtype="f32"), S.unary("exp", "f32", name="k3"), S.w3_softmax(name="k4"),
+            S.unary("tanh", "f32", name="k5"), S.mha_attention(name="k6"), S.bias_add(name="k7"),
+            S.binary("mul", "f32", name="k8")]
+
+
+def test_a_graph_of_many_kernels_is_cut_into_programs_that_each_compile(nvrtc):
+    parts = T.split_program(mixed_specs(), 4)
+    assert 2 <= len(parts) <= 4
+    names = [n for _, kernels in parts for n in kernels]
+    # every kernel with code of its own is in exactly one part; k7 is k0's twin and is launched as k0
+    assert sorted(names) == ["k0", "k1", "k2", "k3", "k4", "k5", "k6", "k8"]
+    for source, kernels in parts:
+        defined = re.findall(r'extern "C" __global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\(', source)
+        assert defined == kernels == sorted(kernels, key=lambda n: int(n[1:]))  # program order within a part
+        assert source.startswith("// fastcomp program: prelude")
+        ok, log, _ = nvrtc.compile(source)
+        assert ok, log
+    # the two attention kernels (the longest to compile) are not put together while a part has less
+    assert not any({"k1", "k6"} <= set(kernels) for _, kernels in parts)
+    assert T.split_program(mixed_specs(), 4) == parts  # the same plan, the same parts (and kernel-cache keys)
+
+
+def test_one_part_is_the_whole_program_and_small_programs_stay_whole():
+    specs = mixed_specs()
+    [(whole, kernels)] = T.split_program(specs, 1)
+    assert kernels == ["k0", "k1", "k2", "k3", "k4", "k5", "k6", "k8"]
+    assert whole == T.emit_program([s for s in specs if s["name"] != "k7"])  # the twin is k0's code
+    # two small pointwise kernels are not worth a second front end over the prelude, however many threads
+    assert len(T.split_program([S.unary("exp", "f32", name="a"), S.unary("tanh", "f32", name="b")], 8)) == 1

@@ -189,6 +189,12 @@ def test_options_are_ieee_by_default_and_take_no_include_path_without_includes()
         "-arch=sm_90", "-std=c++17", "-default-device", *fast, "-lineinfo"]
 
 
+def test_a_program_compiled_beside_others_takes_its_share_of_the_threads():
+    base = T.nvrtc_options(SCALE_ADD, 9, 0, threads=1)
+    assert not any(o.startswith("--split-compile") for o in base)
+    assert T.nvrtc_options(SCALE_ADD, 9, 0, threads=3) == [*base, "--split-compile=3"]
+
+
 def test_nvrtc_threads_leave_one_core_to_the_program_and_take_at_most_8():
     assert [T.nvrtc_threads(0, cores) for cores in (1, 2, 3, 4, 16, 128)] == [1, 1, 2, 3, 8, 8]
     assert T.nvrtc_threads(3, 2) == 3 and T.nvrtc_threads(1, 64) == 1  # the config wins

@@ -161,12 +161,13 @@ int nvrtc_threads(int configured, int cores) {
   if (configured > 0) return configured;
   // The thread that asked for the kernels goes on running the graph through torch while they compile, so NVRTC
   // gets the other cores: on a 2-core box that was also busy, splitting made W7 and W9 5-10% slower. At most 8:
-  // the work splits by kernel, a program rarely has more, and several graphs may be compiling side by side.
+  // the work splits by kernel (a graph's kernels into programs a thread each, and a program's over its
+  // --split-compile threads), and several graphs may be compiling side by side.
   return std::clamp(cores - 1, 1, 8);
 }
 
 std::vector<std::string> nvrtc_options(std::string_view source, CudaArch arch, Output kind,
-                                       const std::vector<std::string>& extra_options) {
+                                       const std::vector<std::string>& extra_options, int threads) {
   const Nvrtc& api = nvrtc();
   std::vector<std::string> options = {arch.nvrtc_arch_flag(kind), "-std=c++17", "-default-device"};
   // --minimal leaves out the texture, device-runtime and driver-type declarations that every program would
@@ -184,8 +185,8 @@ std::vector<std::string> nvrtc_options(std::string_view source, CudaArch arch, O
   // may come out otherwise (of W1-W9 only W7's k2: other instructions, as many, as many registers; a five-kernel
   // test program's RMSNorm went from 40 to 32 registers). The same results either way; which is faster is for a
   // GPU to tell. One thread is the serial compile, and the option is left out so that its cache key is too.
-  if (const int threads = nvrtc_threads(config().nvrtc_threads, usable_cores()); threads > 1)
-    options.push_back("--split-compile=" + std::to_string(threads));
+  if (threads <= 0) threads = nvrtc_threads(config().nvrtc_threads, usable_cores());
+  if (threads > 1) options.push_back("--split-compile=" + std::to_string(threads));
   // --Ofast-compile (NVRTC 12.8+) only when fastcomp.config.nvrtc_fast_compile asks: =min compiled W7 11% faster on
   // an H100 host but its kernels ran 1-5% slower; =mid (98 ms instead of 127 on a 2-core Xeon) left the row loops
   // rolled and the per-thread arrays in local memory, and =max stops inlining the helpers. fastcomp compiles a
@@ -201,10 +202,10 @@ std::vector<std::string> nvrtc_options(std::string_view source, CudaArch arch, O
 }
 
 CompiledKernel compile_cuda(const std::string& source, const std::string& program_name, CudaArch arch, Output kind,
-                            const std::vector<std::string>& extra_options) {
+                            const std::vector<std::string>& extra_options, int threads) {
   const Nvrtc& api = nvrtc();
   check_supported(api, arch, program_name);
-  std::vector<std::string> options = nvrtc_options(source, arch, kind, extra_options);
+  std::vector<std::string> options = nvrtc_options(source, arch, kind, extra_options, threads);
   std::vector<const char*> argv;
   for (const auto& option : options) argv.push_back(option.c_str());
 
@@ -241,24 +242,25 @@ struct CacheKey {
   std::string version, options;
   std::array<std::string_view, 6> parts;
   CacheKey(const std::string& source, const std::string& program_name, CudaArch arch, Output kind,
-           const std::vector<std::string>& extra_options)
-      : version(nvrtc_version().to_string()), options(join(nvrtc_options(source, arch, kind, extra_options), "\n")),
+           const std::vector<std::string>& extra_options, int threads)
+      : version(nvrtc_version().to_string()),
+        options(join(nvrtc_options(source, arch, kind, extra_options, threads), "\n")),
         parts{"nvrtc", version, output_name(kind), program_name, options, source} {}
 };
 }  // namespace
 
 std::shared_ptr<const std::string> compile_cuda_cached(const std::string& source, const std::string& program_name,
                                                        CudaArch arch, Output kind,
-                                                       const std::vector<std::string>& extra_options) {
-  CacheKey key(source, program_name, arch, kind, extra_options);
+                                                       const std::vector<std::string>& extra_options, int threads) {
+  CacheKey key(source, program_name, arch, kind, extra_options, threads);
   return kernel_cache().get_or_compile(
-      key.parts, [&] { return compile_cuda(source, program_name, arch, kind, extra_options).binary; });
+      key.parts, [&] { return compile_cuda(source, program_name, arch, kind, extra_options, threads).binary; });
 }
 
 std::shared_ptr<const std::string> cached_cuda_binary(const std::string& source, const std::string& program_name,
                                                       CudaArch arch, Output kind,
-                                                      const std::vector<std::string>& extra_options) {
-  CacheKey key(source, program_name, arch, kind, extra_options);
+                                                      const std::vector<std::string>& extra_options, int threads) {
+  CacheKey key(source, program_name, arch, kind, extra_options, threads);
   return kernel_cache().find(key.parts);
 }
 

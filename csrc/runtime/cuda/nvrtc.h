@@ -43,35 +43,38 @@ NvrtcVersion nvrtc_version();
 
 // The CPU cores this process may run on (its affinity mask, as os.sched_getaffinity).
 int usable_cores();
-// Threads NVRTC may use for one program (--split-compile): `configured` (fastcomp.config.nvrtc_threads) when
-// positive, else all of `cores` but one, at most 8.
+// Threads NVRTC may use for one graph's programs: `configured` (fastcomp.config.nvrtc_threads) when positive,
+// else all of `cores` but one, at most 8.
 int nvrtc_threads(int configured, int cores);
 
 // Every option compile_cuda passes to NVRTC for this source: the arch, -std=c++17, -default-device (so helper
 // functions need no __device__), --minimal from NVRTC 12.4 on (a faster front end, the same code),
-// --split-compile=<nvrtc_threads(...)> unless that is one thread, --Ofast-compile=<level> when
+// --split-compile=<threads> (0: nvrtc_threads(...), for a program compiled alone) unless that is one thread, --Ofast-compile=<level> when
 // fastcomp.config.nvrtc_fast_compile sets one (NVRTC 12.8 on),
 // -I<CUDA include dir> when the source has an #include (cuda_fp16.h and friends are not built into NVRTC), then
 // `extra_options` (e.g. -lineinfo). IEEE float semantics: no --use_fast_math unless the caller adds it. Part of
 // the kernel cache key.
 std::vector<std::string> nvrtc_options(std::string_view source, CudaArch arch, Output kind,
-                                       const std::vector<std::string>& extra_options);
+                                       const std::vector<std::string>& extra_options, int threads = 0);
 
-// Compiles `source` (named `program_name` in NVRTC's messages) for `arch`. Thread-safe; takes ~50 ms, so
+// Compiles `source` (named `program_name` in NVRTC's messages) for `arch` on `threads` threads (nvrtc_options).
+// Thread-safe, and programs compiled on several threads at once do not wait for each other; takes ~50 ms, so
 // callers release the GIL. Throws NvrtcError (with NVRTC's log) or CudaLibraryError.
 CompiledKernel compile_cuda(const std::string& source, const std::string& program_name, CudaArch arch, Output kind,
-                            const std::vector<std::string>& extra_options);
+                            const std::vector<std::string>& extra_options, int threads = 0);
 
 // compile_cuda's binary through the process's kernel cache (memory, then disk), keyed by the source, the
 // program name, the NVRTC version and nvrtc_options(): any change to what could change the binary misses.
 std::shared_ptr<const std::string> compile_cuda_cached(const std::string& source, const std::string& program_name,
                                                        CudaArch arch, Output kind,
-                                                       const std::vector<std::string>& extra_options);
+                                                       const std::vector<std::string>& extra_options,
+                                                       int threads = 0);
 
 // compile_cuda_cached's binary when the kernel cache (memory or disk) already has it, else null; never compiles.
 std::shared_ptr<const std::string> cached_cuda_binary(const std::string& source, const std::string& program_name,
                                                       CudaArch arch, Output kind,
-                                                      const std::vector<std::string>& extra_options);
+                                                      const std::vector<std::string>& extra_options,
+                                                      int threads = 0);
 
 // Writes CUDA C that NVRTC rejected to the temp folder (fastcomp-failed-<hash>.cu), so that the warning can name
 // a file for the bug report when no dump folder is set. Returns the path, "" when it cannot be written.

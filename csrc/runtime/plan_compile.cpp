@@ -1,0 +1,99 @@
+#include "runtime/plan_compile.h"
+
+#include <algorithm>
+#include <chrono>
+#include <future>
+
+#include "runtime/cuda/arch.h"
+#include "runtime/cuda/driver.h"
+#include "runtime/cuda/nvrtc.h"
+#include "support/config.h"
+#include "support/log.h"
+
+namespace fastcomp::runtime {
+namespace {
+
+constexpr const char* kProgramName = "fastcomp_graph";
+
+// NVRTC's threads for each of `parts` programs compiled at once: an even share of the budget.
+int threads_per_part(size_t parts) {
+  const int budget = cuda::nvrtc_threads(config().nvrtc_threads, cuda::usable_cores());
+  return std::max(1, budget / static_cast<int>(std::max<size_t>(parts, 1)));
+}
+
+}  // namespace
+
+CudaSource emit_plan(const plan::Program& program, const codegen::DeviceLimits& limits,
+                     codegen::PointerAlignment alignment, int parts) {
+  CudaSource out;
+  for (const codegen::Kernel& k : program.kernels) out.kernels.push_back(codegen::emit_cuda(k, limits));
+  codegen::share_identical_kernels(out.kernels);
+  if (out.kernels.empty()) return out;
+  out.program = codegen::emit_program(out.kernels, limits.arch, alignment);
+  out.parts = codegen::split_program(out.kernels, limits.arch, alignment, parts);
+  // One part is the whole program: the same text, and the same kernel-cache key as before parts existed.
+  if (out.parts.size() == 1) out.parts.front().source = out.program;
+  return out;
+}
+
+int nvrtc_program_parts() { return cuda::nvrtc_threads(config().nvrtc_threads, cuda::usable_cores()); }
+
+PlanBinary compile_plan(const plan::Program& program, const CudaSource& source) {
+  const cuda::CudaArch arch = cuda::device_info(program.device).arch;
+  const int threads = threads_per_part(source.parts.size());
+  auto compile = [&](const codegen::ProgramPart& part) {
+    return cuda::compile_cuda_cached(part.source, kProgramName, arch, cuda::Output::Cubin, {}, threads);
+  };
+  const auto start = std::chrono::steady_clock::now();
+  PlanBinary out(source.parts.size());
+  std::vector<std::future<std::shared_ptr<const std::string>>> others;
+  for (size_t i = 1; i < source.parts.size(); ++i)
+    others.push_back(std::async(std::launch::async, compile, std::cref(source.parts[i])));
+  // Every thread is waited for before anything is thrown: the others read `source`, which the caller owns.
+  std::exception_ptr failed;
+  try {
+    if (!source.parts.empty()) out[0] = compile(source.parts[0]);
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  for (size_t i = 0; i < others.size(); ++i) {
+    try {
+      out[i + 1] = others[i].get();
+    } catch (...) {
+      if (!failed) failed = std::current_exception();
+    }
+  }
+  if (failed) std::rethrow_exception(failed);
+  if (source.parts.size() > 1)
+    FC_LOG(compile, debug, "{} programs of the graph's kernels ready in {:.1f} ms, compiled side by side on {} NVRTC "
+           "threads each", source.parts.size(),
+           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count(), threads);
+  return out;
+}
+
+PlanBinary cached_plan_binary(const plan::Program& program, const CudaSource& source) {
+  const cuda::CudaArch arch = cuda::device_info(program.device).arch;
+  const int threads = threads_per_part(source.parts.size());
+  PlanBinary out;
+  for (const codegen::ProgramPart& part : source.parts) {
+    out.push_back(cuda::cached_cuda_binary(part.source, kProgramName, arch, cuda::Output::Cubin, {}, threads));
+    if (!out.back()) return {};
+  }
+  return out;
+}
+
+LoadedPlan::LoadedPlan(const CudaSource& source, const PlanBinary& binary, int device) {
+  for (size_t i = 0; i < source.parts.size(); ++i) {
+    modules_.push_back(std::make_unique<cuda::LoadedModule>(*binary.at(i), device));
+    names_.push_back(source.parts[i].kernels);
+  }
+}
+
+cuda::CUfunction LoadedPlan::get_function(const std::string& name) const {
+  for (size_t i = 0; i < modules_.size(); ++i)
+    if (std::find(names_[i].begin(), names_[i].end(), name) != names_[i].end()) return modules_[i]->get_function(name);
+  if (modules_.empty()) throw std::logic_error("fastcomp: a plan without kernels has no kernel '" + name + "'");
+  return modules_.front()->get_function(name);  // names none: throws the driver's "no kernel named" error
+}
+
+}  // namespace fastcomp::runtime

@@ -241,6 +241,16 @@ def test_raising_user_handler_is_reported_and_does_not_crash(monkeypatch, record
     assert [r.getMessage() for r in records] == ["second"]
 
 
+def test_helper_threads_records_wait_for_the_join_and_keep_their_text(records):
+    # compile_plan's NVRTC threads log while their caller may hold the GIL: taking it would deadlock.
+    fclog.set_logs(compile=DEBUG)
+    _C.log.emit_from_threads("compile", DEBUG, [f"part {i}" for i in range(6)])
+    assert sorted((r.name, r.levelno, r.getMessage()) for r in records) == [
+        ("fastcomp.compile", DEBUG, f"part {i}") for i in range(6)]
+    _C.log.emit_from_threads("compile", DEBUG, [])  # nothing kept, nothing replayed
+    assert len(records) == 6
+
+
 def test_concurrent_emits_with_a_handler_that_releases_the_gil_do_not_deadlock():
     # In a subprocess: a deadlock there holds the GIL, which would hang pytest instead of failing the test.
     result = run_python("""

@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bindings/bind.h"
@@ -50,6 +51,24 @@ void bind_logging(py::module_& m) {
       "topic"_a, "level"_a, "message"_a,
       "Logs `message` as C++ code does: dropped below the topic's threshold, else handed to "
       "logging.getLogger('fastcomp.<topic>').");
+  log.def(
+      "emit_from_threads",
+      [](std::string_view topic, int level, const std::vector<std::string>& messages) {
+        // As compile_plan's helper threads do, with the GIL held by this thread while it joins them.
+        const log::Topic t = topic_arg(topic);
+        log::DeferredRecords records;
+        std::vector<std::thread> threads;
+        for (const std::string& message : messages)
+          threads.emplace_back([&, message] {
+            log::DeferredRecords::Scope scope(records);
+            log::emit(t, static_cast<log::Level>(level), message);
+          });
+        for (std::thread& thread : threads) thread.join();
+        records.replay();
+      },
+      "topic"_a, "level"_a, "messages"_a,
+      "Each message logged by a thread of its own under a DeferredRecords scope while this thread holds the GIL, "
+      "then replayed here.");
 }
 
 }  // namespace fastcomp::bindings

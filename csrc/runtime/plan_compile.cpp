@@ -44,11 +44,20 @@ PlanBinary compile_plan(const plan::Program& program, const CudaSource& source) 
   auto compile = [&](const codegen::ProgramPart& part) {
     return cuda::compile_cuda_cached(part.source, kProgramName, arch, cuda::Output::Cubin, {}, threads);
   };
+  // The helper threads must not need the GIL, which the caller may hold while it waits for them (a graph
+  // compiled without background_compile, the any-alignment kernels): NVRTC is loaded here first (that reads
+  // sys.path), and their log records wait for the join.
+  cuda::nvrtc_version();
+  log::DeferredRecords records;
+  auto compile_apart = [&](const codegen::ProgramPart& part) {
+    log::DeferredRecords::Scope scope(records);
+    return compile(part);
+  };
   const auto start = std::chrono::steady_clock::now();
   PlanBinary out(source.parts.size());
   std::vector<std::future<std::shared_ptr<const std::string>>> others;
   for (size_t i = 1; i < source.parts.size(); ++i)
-    others.push_back(std::async(std::launch::async, compile, std::cref(source.parts[i])));
+    others.push_back(std::async(std::launch::async, compile_apart, std::cref(source.parts[i])));
   // Every thread is waited for before anything is thrown: the others read `source`, which the caller owns.
   std::exception_ptr failed;
   try {
@@ -63,6 +72,7 @@ PlanBinary compile_plan(const plan::Program& program, const CudaSource& source) 
       if (!failed) failed = std::current_exception();
     }
   }
+  records.replay();
   if (failed) std::rethrow_exception(failed);
   if (source.parts.size() > 1)
     FC_LOG(compile, debug, "{} programs of the graph's kernels ready in {:.1f} ms, compiled side by side on {} NVRTC "

@@ -10,9 +10,11 @@
 #include <spdlog/sinks/base_sink.h>
 
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace fastcomp::log {
 namespace {
@@ -151,8 +153,42 @@ void set_level(Topic t, Level level) {
   detail::thresholds[static_cast<std::size_t>(t)].value.store(static_cast<int>(level), std::memory_order_relaxed);
 }
 
+struct DeferredRecords::Impl {
+  struct Record {
+    Topic topic;
+    Level level;
+    std::string message;
+    std::source_location where;
+  };
+  std::mutex mutex;
+  std::vector<Record> records;
+};
+
+namespace {
+thread_local DeferredRecords* deferred_here = nullptr;  // the Scope alive on this thread, if any
+}  // namespace
+
+DeferredRecords::DeferredRecords() : impl_(std::make_unique<Impl>()) {}
+DeferredRecords::~DeferredRecords() = default;
+DeferredRecords::Scope::Scope(DeferredRecords& into) : previous_(deferred_here) { deferred_here = &into; }
+DeferredRecords::Scope::~Scope() { deferred_here = previous_; }
+
+void DeferredRecords::replay() {
+  std::vector<Impl::Record> records;
+  {
+    std::lock_guard lock(impl_->mutex);
+    records.swap(impl_->records);
+  }
+  for (const Impl::Record& r : records) emit(r.topic, r.level, r.message, r.where);
+}
+
 void emit(Topic t, Level level, std::string_view message, std::source_location where) {
   if (!enabled(t, level)) return;
+  if (DeferredRecords* deferred = deferred_here) {
+    std::lock_guard lock(deferred->impl_->mutex);
+    deferred->impl_->records.push_back({t, level, std::string(message), where});
+    return;
+  }
   logger_for(t).log(spdlog::source_loc{where.file_name(), static_cast<int>(where.line()), where.function_name()},
                     to_spdlog(level), spdlog::string_view_t(message.data(), message.size()));
 }

@@ -10,6 +10,7 @@
 #include <array>
 #include <atomic>
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <source_location>
 #include <string_view>
@@ -65,6 +66,32 @@ void set_level(Topic t, Level level);
 // cleared; an exception already pending in the caller is kept.
 void emit(Topic t, Level level, std::string_view message,
           std::source_location where = std::source_location::current());
+
+// The records of helper threads whose caller may hold the GIL while it waits for them (emit() would take the
+// GIL, and wait forever): while a Scope is alive on a thread, that thread's records are kept here instead, and
+// the caller replays them once it has joined the threads.
+class DeferredRecords {
+ public:
+  class Scope {
+   public:
+    explicit Scope(DeferredRecords& into);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    DeferredRecords* previous_;
+  };
+  DeferredRecords();
+  ~DeferredRecords();
+  // Emits the kept records in the order they came, on the calling thread.
+  void replay();
+
+ private:
+  friend void emit(Topic, Level, std::string_view, std::source_location);
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace fastcomp::log
 

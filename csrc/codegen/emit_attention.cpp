@@ -11,7 +11,7 @@
 // values and its R scaled query rows into shared memory (keys padded to D + 1 columns, so 32 lanes reading 32
 // keys at one column hit 32 banks; 4 elements a load where the layout allows), then warp w takes rows w, w + 8,
 // ... all at once: lane j's scores for keys j, j + 32, ... of every such row (each key column read once for all
-// of the warp's rows, the query entries 4 at a time as one broadcast), the mask's entries added (or its left-out
+// of the warp's rows, the query entries 2 at a time as one broadcast), the mask's entries added (or its left-out
 // keys dropped), the rows' max and sum by warp shuffles, the probabilities written over the warp's own query
 // rows, then lane d's outputs for columns d, d + 32, ... with the probabilities read 4 at a time as broadcasts.
 // Register tiles of rows x keys and rows x columns are what keep the shared-memory traffic per multiply-add low:
@@ -37,6 +37,12 @@ namespace fastcomp::codegen::detail {
 namespace {
 
 constexpr int kWarps = 8;  // warps per block; warp w takes the block's rows w, w + 8, ...
+// At most this many rows a warp: the softmax and both products unroll rows x keys (or columns), and NVRTC's time
+// grows with them while cold starts wait for it. A 128-key head with a mask took NVRTC 249 ms at 6 rows a warp,
+// 205 at 4, 179 at 3 (one thread of a 2-core Xeon); side by side with a graph's other programs on a 16-core
+// H100 host, 6 rows took 420-560 ms, the longest part of BERT's and T5's cold start at batch 8. 4 keeps W7's
+// launch shape (2 blocks a head).
+constexpr int64_t kMaxRowsPerWarp = 4;
 // A symbolic batch launches exactly B * H * row_blocks blocks per call (kernel_ir.h's grid_items); this is the
 // "most blocks" that clamps it, CUDA's limit on gridDim.x, so no block is ever dropped.
 constexpr int64_t kMaxGridX = 2147483647;
@@ -52,14 +58,16 @@ int64_t shared_bytes(int64_t rows, int64_t s, int64_t d) {
 // The kernel, with ${...} fields filled in by emit_attention. NVRTC's time for this kernel grows fast with
 // unrolling, and cold starts pay it, so only the scalar copy loop is unrolled (by 4, for loads in flight): the
 // 4-element copy loop unrolled by 4 cost W7's program ~20 ms of NVVM and ptxas time for 0.3 us a call (H200),
-// and the two product loops' bodies already hold RW x KC x 4 multiply-adds. (Two rows a warp instead of W7's
-// four would save as much again, for 2 us a call.)
+// and the two product loops' bodies already hold RW x KC x DS and RW x DC x JS multiply-adds. The scores' loop
+// takes 2 query columns a step, not 4: at 6 rows a warp (GPT-2 and BERT at batch 8) that cut the kernel's NVRTC
+// time from ~390 to ~300 ms on an H200 host, which bounded those models' cold start, and its GPU time moved
+// within +-3% (37 us a call). (Two rows a warp instead of W7's four would save as much again, for 2 us a call.)
 constexpr const char* kAttentionKernel = R"cuda(// ${name}: ${causal}attention over [B, H, T, D] = [${shape}]${keys_note}: softmax(q k^T${mask_note}) v per head, a block per head and ${rows} query rows (${row_blocks} a head), ${rows_per_warp} a warp; q rows, keys and values in shared memory (${shared_bytes} bytes)
 template <bool kVector>
 __device__ __forceinline__ void ${name}_head(${params}) {
   constexpr int T = ${T}, S = ${S}, D = ${D}, R = ${rows}, RW = ${rows_per_warp}, W = ${row_width};
   constexpr int KC = (S + 31) / 32, DC = (D + 31) / 32;  // keys, columns a lane
-  constexpr int DS = D % 4 == 0 ? 4 : 1, JS = S % 4 == 0 ? 4 : 1;  // entries a broadcast read of q, of p
+  constexpr int DS = D % 2 == 0 ? 2 : 1, JS = S % 4 == 0 ? 4 : 1;  // entries a broadcast read of q, of p
   // The block's query rows, scaled, then the same rows' probabilities; the keys; the values.
   FC_DYNAMIC_SHARED_FLOATS(fc_shared);
   float (*const qp)[W] = reinterpret_cast<float (*)[W]>(fc_shared);
@@ -122,7 +130,7 @@ ${mask_pointer}  ${elem}* __restrict__ o = out0 + (${o_base});
 #pragma unroll
     for (int i = 0; i < RW; ++i) {
       float qd[DS];
-      fc_load<DS, DS == 4>(&qp[warp + 8 * i][d], qd);
+      fc_load<DS, DS == 2>(&qp[warp + 8 * i][d], qd);
 #pragma unroll
       for (int c = 0; c < KC; ++c)
 #pragma unroll
@@ -229,12 +237,12 @@ KernelSource emit_attention(const Kernel& k, const DeviceLimits& limits) {
   const bool bool_mask = masked && k.inputs[3].dtype == DType::Bool;
   // Rows a block: enough blocks for one a multiprocessor (at the trace-time batch when it is a symbol) -- small
   // batches split each head's queries over several blocks, each copying the head's keys and values again, from
-  // L2 -- then as many rows a warp as shared memory holds, so each key and value read serves more rows. More
-  // blocks of fewer rows were slower (W7's heads on an H200: 9.0 us with 2 blocks a head, 10.3 with 4, 11.0
-  // with 8, 16.9 with 16).
+  // L2 -- then as many rows a warp (up to kMaxRowsPerWarp) as shared memory holds, so each key and value read
+  // serves more rows. More blocks of fewer rows were slower (W7's heads on an H200: 9.0 us with 2 blocks a head,
+  // 10.3 with 4, 11.0 with 8, 16.9 with 16).
   const int64_t heads = std::max<int64_t>(B.hint() * H, 1);
   const int64_t wanted_blocks = std::clamp<int64_t>(ceil_div(limits.sm_count, heads), 1, ceil_div(T, kWarps));
-  int64_t rows_per_warp = ceil_div(ceil_div(T, wanted_blocks), kWarps);
+  int64_t rows_per_warp = std::min(ceil_div(ceil_div(T, wanted_blocks), kWarps), kMaxRowsPerWarp);
   const int64_t shared_limit = attention_shared_limit(limits.arch);
   while (rows_per_warp > 1 && shared_bytes(rows_per_warp * kWarps, S, D) > shared_limit) --rows_per_warp;
   // The same number of blocks with the rows spread evenly (64 rows that fit 56 at a time: two blocks of 32).

@@ -8,6 +8,11 @@ cold start does: trace (fastcomp's compile record less the rehearsal's own NVRTC
 compiling the graph's program to an sm_90 cubin, as the background thread does (timed as the second compile of
 the process, which skips NVRTC's first-use setup of a few ms).
 
+With --zoo MODEL:BATCH ... (GPU) each library model of benchmarks.models (f32) runs in a fresh process and
+kernel-cache folder, and prints its trace time, the first call, when the kernels were ready, and each NVRTC
+program's compile time as the `compile` log gives it (the graph's programs compile side by side: the last one
+bounds the cold start).
+
 With --warm (GPU) each workload runs in two fresh processes sharing one kernel-cache folder, as the benchmark's
 cold and warm starts do, and each prints its import time, its first call (compile() + trace + the call, which
 runs the kernels if they and cuBLASLt's plans were ready, else goes through torch), the time until the kernels
@@ -116,6 +121,48 @@ def warm(wids):
             print(f"{wid} {start}:" + (run.stdout.rstrip() if not run.returncode else f" failed\n{run.stderr}"))
 
 
+def zoo_one(spec):
+    """One library model `name:batch` in this (fresh) process; prints where its cold start went."""
+    name, batch = spec.split(":")
+    import torch
+
+    import fastcomp
+    from benchmarks import models
+    from fastcomp.testing import CompileCounter
+
+    stamped = []
+    handler = logging.Handler()
+    handler.emit = lambda record: stamped.append((time.perf_counter(), record.getMessage()))
+    logging.getLogger("fastcomp").addHandler(handler)
+    fastcomp.set_logs(compile=logging.DEBUG)
+    model, kwargs = models.prepare(name, int(batch), torch.float32, "cuda")
+    with torch.no_grad():
+        model(**kwargs)  # torch's own first-use costs are not fastcomp's
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        with CompileCounter() as cc:
+            compiled = fastcomp.compile(model)
+            compiled(**kwargs)
+            torch.cuda.synchronize()
+            first = time.perf_counter() - start
+            fastcomp.wait_for_compiles()
+            torch.cuda.synchronize()
+            ready = time.perf_counter() - start
+    trace = sum(r["compile_time_s"] for r in cc.records) * 1e3
+    print(f"{spec}: trace {trace:.0f} ms, first call {first * 1e3:.0f} ms, kernels ready {ready * 1e3:.0f} ms")
+    for at, line in stamped:
+        if line.startswith(("nvrtc", "planned", "cuda executable")):
+            print(f"  +{(at - start) * 1e3:5.0f} ms  {line[:160]}")
+
+
+def zoo(specs):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
+    for spec in specs:
+        env["FASTCOMP_CACHE_DIR"] = tempfile.mkdtemp()
+        run = subprocess.run([sys.executable, __file__, "--zoo-one", spec], capture_output=True, text=True, env=env)
+        print(run.stdout.rstrip() if not run.returncode else f"{spec}: failed\n{run.stderr[-2000:]}", flush=True)
+
+
 def cpu_one(wid):
     """One workload in this (fresh) process; prints a JSON line."""
     import torch
@@ -164,8 +211,10 @@ def cpu(wids):
 
 if __name__ == "__main__":
     sys.path.insert(0, ROOT)
-    if sys.argv[1:2] in (["--cpu-one"], ["--warm-one"]):
-        (cpu_one if sys.argv[1] == "--cpu-one" else warm_one)(sys.argv[2])
+    if sys.argv[1:2] in (["--cpu-one"], ["--warm-one"], ["--zoo-one"]):
+        {"--cpu-one": cpu_one, "--warm-one": warm_one, "--zoo-one": zoo_one}[sys.argv[1]](sys.argv[2])
+    elif sys.argv[1:2] == ["--zoo"]:
+        zoo(sys.argv[2:])
     else:
         from benchmarks.workloads import WORKLOADS
 

@@ -18,9 +18,9 @@ Environment variables give the start-up values:
   traces those dimensions as symbols from its first call. Off, as torch.compile keeps its profile-guided
   decisions off unless asked: each process decides from its own calls, and one program never changes how
   another compiles.
-- ``FASTCOMP_NVRTC_THREADS`` (int >= 0, default 0): threads NVRTC may use to compile one graph's kernels
-  (``--split-compile``); 0 takes the CPU cores this process may run on but one, at most 8; 1 compiles on one
-  thread.
+- ``FASTCOMP_NVRTC_THREADS`` (int >= 0, default 0): threads NVRTC may use to compile one graph's kernels: they
+  become up to this many programs compiled side by side, a thread each, and ``--split-compile`` shares what is
+  left; 0 takes the CPU cores this process may run on but one, at most 8; 1 compiles one program on one thread.
 - ``FASTCOMP_NVRTC_FAST_COMPILE`` ("", min, mid or max; default ""): NVRTC's ``-Ofast-compile`` level, which
   trades the generated code's speed for compile time (NVRTC 12.8 and later; ignored by older ones).
 - ``FASTCOMP_MATMUL_TUNING`` (on/off, default on): the first run of each matrix product times cuBLASLt's top

@@ -1,5 +1,8 @@
 #include "runtime/plan_compile.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <chrono>
 #include <future>
@@ -14,6 +17,12 @@ namespace fastcomp::runtime {
 namespace {
 
 constexpr const char* kProgramName = "fastcomp_graph";
+
+// The name NVRTC's messages give part `index` of `parts` (part of its kernel-cache key): one part keeps the name
+// the whole program always had.
+std::string part_name(size_t index, size_t parts) {
+  return parts == 1 ? kProgramName : fmt::format("{}_part{}of{}", kProgramName, index + 1, parts);
+}
 
 // NVRTC's threads for each of `parts` programs compiled at once: an even share of the budget.
 int threads_per_part(size_t parts) {
@@ -41,8 +50,20 @@ int nvrtc_program_parts() { return cuda::nvrtc_threads(config().nvrtc_threads, c
 PlanBinary compile_plan(const plan::Program& program, const CudaSource& source) {
   const cuda::CudaArch arch = cuda::device_info(program.device).arch;
   const int threads = threads_per_part(source.parts.size());
+  const size_t parts = source.parts.size();
   auto compile = [&](const codegen::ProgramPart& part) {
-    return cuda::compile_cuda_cached(part.source, kProgramName, arch, cuda::Output::Cubin, {}, threads);
+    const size_t index = &part - source.parts.data();
+    try {
+      return cuda::compile_cuda_cached(part.source, part_name(index, parts), arch, cuda::Output::Cubin, {}, threads);
+    } catch (const cuda::NvrtcError& e) {
+      // NVRTC's log numbers the lines of the part, not of the whole program that dumps and warnings name: a
+      // rejected part says which it is, and is saved on its own.
+      if (parts == 1) throw;
+      const std::string saved = cuda::save_rejected_source(part.source);
+      throw cuda::NvrtcError(e.program_name, e.log,
+                             fmt::format("{}\n(program {} of {}, kernels {}{})", e.what(), index + 1, parts,
+                                         fmt::join(part.kernels, ", "), saved.empty() ? "" : "; its source: " + saved));
+    }
   };
   // The helper threads must not need the GIL, which the caller may hold while it waits for them (a graph
   // compiled without background_compile, the any-alignment kernels): NVRTC is loaded here first (that reads
@@ -86,7 +107,8 @@ PlanBinary cached_plan_binary(const plan::Program& program, const CudaSource& so
   const int threads = threads_per_part(source.parts.size());
   PlanBinary out;
   for (const codegen::ProgramPart& part : source.parts) {
-    out.push_back(cuda::cached_cuda_binary(part.source, kProgramName, arch, cuda::Output::Cubin, {}, threads));
+    out.push_back(cuda::cached_cuda_binary(part.source, part_name(out.size(), source.parts.size()), arch,
+                                           cuda::Output::Cubin, {}, threads));
     if (!out.back()) return {};
   }
   return out;

@@ -114,6 +114,14 @@ cg::DeviceLimits limits_of(int sm_count) {
   return limits;
 }
 
+// The kernels of a list of specs, emitted for a GPU of `sm_count` multiprocessors.
+std::vector<cg::KernelSource> emit_specs(const py::list& specs, int sm_count) {
+  std::vector<cg::KernelSource> sources;
+  for (py::handle h : specs)
+    sources.push_back(cg::emit_cuda(parse_kernel(py::reinterpret_borrow<py::dict>(h)), limits_of(sm_count)));
+  return sources;
+}
+
 }  // namespace
 
 void bind_codegen(py::module_& m) {
@@ -140,9 +148,7 @@ void bind_codegen(py::module_& m) {
       [](const py::list& specs, int sm_count, int sm, const std::string& alignment) {
         if (alignment != "vector" && alignment != "any")
           throw py::value_error("alignment is 'vector' or 'any', not '" + alignment + "'");
-        std::vector<cg::KernelSource> sources;
-        for (py::handle h : specs)
-          sources.push_back(cg::emit_cuda(parse_kernel(py::reinterpret_borrow<py::dict>(h)), limits_of(sm_count)));
+        std::vector<cg::KernelSource> sources = emit_specs(specs, sm_count);
         return cg::emit_program(sources, {sm / 10, sm % 10},
                                 alignment == "vector" ? cg::PointerAlignment::Vector : cg::PointerAlignment::Any);
       },
@@ -151,9 +157,7 @@ void bind_codegen(py::module_& m) {
   m.def(
       "split_program",
       [](const py::list& specs, int parts, int sm_count, int sm) {
-        std::vector<cg::KernelSource> sources;
-        for (py::handle h : specs)
-          sources.push_back(cg::emit_cuda(parse_kernel(py::reinterpret_borrow<py::dict>(h)), limits_of(sm_count)));
+        std::vector<cg::KernelSource> sources = emit_specs(specs, sm_count);
         cg::share_identical_kernels(sources);
         py::list out;
         for (const cg::ProgramPart& part : cg::split_program(sources, {sm / 10, sm % 10}, cg::PointerAlignment::Vector, parts))

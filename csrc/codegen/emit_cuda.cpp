@@ -322,21 +322,21 @@ std::vector<ProgramPart> split_program(const std::vector<KernelSource>& kernels,
   // The kernels with code of their own (share_identical_kernels leaves a later twin only a comment and the
   // first one's name).
   std::vector<size_t> owners;
+  std::vector<size_t> cost(kernels.size(), 0);
   std::set<std::string> named;
   size_t total = 0;
   for (size_t i = 0; i < kernels.size(); ++i)
-    if (named.insert(kernels[i].name).second) owners.push_back(i), total += compile_cost(kernels[i]);
+    if (named.insert(kernels[i].name).second) owners.push_back(i), total += cost[i] = compile_cost(kernels[i]);
   const size_t n = std::clamp<size_t>(std::min<size_t>(total / kMinPartCost, owners.size()), 1,
                                       static_cast<size_t>(std::max(parts, 1)));
   // Longest first onto the part with the least so far (LPT), then each part's kernels back in program order.
   std::vector<size_t> by_cost = owners;
-  std::stable_sort(by_cost.begin(), by_cost.end(),
-                   [&](size_t a, size_t b) { return compile_cost(kernels[a]) > compile_cost(kernels[b]); });
+  std::stable_sort(by_cost.begin(), by_cost.end(), [&](size_t a, size_t b) { return cost[a] > cost[b]; });
   std::vector<size_t> load(n, 0);
   std::vector<std::vector<size_t>> members(n);
   for (size_t i : by_cost) {
     const size_t part = std::min_element(load.begin(), load.end()) - load.begin();
-    load[part] += compile_cost(kernels[i]);
+    load[part] += cost[i];
     members[part].push_back(i);
   }
   std::vector<ProgramPart> out;

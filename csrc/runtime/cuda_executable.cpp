@@ -25,7 +25,6 @@
 #include "runtime/cuda/cublaslt.h"
 #include "runtime/cuda/driver.h"
 #include "runtime/cuda/module.h"
-#include "runtime/cuda/nvrtc.h"
 #include "runtime/matmul_steps.h"
 #include "runtime/memory_plan.h"
 #include "runtime/size_slots.h"
@@ -681,16 +680,6 @@ class CudaExecutable final : public Executable {
 };
 
 }  // namespace
-
-codegen::DeviceLimits device_limits(int device) {
-  const cuda::DeviceInfo& info = cuda::device_info(device);
-  codegen::DeviceLimits limits;
-  limits.arch = info.arch;
-  limits.sm_count = info.sm_count;
-  limits.max_threads_per_block = info.max_threads_per_block;
-  limits.max_threads_per_sm = info.max_threads_per_sm;
-  return limits;
-}
 
 std::unique_ptr<Executable> make_cuda_executable(graph::Graph graph, plan::Program program, const CudaSource& source,
                                                  const PlanBinary& binary, const MatmulSwitches& switches,

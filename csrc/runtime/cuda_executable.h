@@ -13,9 +13,6 @@
 
 namespace fastcomp::runtime {
 
-// Codegen limits of CUDA device `device`, from the driver. Throws CudaError / CudaLibraryError.
-codegen::DeviceLimits device_limits(int device);
-
 /** Loads `binary` (compile_plan's) and takes `plans` (plan_matmuls', or empty: planned here): the executable of
  *  `program`. Needs the GIL. Throws CudaError, CublasError or CudaLibraryError; the caller falls back to the
  *  torch runner. */

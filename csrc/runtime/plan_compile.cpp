@@ -14,6 +14,9 @@
 #include "support/log.h"
 
 namespace fastcomp::runtime {
+
+int nvrtc_program_parts() { return cuda::nvrtc_threads(config().nvrtc_threads, cuda::usable_cores()); }
+
 namespace {
 
 constexpr const char* kProgramName = "fastcomp_graph";
@@ -26,11 +29,20 @@ std::string part_name(size_t index, size_t parts) {
 
 // NVRTC's threads for each of `parts` programs compiled at once: an even share of the budget.
 int threads_per_part(size_t parts) {
-  const int budget = cuda::nvrtc_threads(config().nvrtc_threads, cuda::usable_cores());
-  return std::max(1, budget / static_cast<int>(std::max<size_t>(parts, 1)));
+  return std::max(1, nvrtc_program_parts() / static_cast<int>(std::max<size_t>(parts, 1)));
 }
 
 }  // namespace
+
+codegen::DeviceLimits device_limits(int device) {
+  const cuda::DeviceInfo& info = cuda::device_info(device);
+  codegen::DeviceLimits limits;
+  limits.arch = info.arch;
+  limits.sm_count = info.sm_count;
+  limits.max_threads_per_block = info.max_threads_per_block;
+  limits.max_threads_per_sm = info.max_threads_per_sm;
+  return limits;
+}
 
 CudaSource emit_plan(const plan::Program& program, const codegen::DeviceLimits& limits,
                      codegen::PointerAlignment alignment, int parts) {
@@ -44,8 +56,6 @@ CudaSource emit_plan(const plan::Program& program, const codegen::DeviceLimits& 
   if (out.parts.size() == 1) out.parts.front().source = out.program;
   return out;
 }
-
-int nvrtc_program_parts() { return cuda::nvrtc_threads(config().nvrtc_threads, cuda::usable_cores()); }
 
 PlanBinary compile_plan(const plan::Program& program, const CudaSource& source) {
   const cuda::CudaArch arch = cuda::device_info(program.device).arch;

@@ -11,6 +11,9 @@
 
 namespace fastcomp::runtime {
 
+// Codegen limits of CUDA device `device`, from the driver. Throws CudaError / CudaLibraryError.
+codegen::DeviceLimits device_limits(int device);
+
 // The CUDA C of a plan.
 struct CudaSource {
   std::vector<codegen::KernelSource> kernels;  // one per plan::Program::kernels, same order

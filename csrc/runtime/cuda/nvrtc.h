@@ -49,8 +49,8 @@ int nvrtc_threads(int configured, int cores);
 
 // Every option compile_cuda passes to NVRTC for this source: the arch, -std=c++17, -default-device (so helper
 // functions need no __device__), --minimal from NVRTC 12.4 on (a faster front end, the same code),
-// --split-compile=<threads> (0: nvrtc_threads(...), for a program compiled alone) unless that is one thread, --Ofast-compile=<level> when
-// fastcomp.config.nvrtc_fast_compile sets one (NVRTC 12.8 on),
+// --split-compile=<threads> (0: nvrtc_threads(...), for a program compiled alone) unless that is one thread,
+// --Ofast-compile=<level> when fastcomp.config.nvrtc_fast_compile sets one (NVRTC 12.8 on),
 // -I<CUDA include dir> when the source has an #include (cuda_fp16.h and friends are not built into NVRTC), then
 // `extra_options` (e.g. -lineinfo). IEEE float semantics: no --use_fast_math unless the caller adds it. Part of
 // the kernel cache key.

@@ -42,6 +42,8 @@ def test_unset_or_empty_variables_give_the_defaults(monkeypatch):
      "FASTCOMP_NVRTC_THREADS='2.5' is not a whole number >= 0; unset it for the default (0)"),
     ("FASTCOMP_NVRTC_FAST_COMPILE", "nvrtc_fast_compile", "fast",
      "FASTCOMP_NVRTC_FAST_COMPILE='fast' is not one of '', 'min', 'mid', 'max'"),
+    ("FASTCOMP_GUARD_MEMO", "guard_memo", "on",
+     "FASTCOMP_GUARD_MEMO='on' is not one of 'auto', 'always', 'off'"),
 ])
 def test_invalid_values_are_rejected_naming_the_variable(monkeypatch, variable, setting, value, message):
     monkeypatch.setenv(variable, value)

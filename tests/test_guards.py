@@ -10,6 +10,13 @@ from fastcomp.testing import CompileCounter
 FACTOR = 2.0
 
 
+@pytest.fixture(autouse=True, params=["auto", "always"])
+def guard_memo(request):
+    """Every guard kind with and without the guard memo (auto leaves these small functions' sets to full checks)."""
+    with fastcomp.config.patch(guard_memo=request.param):
+        yield
+
+
 def run_twice(fn, first_args, second_args):
     """Calls compiled fn with first_args twice, then second_args twice; returns the counter."""
     fastcomp.reset()

@@ -1,10 +1,12 @@
 #include "api/dispatcher.h"
 #include "bindings/bind.h"
 #include <pybind11/stl.h>
+#include <optional>
 #include "cpython/eval_hook.h"
 #include "compile.h"
 #include "dispatch.h"
 #include "frontend/code_info.h"
+#include "frontend/guards/guard_memo.h"
 #include "frontend/trace/tracer.h"
 #include "rehearsal_plan.h"
 #include "runtime/background_compile.h"
@@ -63,6 +65,24 @@ void bind_api(py::module_& m) {
   m.def(
       "set_rehearse_cuda_backend", [](bool on) { config().rehearse_cuda_backend = on; },
       "tests: lower graphs on CPU tensors as if on a GPU, compile their CUDA C to PTX, run them through torch");
+  m.def(
+      "guard_check_stats",
+      [](std::optional<bool> timed) {
+        frontend::GuardCheckStats& s = frontend::guard_check_stats();
+        if (timed) s.timed = *timed;
+        py::dict d;
+        d["checks"] = s.checks;
+        d["check_ns"] = s.check_ns;
+        d["memo_passed"] = s.memo_passed;
+        d["memo_failed"] = s.memo_failed;
+        d["memo_stale"] = s.memo_stale;
+        d["memo_records"] = s.memo_records;
+        return d;
+      },
+      py::arg("timed") = py::none(),
+      "tests and benchmarks: counts over the process of the guard checks of calls (checks; check_ns, their time "
+      "while timed=True was last passed) and of what guard memos did: answered (memo_passed, memo_failed), could "
+      "not answer (memo_stale: a recorded dict changed) and recorded (memo_records)");
   m.def("fail_next_trace_for_tests", &fail_next_trace_for_tests, py::arg("reason"),
         "tests: the next frame compiled reports `reason` as an unresumable GB999 break instead of tracing");
   m.def(
@@ -70,7 +90,9 @@ void bind_api(py::module_& m) {
       [](int recompile_limit, bool error_on_recompile, bool suppress_errors, bool cuda_backend,
          bool background_compile, const std::string& dump_dir, bool automatic_dynamic_on_disk, int nvrtc_threads,
          const std::string& nvrtc_fast_compile, bool matmul_tuning, bool fused_attention, bool small_matmul,
-         bool grouped_products, bool channels_last) {
+         bool grouped_products, bool channels_last, const std::string& guard_memo) {
+        if (guard_memo != "auto" && guard_memo != "always" && guard_memo != "off")
+          throw py::value_error("fastcomp.config.guard_memo must be 'auto', 'always' or 'off', not '" + guard_memo + "'");
         if (!nvrtc_fast_compile.empty() && nvrtc_fast_compile != "min" && nvrtc_fast_compile != "mid" &&
             nvrtc_fast_compile != "max")
           throw py::value_error("fastcomp.config.nvrtc_fast_compile must be '', 'min', 'mid' or 'max', not '" +
@@ -89,11 +111,14 @@ void bind_api(py::module_& m) {
         config().small_matmul = small_matmul;
         config().grouped_products = grouped_products;
         config().channels_last = channels_last;
+        config().guard_memo = guard_memo == "off" ? GuardMemoUse::Off
+                              : guard_memo == "always" ? GuardMemoUse::Always
+                                                       : GuardMemoUse::Auto;
       },
       py::arg("recompile_limit"), py::arg("error_on_recompile"), py::arg("suppress_errors"), py::arg("cuda_backend"),
       py::arg("background_compile"), py::arg("dump_dir"), py::arg("automatic_dynamic_on_disk"), py::arg("nvrtc_threads"), py::arg("nvrtc_fast_compile"),
       py::arg("matmul_tuning"), py::arg("fused_attention"), py::arg("small_matmul"), py::arg("grouped_products"),
-      py::arg("channels_last"));
+      py::arg("channels_last"), py::arg("guard_memo"));
   m.def(
       "wait_for_compiles", [](double timeout_s) { return runtime::wait_for_compiles(timeout_s); },
       py::arg("timeout_s") = -1.0, "block until background kernel compiles finish; False on timeout");

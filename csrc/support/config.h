@@ -5,6 +5,9 @@
 
 namespace fastcomp {
 
+// Whether checks of a guard set take its GuardMemo's shortcut (frontend/guards/guard_memo.h).
+enum class GuardMemoUse { Auto, Always, Off };  // Auto: for sets of 16 sources or more
+
 struct Config {
   int recompile_limit = 8;          // cache entries per code object and option set before running eagerly
   bool error_on_recompile = false;  // raise instead of warning when the limit is hit
@@ -19,6 +22,7 @@ struct Config {
   bool small_matmul = true;         // F.linear of a few rows as a kernel of its own, not cuBLASLt (plan::LowerOptions)
   bool grouped_products = true;     // products of one A as one batched cuBLASLt call (plan/group_products.h)
   bool channels_last = true;        // values between convolutions planned NHWC where unobserved (plan/channels_last.h)
+  GuardMemoUse guard_memo = GuardMemoUse::Auto;
   std::string dump_dir;             // non-empty: every compile writes its artifacts (graph, plan, .cu) here
   // Automatic-dynamic decisions are read from and written to the kernel cache's dynamic/ folder. Off by default:
   // decisions on disk are keyed by code object, so one program's calls would change another's compiles.

@@ -39,6 +39,13 @@ Environment variables give the start-up values:
 - ``FASTCOMP_GROUPED_PRODUCTS`` (on/off, default on): products of the same activation and shape (``x @ Wg`` and
   ``x @ Wu``; q/k/v projections) run as one batched cuBLASLt call; off keeps a call each.
 
+- ``FASTCOMP_GUARD_MEMO`` (auto, always or off; default auto): after a call whose guards pass, the next call's
+  check reuses every value it read through dicts that have not changed since (module ``__dict__``s, parameters,
+  submodules, globals: CPython's dict version tags), skipping those lookups and the guards that depend on
+  nothing else; tensor metadata, types, lengths of lists and global state are still checked on every call. auto
+  does so for functions with 16 or more guarded values (a library model's hundreds), always for every function
+  (tests), off never.
+
 On/off variables take ``1/0``, ``true/false``, ``yes/no`` or ``on/off`` in any case; an empty value means unset.
 Anything else, a non-integer or a negative integer, stops ``import fastcomp`` with a ``ValueError`` that names the
 variable, its value and what it accepts (a typo must not silently leave a switch at its default).
@@ -73,8 +80,11 @@ _SETTINGS = {
     # Values between 2-d convolutions in channels-last memory order where nothing observes their layout
     # (csrc/plan/channels_last.h): cuDNN then runs its NHWC kernels without transposing around each convolution.
     "channels_last": ("FASTCOMP_CHANNELS_LAST", True),
+    # The shortcut through a guard check that reuses what the last passing check read through unchanged dicts
+    # (csrc/frontend/guards/guard_memo.h).
+    "guard_memo": ("FASTCOMP_GUARD_MEMO", "auto"),
 }
-_CHOICES = {"nvrtc_fast_compile": ("", "min", "mid", "max")}
+_CHOICES = {"nvrtc_fast_compile": ("", "min", "mid", "max"), "guard_memo": ("auto", "always", "off")}
 _ON = ("1", "true", "yes", "on")
 _OFF = ("0", "false", "no", "off")
 

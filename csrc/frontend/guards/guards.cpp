@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 
 #include "cpython/type_dict.h"
+#include "frontend/guards/guard_memo.h"
 #include "runtime/torch_shim.h"
 #include "runtime/torch_state.h"
 #include "support/pystr.h"
@@ -26,8 +28,8 @@ PyObject* module_dict_item(PyObject* module, PyObject* slot_name, PyObject* key)
   return PyDict_GetItemWithError(slot, key);
 }
 
-// Loads source `id` given its base's value. Returns borrowed or (if `owned` is set) new reference.
-PyObject* load_source(const Source& s, PyObject* base, const cpython::FrameView& frame, PyRef* owned) {
+// Reads source `s` given its base's value. Returns borrowed or (if `owned` is set) new reference.
+PyObject* read_source(const Source& s, PyObject* base, const cpython::FrameView& frame, PyRef* owned) {
   static PyObject* kParameters = interned("_parameters");
   static PyObject* kBuffers = interned("_buffers");
   static PyObject* kModules = interned("_modules");
@@ -274,7 +276,10 @@ bool check_one(const GuardSet& set, const Guard& g, PyObject* v, GuardScratch& s
                               g.expected.get() == Py_True ? "True" : "False", g.what, str(g.sym_a), a, str(g.sym_b), b));
     }
     case GuardKind::Length: {
-      Py_ssize_t n = PyObject_Length(v);
+      Py_ssize_t n = PyDict_CheckExact(v)   ? PyDict_GET_SIZE(v)
+                     : PyList_CheckExact(v) ? PyList_GET_SIZE(v)
+                     : PyTuple_CheckExact(v) ? PyTuple_GET_SIZE(v)
+                                             : PyObject_Length(v);
       if (n == g.length) return true;
       if (n < 0) PyErr_Clear();
       return fail(fmt::format("len({}) == {} (actual {})", name, g.length, n));
@@ -325,6 +330,31 @@ bool check_one(const GuardSet& set, const Guard& g, PyObject* v, GuardScratch& s
 }
 
 }  // namespace
+
+bool check_guard(const GuardSet& set, const Guard& g, GuardScratch& scratch, std::string* reason) {
+  PyObject* v = g.source >= 0 ? scratch.values[g.source] : nullptr;
+  if (g.source >= 0 && !v) {
+    // An object whose __dict__ does not exist yet lacks every key.
+    if (g.kind == GuardKind::DictLacks && set.sources.at(g.source).kind == SourceKind::ObjDict) return true;
+    if (reason) *reason = fmt::format("{} is missing", set.sources.name(g.source));
+    return false;
+  }
+  return check_one(set, g, v, scratch, reason);
+}
+
+void load_source(const GuardSet& set, const cpython::FrameView& frame, GuardScratch& scratch, int i) {
+  const Source& s = set.sources.at(i);
+  PyObject* base = s.base >= 0 ? scratch.values[s.base] : nullptr;
+  if (s.base >= 0 && !base) {  // base missing: the guard on it reports the failure
+    scratch.values[i] = nullptr;
+    return;
+  }
+  PyRef owned;
+  PyObject* v = read_source(s, base, frame, &owned);
+  if (!v) PyErr_Clear();
+  if (owned) scratch.owned.push_back(std::move(owned));
+  scratch.values[i] = v;
+}
 
 bool make_global_state_guard(PyObject* fn, const char* what, StateProbe probe, Guard* out) {
   Guard g;
@@ -378,33 +408,38 @@ bool identity_guards_hold(const GuardSet& set, const cpython::FrameView& frame) 
   return true;
 }
 
-bool check_guards(const GuardSet& set, const cpython::FrameView& frame, GuardScratch& scratch,
-                  std::string* failure_reason) {
+namespace {
+
+bool check_all(const GuardSet& set, const cpython::FrameView& frame, GuardScratch& scratch,
+               std::string* failure_reason) {
+  const bool memo = !failure_reason && GuardMemo::worthwhile(set);
+  if (memo) {
+    const GuardMemo::Verdict verdict = set.memo.get().check(set, frame, scratch);
+    if (verdict != GuardMemo::Verdict::Unknown) return verdict == GuardMemo::Verdict::Pass;
+  }
   const int n = set.sources.size();
   scratch.reset(n, static_cast<int>(set.symbols.size()));
   // Sources are in dependency order, so one forward pass loads each exactly once.
-  for (int i = 0; i < n; ++i) {
-    const Source& s = set.sources.at(i);
-    PyObject* base = s.base >= 0 ? scratch.values[s.base] : nullptr;
-    if (s.base >= 0 && !base) continue;  // base missing: the guard on it reports the failure
-    PyRef owned;
-    PyObject* v = load_source(s, base, frame, &owned);
-    if (!v) PyErr_Clear();
-    if (owned) scratch.owned.push_back(std::move(owned));
-    scratch.values[i] = v;
-  }
-  for (const Guard& g : set.guards) {
-    PyObject* v = g.source >= 0 ? scratch.values[g.source] : nullptr;
-    if (g.source >= 0 && !v && g.kind == GuardKind::DictLacks && set.sources.at(g.source).kind == SourceKind::ObjDict)
-      continue;  // an object whose __dict__ does not exist yet lacks every key
-    if (g.source >= 0 && !v) {
-      if (failure_reason) *failure_reason = fmt::format("{} is missing", set.sources.name(g.source));
-      return false;
-    }
-    if (!check_one(set, g, v, scratch, failure_reason)) return false;
-  }
+  for (int i = 0; i < n; ++i) load_source(set, frame, scratch, i);
+  for (const Guard& g : set.guards)
+    if (!check_guard(set, g, scratch, failure_reason)) return false;
   for (int src : set.input_sources) scratch.inputs.push_back(scratch.values[src]);
+  if (memo) set.memo.get().record(set, frame, scratch);
   return true;
+}
+
+}  // namespace
+
+bool check_guards(const GuardSet& set, const cpython::FrameView& frame, GuardScratch& scratch,
+                  std::string* failure_reason) {
+  GuardCheckStats& stats = guard_check_stats();
+  if (failure_reason) return check_all(set, frame, scratch, failure_reason);
+  ++stats.checks;
+  if (!stats.timed) return check_all(set, frame, scratch, nullptr);
+  const auto start = std::chrono::steady_clock::now();
+  const bool passed = check_all(set, frame, scratch, nullptr);
+  stats.check_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+  return passed;
 }
 
 std::string GuardSet::describe(const Guard& g) const {

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -81,11 +82,29 @@ struct Guard {
 // false (no error set) when calling `fn` raises.
 bool make_global_state_guard(PyObject* fn, const char* what, StateProbe probe, Guard* out);
 
+class GuardMemo;  // guard_memo.h
+
+// Owns a guard set's GuardMemo, made by the first check that passes; a copy of the set starts without one.
+class GuardMemoSlot {
+ public:
+  GuardMemoSlot();
+  GuardMemoSlot(const GuardMemoSlot&);
+  GuardMemoSlot(GuardMemoSlot&&) noexcept;
+  GuardMemoSlot& operator=(const GuardMemoSlot&);
+  GuardMemoSlot& operator=(GuardMemoSlot&&) noexcept;
+  ~GuardMemoSlot();
+  GuardMemo& get() const;
+
+ private:
+  mutable std::unique_ptr<GuardMemo> memo_;
+};
+
 struct GuardSet {
   SourceTable sources;
   std::vector<Guard> guards;
   std::vector<int> input_sources;  // sources of the graph's Input nodes, in order
   std::vector<SymbolGuard> symbols;  // dynamic shapes: symbol i's range
+  GuardMemoSlot memo;  // what the last check that passed read, to skip most of the next one
 
   std::string describe(const Guard& g) const;  // one line, e.g. "L['x']: tensor f32[8] cpu"
   std::string to_string() const;
@@ -108,8 +127,14 @@ bool identity_guards_hold(const GuardSet& set, const cpython::FrameView& frame);
 
 // Checks every guard against `frame`; on success fills scratch.inputs. Never leaves a Python error set.
 // When `failure_reason` is non-null and a guard fails, writes a readable reason in Dynamo's style
-// ("tensor 'L['x']' size mismatch at index 0. expected 8, actual 16").
+// ("tensor 'L['x']' size mismatch at index 0. expected 8, actual 16"). Without one, a set checked before takes
+// its GuardMemo's shortcut where that can answer.
 bool check_guards(const GuardSet& set, const cpython::FrameView& frame, GuardScratch& scratch,
                   std::string* failure_reason);
+
+// The two halves of a check, for GuardMemo: loads source `i` into scratch.values (null where its base is
+// missing or the load fails), and checks one guard against the loaded values.
+void load_source(const GuardSet& set, const cpython::FrameView& frame, GuardScratch& scratch, int i);
+bool check_guard(const GuardSet& set, const Guard& g, GuardScratch& scratch, std::string* reason);
 
 }  // namespace fastcomp::frontend

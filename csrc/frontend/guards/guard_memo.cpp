@@ -169,6 +169,7 @@ void GuardMemo::build(const GuardSet& set, const cpython::FrameView& frame, cons
       case SourceKind::Local:
       case SourceKind::Closure:
       case SourceKind::ClosureCell:
+      case SourceKind::CellContents:  // a cell has no version: `nonlocal` stores change it
       case SourceKind::Attr: break;
     }
   }

@@ -60,6 +60,7 @@ PyObject* read_source(const Source& s, PyObject* base, const cpython::FrameView&
       PyObject* dict = PyType_Check(base) ? cpython::type_dict(reinterpret_cast<PyTypeObject*>(base)) : nullptr;
       return dict ? PyDict_GetItemWithError(dict, s.key.get()) : nullptr;
     }
+    case SourceKind::CellContents: return PyCell_Check(base) ? PyCell_GET(base) : nullptr;
     case SourceKind::ObjDict: {
       PyObject** dictptr = _PyObject_GetDictPtr(base);
       return dictptr ? *dictptr : nullptr;

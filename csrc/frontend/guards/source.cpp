@@ -99,4 +99,8 @@ int SourceTable::obj_dict(int base) {
   return intern({SourceKind::ObjDict, base, 0, {}, fmt::format("{}.__dict__", sources_[base].name)});
 }
 
+int SourceTable::cell_contents(int base) {
+  return intern({SourceKind::CellContents, base, 0, {}, fmt::format("{}.cell_contents", sources_[base].name)});
+}
+
 }  // namespace fastcomp::frontend

@@ -27,6 +27,7 @@ enum class SourceKind : uint8_t {
   ObjDict,       // base.__dict__ (the instance dict itself)
   ClosureCell,   // the cell object of free-variable slot `index` (where a nonlocal assignment is written back)
   ClassDictItem, // base is a class: its own namespace's entry `key` (a class attribute, read without descriptors)
+  CellContents,  // base is a cell object: its contents (what `cell_contents` gives, read without getattr)
 };
 
 struct Source {
@@ -51,6 +52,7 @@ class SourceTable {
   int obj_dict(int base);
   int closure_cell(int slot, const std::string& var_name);
   int class_dict_item(int base, PyObject* name);
+  int cell_contents(int base);
 
   const Source& at(int id) const { return sources_[id]; }
   const std::string& name(int id) const { return sources_[id].name; }

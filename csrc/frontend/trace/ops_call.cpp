@@ -270,7 +270,7 @@ ValueRef Tracer::inline_function(PyObject* func_or_code, const Value* fn_value, 
         }
         PyObject* content = PyCell_GET(cell);
         int cell_src = guards_.sources.const_object(cell, fmt::format("{}.__closure__[{}]", fname, i));
-        int src = guards_.sources.attr(cell_src, PyRef::steal(PyUnicode_FromString("cell_contents")).get());
+        int src = guards_.sources.cell_contents(cell_src);
         ValueRef c = make_cell(content ? wrap(content, src) : nullptr);
         c->source = cell_src;  // storing into it is a side effect, written back into the cell
         object_by_identity_.emplace(cell, c);

@@ -110,7 +110,7 @@ void Tracer::realize_local(TraceFrame& f, int slot) {
     // A cell variable of the original function, handed over at a graph break as the cell itself (closures made
     // before the break share it): the code reads it with LOAD_DEREF, and a store is written back into it.
     PyObject* content = PyCell_GET(value);
-    int content_source = guards_.sources.attr(source, PyRef::steal(PyUnicode_FromString("cell_contents")).get());
+    int content_source = guards_.sources.cell_contents(source);
     ValueRef cell = make_cell(content ? wrap(content, content_source) : nullptr);
     cell->source = source;
     f.locals[slot] = cell;

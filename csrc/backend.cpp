@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
-#include <vector>
 
 #include "frontend/trace/torch_refs.h"
 #include "plan/lower.h"
@@ -90,63 +89,6 @@ bool masked_attention() {
   return safe;
 }
 
-// The settings that decide whether torch may run a masked f16 or bf16 F.scaled_dot_product_attention on cuDNN's
-// kernel: what masked_half_attention() reads, and a graph that relies on it guards.
-struct SdpSetting {
-  const char* fn;    // in torch._C
-  const char* what;  // as the guard names it
-};
-constexpr SdpSetting kCudnnSdpSettings[] = {
-    {"_get_cudnn_sdp_enabled", "torch.backends.cuda.cudnn_sdp_enabled()"},
-    {"_get_math_sdp_enabled", "torch.backends.cuda.math_sdp_enabled()"},
-    {"_get_sdp_priority_order", "torch._C._get_sdp_priority_order()"},
-};
-
-// Each setting's torch._C function, or none where this torch lacks one.
-std::vector<PyRef> cudnn_sdp_setting_functions() {
-  PyRef c = PyRef::steal(PyObject_GetAttrString(frontend::torch_refs().torch.get(), "_C"));
-  std::vector<PyRef> fns;
-  for (const SdpSetting& s : kCudnnSdpSettings) {
-    PyRef fn = c ? PyRef::steal(PyObject_GetAttrString(c.get(), s.fn)) : PyRef();
-    if (!fn) return PyErr_Clear(), std::vector<PyRef>();
-    fns.push_back(std::move(fn));
-  }
-  return fns;
-}
-
-// LowerOptions::masked_half_attention: whether torch cannot pick cuDNN's kernel for a masked f16 or bf16 head now
-// (which gives a query row the mask leaves no key the mean of the values, where its memory-efficient kernel, its
-// math path and fastcomp's give 0): cuDNN's is off, or it comes after the math path (always eligible) in torch's
-// priority order. Read at each compile; the graphs that rely on it guard the settings (add_cudnn_sdp_guards).
-bool masked_half_attention() {
-  if (!masked_attention()) return false;
-  const std::vector<PyRef> fns = cudnn_sdp_setting_functions();
-  if (fns.empty()) return false;
-  PyRef cudnn = PyRef::steal(PyObject_CallNoArgs(fns[0].get()));
-  PyRef math = PyRef::steal(PyObject_CallNoArgs(fns[1].get()));
-  PyRef order = PyRef::steal(PyObject_CallNoArgs(fns[2].get()));
-  if (!cudnn || !math || !order || !PyList_Check(order.get())) return PyErr_Clear(), false;
-  if (cudnn.get() == Py_False) return true;
-  if (math.get() != Py_True) return false;
-  // SDPBackend numbers: 0 math, 3 cuDNN attention.
-  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(order.get()); ++i) {
-    const long backend = PyLong_AsLong(PyList_GET_ITEM(order.get(), i));
-    if (backend == 0) return true;
-    if (backend == 3) return false;
-  }
-  PyErr_Clear();
-  return false;
-}
-
-void add_cudnn_sdp_guards(frontend::GuardSet& guards) {
-  const std::vector<PyRef> fns = cudnn_sdp_setting_functions();
-  for (size_t i = 0; i < fns.size(); ++i) {
-    frontend::Guard g;
-    if (frontend::make_global_state_guard(fns[i].get(), kCudnnSdpSettings[i].what, frontend::StateProbe::None, &g))
-      guards.guards.push_back(std::move(g));
-  }
-}
-
 void add_tf32_guard(frontend::GuardSet& guards) {
   PyRef c = PyRef::steal(PyObject_GetAttrString(frontend::torch_refs().torch.get(), "_C"));
   PyRef fn = c ? PyRef::steal(PyObject_GetAttrString(c.get(), "_get_cublas_allow_tf32")) : PyRef();
@@ -182,7 +124,7 @@ BuiltExecutable rehearse(graph::Graph graph, bool cuda_graphs) {
   plan::Program program =
       plan::lower(graph, {0, /*require_cuda=*/false, config().fused_attention, small_matmul(cuda_graphs),
                           config().grouped_products, config().channels_last, codegen::kAttentionSharedBytes,
-                          masked_attention(), masked_half_attention()});
+                          masked_attention()});
   out.plan_text = plan_text(program, graph);
   const codegen::DeviceLimits h100;
   runtime::CudaSource source = runtime::emit_plan(program, h100);
@@ -265,7 +207,7 @@ BuiltExecutable build_cuda_executable(graph::Graph graph, frontend::GuardSet& gu
     program = plan::lower(graph, {device, /*require_cuda=*/true, config().fused_attention, small_matmul(cuda_graphs),
                                   config().grouped_products, config().channels_last,
                                   codegen::attention_shared_limit(runtime::device_limits(device).arch),
-                                  masked_attention(), masked_half_attention()});
+                                  masked_attention()});
   } catch (const plan::NotLowerable& e) {
     return torch_runner(std::move(graph), e.what());
   }
@@ -283,11 +225,6 @@ BuiltExecutable build_cuda_executable(graph::Graph graph, frontend::GuardSet& gu
   for (const plan::MatmulStep& m : program.matmul_steps)
     if (m.dtype == codegen::DType::F32) {
       add_tf32_guard(guards);
-      break;
-    }
-  for (const codegen::Kernel& k : program.kernels)
-    if (k.kind == codegen::Kernel::Kind::Attention && k.attention_rounding == codegen::Kernel::AttentionRounding::Output) {
-      add_cudnn_sdp_guards(guards);
       break;
     }
   const std::filesystem::path dumped = dump(graph.to_string(), guards, text, source.program);

@@ -33,10 +33,9 @@ struct LowerOptions {
   int64_t attention_shared_limit = codegen::kAttentionSharedBytes;
   // Whether F.scaled_dot_product_attention with a mask may be an attention kernel: torch's f32 paths give a query
   // row the mask leaves no key 0, as the kernel does, from torch 2.5 on (the math path's softmax became safe).
+  // f16 and bf16 masked attention always stays torch's: it may run cuDNN's kernel, which gives such a row the
+  // mean of the values.
   bool masked_attention = true;
-  // The same for f16 and bf16, where torch may also run cuDNN's kernel, which gives such a row the mean of the
-  // values: only while its settings keep cuDNN's kernel from being picked (backend.cpp's masked_half_attention).
-  bool masked_half_attention = false;
 };
 
 // The largest product (m * n * k multiply-adds) lowering gives a small-matmul kernel: up to here a cuBLASLt call

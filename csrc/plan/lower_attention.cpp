@@ -275,14 +275,13 @@ bool lower_self_attention(Lowerer& L, const graph::Node& n) {
 // F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
 // enable_gqa=False) with fastcomp.config.fused_attention: heads [B, H, T, D] of queries against [B, Hk, S, D] keys
 // and values (H, T, S and D static, the batch may be a symbol; Hk = H, or with enable_gqa a divisor of it) whose
-// keys and values fit in shared memory, without dropout, with no mask, a causal one, or (see LowerOptions::
-// masked_attention and masked_half_attention) a mask tensor of bool or the queries' dtype that broadcasts to
-// [B, H, T, S] (not both: torch's kernels disagree on that pair), run as one
+// keys and values fit in shared memory, without dropout, with no mask, a causal one, or (f32, see LowerOptions::
+// masked_attention) a mask tensor of bool or the queries' dtype that broadcasts to [B, H, T, S] (not both: torch's
+// kernels disagree on that pair), run as one
 // attention kernel reading q, k, v and the mask in place and writing the output in the layout the trace gave it
 // (the probe of torch's kernel: [B, T, H, D] in memory for flash and memory-efficient). Rounded as the fused SDPA
-// kernels round (scores and softmax in f32, the probabilities in the dtype for the product with v), or with a mask
-// and f16 or bf16 operands as torch's math path (everything in f32, the output rounded). Anything else stays the
-// extern call (torch's flash, memory-efficient or math path).
+// kernels round (scores and softmax in f32, the probabilities in the dtype for the product with v). Anything else
+// stays the extern call (torch's flash, memory-efficient or math path).
 bool lower_scaled_dot_product_attention(Lowerer& L, const graph::Node& n) {
   if (!L.options().fused_attention || n.type != graph::ValueType::Tensor) return false;
   CallArgs args(n);
@@ -310,8 +309,7 @@ bool lower_scaled_dot_product_attention(Lowerer& L, const graph::Node& n) {
   }
   const DType t = L.node_dtype(n.id);
   if (t != DType::F32 && t != DType::F16 && t != DType::BF16) return false;
-  // A row the mask leaves no key: LowerOptions
-  if (mask && !(t == DType::F32 ? L.options().masked_attention : L.options().masked_half_attention)) return false;
+  if (mask && (t != DType::F32 || !L.options().masked_attention)) return false;  // rows with no key: LowerOptions
   const Sizes shape = meta_sizes(n.meta);
   // The batch may be a symbol; H, T, S and D size the kernel's shared arrays and loops.
   if (shape.size() != 4 || !codegen::all_static({shape[1], shape[2], shape[3]})) return false;
@@ -369,11 +367,8 @@ bool lower_scaled_dot_product_attention(Lowerer& L, const graph::Node& n) {
       loads[i] = c.load(b.root, t, b.strides, b.offset);
     }
     if (mask) loads[3] = L.load_buffer(c, mask_buffer, scores, /*row=*/false);
-    // torch runs a masked f16 or bf16 head through its memory-efficient kernel where that takes the mask, else
-    // its math path in f32: the kernel rounds as the math path, the closer of the two to an f32 run.
-    const auto rounding = mask && t != DType::F32 ? codegen::Kernel::AttentionRounding::Output
-                                                  : codegen::Kernel::AttentionRounding::Probabilities;
-    c.make_attention(loads[0], loads[1], loads[2], scale, causal, rounding, S, Hk, loads[3]);
+    c.make_attention(loads[0], loads[1], loads[2], scale, causal, codegen::Kernel::AttentionRounding::Probabilities,
+                     S, Hk, loads[3]);
     c.store(loads[2], ob, t, out_strides, 0);
   });
   return true;

@@ -423,32 +423,6 @@ def attention_block(q_in, k_in, v_in, mask, causal, kv_heads):
     return flat * 2, o.stride()
 
 
-def masked_attention(q, k, v, mask):
-    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-
-
-@pytest.mark.gpu
-def test_masked_bf16_attention_recompiles_when_torch_could_pick_cudnn():
-    """A masked bf16 head is fastcomp's kernel while torch cannot pick cuDNN's (which gives a row with no key the
-    mean of the values): the graph guards the settings, and with cuDNN first it compiles again and calls torch."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    q, k, v = (torch.randn(2, 8, 64, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    mask = torch.randn(2, 1, 64, 64, device="cuda", dtype=torch.bfloat16)
-    compiled = fastcomp.compile(masked_attention)
-    rtol, atol = TOLERANCE[torch.bfloat16]
-    with CompileCounter() as cc, torch.no_grad():
-        for call in range(2):
-            assert_same(compiled(q, k, v, mask), masked_attention(q, k, v, mask), rtol=rtol, atol=atol)
-            assert fastcomp.wait_for_compiles(timeout=60)
-        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION, SDPBackend.MATH], set_priority=True):
-            assert_same(compiled(q, k, v, mask), masked_attention(q, k, v, mask), rtol=rtol, atol=atol)
-    assert cc.frame_count == 2, cc.recompile_reasons
-    assert "torch._C._get_sdp_priority_order()" in cc.recompile_reasons[0]
-    assert cc.records[0]["backend"].startswith("cuda: 1 kernels, 0 cuBLAS calls, 0 extern ops"), cc.records[0]["backend"]
-    assert "1 extern ops" in cc.records[1]["backend"], cc.records[1]["backend"]
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("form", ["causal", "bool_mask", "float_mask", "gqa", "long"])
 @pytest.mark.parametrize("mode", [None, "reduce-overhead"])

@@ -451,27 +451,3 @@ def test_layouts_something_observes_stay_as_traced(name):
 
     record = compile_and_check(getattr(conv_chains, name), conv_chains.inputs())
     assert conv_chains.nhwc_strides() not in record["plan"], record["plan"]
-
-
-def masked_attention(q, k, v, mask):
-    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask) * 2
-
-
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
-def test_masked_half_attention_is_a_kernel_while_torch_cannot_pick_cudnn(dtype):
-    """torch runs a masked f16 or bf16 head on its memory-efficient kernel or its math path (a row the mask leaves
-    no key: 0, as fastcomp's kernel gives), unless cuDNN's kernel comes before the math path (such a row: the mean
-    of the values): the kernel rounds as the math path, and with cuDNN first the call stays torch's."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    q, k, v = (torch.randn(2, 4, 16, 32, dtype=dtype) for _ in range(3))
-    mask = torch.randn(2, 1, 16, 16, dtype=dtype)
-    fastcomp.reset()
-    record = compile_and_check(masked_attention, (q, k, v, mask))
-    assert plan_counts(record) == (2, 0, 0), record["plan"]
-    assert "rounding=output" in record["plan"], record["plan"]
-    fastcomp.reset()
-    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION, SDPBackend.MATH], set_priority=True):
-        record = compile_and_check(masked_attention, (q, k, v, mask))
-    assert plan_counts(record) == (1, 0, 1), record["plan"]
-    assert "torch._C._nn.scaled_dot_product_attention" in record["plan"]

@@ -105,36 +105,32 @@ def test_parameter_changed_in_place_recompiles():
     assert "dtype mismatch" in cc.recompile_reasons[0]
 
 
-def test_requires_grad_change_of_a_parameter_recompiles():
-    model = Scaled()
+def after_change(change, model=None):
+    """A compiled model called twice, then `change(model)`, then called twice more: the counter of those two."""
+    model = model if model is not None else Scaled()
     compiled = fastcomp.compile(model)
     calls(compiled, model, 2)
     with CompileCounter() as cc:
-        model.layers[0].weight.requires_grad_(False)
+        change(model)
         calls(compiled, model, 2)
+    return cc
+
+
+def test_requires_grad_change_of_a_parameter_recompiles():
+    cc = after_change(lambda m: m.layers[0].weight.requires_grad_(False))
     assert cc.frame_count == 1
     assert "requires_grad mismatch" in cc.recompile_reasons[0]
 
 
 def test_module_attribute_change_recompiles():
-    model = Scaled()
-    compiled = fastcomp.compile(model)
-    calls(compiled, model, 2)
-    with CompileCounter() as cc:
-        model.scale = 3.0
-        calls(compiled, model, 2)
+    cc = after_change(lambda m: setattr(m, "scale", 3.0))
     assert cc.frame_count == 1
     assert "L['self'].scale == 2.0" in cc.recompile_reasons[0]
 
 
 def test_replaced_instance_dict_is_seen():
-    model = Scaled()
-    compiled = fastcomp.compile(model)
-    calls(compiled, model, 2)
-    with CompileCounter() as cc:
-        # No dict changes: the object points at another one.
-        object.__setattr__(model, "__dict__", dict(model.__dict__, scale=5.0))
-        calls(compiled, model, 2)
+    # No dict changes: the object points at another one.
+    cc = after_change(lambda m: object.__setattr__(m, "__dict__", dict(m.__dict__, scale=5.0)))
     assert cc.frame_count == 1
 
 
@@ -186,12 +182,7 @@ class Doubled(nn.Linear):
 
 
 def test_class_assignment_of_a_submodule_is_seen():
-    model = Scaled()
-    compiled = fastcomp.compile(model)
-    calls(compiled, model, 2)
-    with CompileCounter() as cc:
-        model.layers[1].__class__ = Doubled
-        calls(compiled, model, 2)
+    cc = after_change(lambda m: setattr(m.layers[1], "__class__", Doubled))
     assert cc.frame_count == 1
     assert "type(L['self'].layers.1) is Doubled (expected Linear)" in cc.recompile_reasons[0]
 

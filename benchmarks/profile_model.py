@@ -2,8 +2,9 @@
 torch.compile,fastcomp` prints, for each mode, the wall µs per call, the GPU busy µs per call and the kernels that
 take it (torch.profiler with CUDA activity, which sees fastcomp's NVRTC launches and cuBLAS as well as torch's),
 grouped by kernel name, then the torch ops that launched kernels (outermost op > the op that launched, e.g. an
-extern call's `aten::scaled_dot_product_attention > aten::_efficient_attention_forward`). Models, inputs and modes are
-those of `benchmarks.models`; each mode runs in a fresh process.
+extern call's `aten::scaled_dot_product_attention > aten::_efficient_attention_forward`), then the host time of the
+outermost torch ops (what a host-bound mode spends in torch rather than in its own launches). Models, inputs and
+modes are those of `benchmarks.models`; each mode runs in a fresh process.
 A diagnostic for finding what to lower or fuse next, not a measurement to quote: the profiler adds host time.
 """
 import argparse
@@ -63,12 +64,23 @@ def child(cfg):
         op = launchers[e.name if outer is e else f"{outer.name} > {e.name}"]
         op[0] += len(launched)
         op[1] += sum(k.duration for k in launched)
+    # Host time: the outermost torch ops a call ran (their CPU time, the profiler's own cost included), so that
+    # what a mode spends outside torch (its own launches, guards, Python) is the wall time less their sum.
+    host = collections.defaultdict(lambda: [0, 0.0])
+    for e in prof.events():
+        if e.device_type.name == "CPU" and e.cpu_parent is None:
+            h = host[e.name[:110]]
+            h[0] += 1
+            h[1] += e.cpu_time_total
     busy = sum(v[1] for v in kernels.values()) / calls
     top = sorted(kernels.items(), key=lambda kv: -kv[1][1])[: cfg["top"]]
     top_ops = sorted(launchers.items(), key=lambda kv: -kv[1][1])[: cfg["top"]]
+    top_host = sorted(host.items(), key=lambda kv: -kv[1][1])[: cfg["top"]]
     return {"wall_us": wall_us, "gpu_busy_us": busy, "launches_per_call": sum(v[0] for v in kernels.values()) / calls,
             "kernels": [(name, n / calls, us / calls) for name, (n, us) in top],
-            "ops": [(name, n / calls, us / calls) for name, (n, us) in top_ops]}
+            "ops": [(name, n / calls, us / calls) for name, (n, us) in top_ops],
+            "host_us": sum(v[1] for v in host.values()) / calls,
+            "host": [(name, n / calls, us / calls) for name, (n, us) in top_host]}
 
 
 def main(argv=None):
@@ -105,6 +117,10 @@ def main(argv=None):
             print(f"| `{name}` | {n:g} | {us:.1f} |")
         print("\n| torch op that launched kernels | kernels per call | µs/call |\n|---|---|---|")
         for name, n, us in r["ops"]:
+            print(f"| `{name}` | {n:g} | {us:.1f} |")
+        print(f"\n| outermost torch op on the host ({r['host_us']:.0f} µs/call in all) | per call | CPU µs/call |"
+              "\n|---|---|---|")
+        for name, n, us in r["host"]:
             print(f"| `{name}` | {n:g} | {us:.1f} |")
         print(flush=True)
     return 0

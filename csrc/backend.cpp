@@ -9,6 +9,7 @@
 #include "frontend/trace/torch_refs.h"
 #include "plan/lower.h"
 #include "rehearsal_plan.h"
+#include "sdpa_choice.h"
 #include "runtime/cuda/nvrtc.h"
 #include "runtime/background_compile.h"
 #include "runtime/cuda_executable.h"
@@ -121,10 +122,11 @@ BuiltExecutable torch_runner(graph::Graph graph, const std::string& why) {
 // to PTX, then run the graph through torch. Checks lowering and codegen of every traced graph on CI.
 BuiltExecutable rehearse(graph::Graph graph, bool cuda_graphs) {
   BuiltExecutable out;
+  bool asked_sdp_kernel = false;  // rehearsal adds no guards
   plan::Program program =
       plan::lower(graph, {0, /*require_cuda=*/false, config().fused_attention, small_matmul(cuda_graphs),
                           config().grouped_products, config().channels_last, codegen::kAttentionSharedBytes,
-                          masked_attention()});
+                          masked_attention(), rehearsed_sdp_kernel(&asked_sdp_kernel)});
   out.plan_text = plan_text(program, graph);
   const codegen::DeviceLimits h100;
   runtime::CudaSource source = runtime::emit_plan(program, h100);
@@ -203,11 +205,12 @@ namespace {
 
 BuiltExecutable build_cuda_executable(graph::Graph graph, frontend::GuardSet& guards, int device, bool cuda_graphs) {
   plan::Program program;
+  bool asked_sdp_kernel = false;
   try {
     program = plan::lower(graph, {device, /*require_cuda=*/true, config().fused_attention, small_matmul(cuda_graphs),
                                   config().grouped_products, config().channels_last,
                                   codegen::attention_shared_limit(runtime::device_limits(device).arch),
-                                  masked_attention()});
+                                  masked_attention(), torch_sdp_kernel(&asked_sdp_kernel)});
   } catch (const plan::NotLowerable& e) {
     return torch_runner(std::move(graph), e.what());
   }
@@ -227,6 +230,8 @@ BuiltExecutable build_cuda_executable(graph::Graph graph, frontend::GuardSet& gu
       add_tf32_guard(guards);
       break;
     }
+  // A head planned after the kernel torch picks holds while the settings behind that pick do.
+  if (asked_sdp_kernel) add_sdp_setting_guards(guards);
   const std::filesystem::path dumped = dump(graph.to_string(), guards, text, source.program);
   FC_LOG(output_code, info, "Output code (plan):\n{}\n{}", text, source.program);
   BuiltExecutable out;

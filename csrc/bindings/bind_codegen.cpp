@@ -4,7 +4,7 @@
 // A kernel spec is a dict:
 //   {"name": str, "kind": "pointwise" | "row_reduce" | "column_reduce" | "attention" | "small_matmul", "shape": [int],
 //    column_reduce only: "reduced": [dim, ...] (the dimensions it reduces),
-//    attention only: "scale": float, "causal": bool, "rounding": "every_step" | "probabilities", "keys": int,
+//    attention only: "scale": float, "causal": bool, "rounding": "every_step" | "probabilities" | "output", "keys": int,
 //    "kv_heads": int (an optional input 3 is the mask),
 //    "inputs" / "outputs": [{"dtype": "f32", "strides": [int], "offset": int (optional),
 //                            "valid": [dim, begin, end] (optional)}],
@@ -72,9 +72,10 @@ cg::Kernel parse_kernel(const py::dict& spec) {
   if (spec.contains("kv_heads")) k.attention_kv_heads = spec["kv_heads"].cast<int64_t>();
   if (spec.contains("rounding")) {
     const std::string r = spec["rounding"].cast<std::string>();
-    if (r != "every_step" && r != "probabilities") throw py::value_error("unknown rounding '" + r + "'");
-    k.attention_rounding = r == "every_step" ? cg::Kernel::AttentionRounding::EveryStep
-                                             : cg::Kernel::AttentionRounding::Probabilities;
+    if (r != "every_step" && r != "probabilities" && r != "output") throw py::value_error("unknown rounding '" + r + "'");
+    k.attention_rounding = r == "every_step"      ? cg::Kernel::AttentionRounding::EveryStep
+                           : r == "probabilities" ? cg::Kernel::AttentionRounding::Probabilities
+                                                  : cg::Kernel::AttentionRounding::Output;
   }
   k.shape = cg::to_sizes(spec["shape"].cast<std::vector<int64_t>>());
   if (spec.contains("reduced")) {

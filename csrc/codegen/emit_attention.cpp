@@ -230,6 +230,9 @@ bool rows_of_four(const Operand& o, int64_t d) {
 KernelSource emit_attention(const Kernel& k, const DeviceLimits& limits) {
   const ValueType vt{k.inputs[0].dtype};
   const bool every_step = k.attention_rounding == Kernel::AttentionRounding::EveryStep;
+  auto round_p = [&](const std::string& p) {  // the probabilities, before the product with v
+    return k.attention_rounding == Kernel::AttentionRounding::Output ? p : vt.round(p);
+  };
   const Size& B = k.shape[0];
   const int64_t H = k.shape[1].hint(), T = k.shape[2].hint(), D = k.shape[3].hint();
   const int64_t S = k.key_count(), Hk = k.key_heads();
@@ -329,7 +332,7 @@ KernelSource emit_attention(const Kernel& k, const DeviceLimits& limits) {
                               : std::string()},
       // A row whose keys the mask all leaves out has no maximum: its exponentials are 0, and so is its output.
       {"${all_left_out}", masked ? "    if (m == __int_as_float(0xff800000)) m = 0.0f;  // every key left out\n" : ""},
-      {"${p}", vt.round(masked ? "l > 0.0f ? s[i][c] / l : 0.0f" : "s[i][c] / l")},
+      {"${p}", round_p(masked ? "l > 0.0f ? s[i][c] / l : 0.0f" : "s[i][c] / l")},
       {"${o_t_stride}", o.t_stride},
       {"${o_d_stride}", o.d_stride},
       {"${o_value}", vt.from_float("acc[i][c]")},

@@ -119,7 +119,7 @@ const char* expr_op_name(ExprOp op) {
 }
 
 // kernel <name> <kind> shape=[...] [reduced=[<dim>,...]]
-//     [scale=<attention scale> [causal] [keys=<S>] [kv_heads=<Hk>] [rounding=probabilities]]
+//     [scale=<attention scale> [causal] [keys=<S>] [kv_heads=<Hk>] [rounding=probabilities|output]]
 //   in<i> <dtype> strides=[...] [offset=<n>] [valid d<dim>=[<begin>,<end>)]
 //   out<i> ...
 //   e<i> = <op> <dtype> [in<operand> [size=<n> stride=<n>] | <constant> | d<dim>=[<begin>,<end>) | e<arg> ...]
@@ -141,7 +141,9 @@ std::string Kernel::to_string() const {
     out += fmt::format(" scale={}{}{}{}{}", attention_scale, attention_causal ? " causal" : "",
                        attention_keys ? fmt::format(" keys={}", attention_keys) : "",
                        attention_kv_heads ? fmt::format(" kv_heads={}", attention_kv_heads) : "",
-                       attention_rounding == AttentionRounding::Probabilities ? " rounding=probabilities" : "");
+                       attention_rounding == AttentionRounding::Probabilities ? " rounding=probabilities"
+                       : attention_rounding == AttentionRounding::Output      ? " rounding=output"
+                                                                              : "");
   out += "\n";
   for (size_t i = 0; i < inputs.size(); ++i) out += operand_text("in", i, inputs[i]);
   for (size_t i = 0; i < outputs.size(); ++i) out += operand_text("out", i, outputs[i]);

@@ -132,6 +132,7 @@ struct Kernel {
   enum class AttentionRounding : uint8_t {
     EveryStep,      // as F.multi_head_attention_forward's ops: q * scale, the scores, softmax's output rounded
     Probabilities,  // as scaled_dot_product_attention's fused kernels: only the probabilities, before @ v
+    Output,         // as its math path, which computes f16 and bf16 in f32 (torch >= 2.5): only the output
   };
   double attention_scale = 1;      // Attention only
   bool attention_causal = false;

@@ -6,6 +6,7 @@
 // cuBLASLt calls with their bias fused; every other op stays a call into torch (an extern step), so lowering
 // never fails on an unfamiliar op.
 #pragma once
+#include <functional>
 #include <stdexcept>
 #include <string>
 
@@ -13,6 +14,20 @@
 #include "plan/program.h"
 
 namespace fastcomp::plan {
+
+// torch's kernels for F.scaled_dot_product_attention (sdpa_choice.h): Unknown where torch's answer is not known or
+// is one fastcomp's attention kernel cannot reproduce (the math path computing half heads in half).
+enum class SdpKernel { Unknown, Math, Flash, MemoryEfficient, Cudnn };
+struct SdpQuery {
+  const graph::TensorMeta* q;
+  const graph::TensorMeta* k;
+  const graph::TensorMeta* v;
+  const graph::TensorMeta* mask;  // nullptr: none
+  bool causal;
+  double scale;
+  bool gqa;
+};
+using SdpKernelQuery = std::function<SdpKernel(const SdpQuery&)>;
 
 struct LowerOptions {
   int device = 0;            // CUDA ordinal of the graph's tensors
@@ -33,9 +48,12 @@ struct LowerOptions {
   int64_t attention_shared_limit = codegen::kAttentionSharedBytes;
   // Whether F.scaled_dot_product_attention with a mask may be an attention kernel: torch's f32 paths give a query
   // row the mask leaves no key 0, as the kernel does, from torch 2.5 on (the math path's softmax became safe).
-  // f16 and bf16 masked attention always stays torch's: it may run cuDNN's kernel, which gives such a row the
-  // mean of the values.
   bool masked_attention = true;
+  // Which kernel torch runs a masked f16 or bf16 head on: such a head is an attention kernel rounded as that one
+  // rounds (the math path: the output; the memory-efficient kernel: the probabilities), and stays torch's call
+  // where torch runs cuDNN's (a row the mask leaves no key: the mean of the values) or the answer is unknown
+  // (unset: always).
+  SdpKernelQuery sdp_kernel;
 };
 
 // The largest product (m * n * k multiply-adds) lowering gives a small-matmul kernel: up to here a cuBLASLt call

@@ -275,13 +275,14 @@ bool lower_self_attention(Lowerer& L, const graph::Node& n) {
 // F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
 // enable_gqa=False) with fastcomp.config.fused_attention: heads [B, H, T, D] of queries against [B, Hk, S, D] keys
 // and values (H, T, S and D static, the batch may be a symbol; Hk = H, or with enable_gqa a divisor of it) whose
-// keys and values fit in shared memory, without dropout, with no mask, a causal one, or (f32, see LowerOptions::
-// masked_attention) a mask tensor of bool or the queries' dtype that broadcasts to [B, H, T, S] (not both: torch's
-// kernels disagree on that pair), run as one
+// keys and values fit in shared memory, without dropout, with no mask, a causal one, or (see LowerOptions::
+// masked_attention and sdp_kernel) a mask tensor of bool or the queries' dtype that broadcasts to
+// [B, H, T, S] (not both: torch's kernels disagree on that pair), run as one
 // attention kernel reading q, k, v and the mask in place and writing the output in the layout the trace gave it
 // (the probe of torch's kernel: [B, T, H, D] in memory for flash and memory-efficient). Rounded as the fused SDPA
-// kernels round (scores and softmax in f32, the probabilities in the dtype for the product with v). Anything else
-// stays the extern call (torch's flash, memory-efficient or math path).
+// kernels round (scores and softmax in f32, the probabilities in the dtype for the product with v), or, where torch
+// runs a masked f16 or bf16 head on its math path (LowerOptions::sdp_kernel), as that path (everything in f32, the
+// output rounded). Anything else stays the extern call (torch's flash, memory-efficient, cuDNN or math path).
 bool lower_scaled_dot_product_attention(Lowerer& L, const graph::Node& n) {
   if (!L.options().fused_attention || n.type != graph::ValueType::Tensor) return false;
   CallArgs args(n);
@@ -309,7 +310,8 @@ bool lower_scaled_dot_product_attention(Lowerer& L, const graph::Node& n) {
   }
   const DType t = L.node_dtype(n.id);
   if (t != DType::F32 && t != DType::F16 && t != DType::BF16) return false;
-  if (mask && (t != DType::F32 || !L.options().masked_attention)) return false;  // rows with no key: LowerOptions
+  // A row the mask leaves no key: LowerOptions::masked_attention; in f16 and bf16 see sdp_kernel below.
+  if (mask && t == DType::F32 && !L.options().masked_attention) return false;
   const Sizes shape = meta_sizes(n.meta);
   // The batch may be a symbol; H, T, S and D size the kernel's shared arrays and loops.
   if (shape.size() != 4 || !codegen::all_static({shape[1], shape[2], shape[3]})) return false;
@@ -345,6 +347,17 @@ bool lower_scaled_dot_product_attention(Lowerer& L, const graph::Node& n) {
     for (size_t d = 0; d < msizes.size(); ++d)
       if (msizes[d] != 1 && msizes[d] != scores[4 - msizes.size() + d]) return false;
   }
+  // A masked half head rounds as the kernel torch runs it on rounds; cuDNN's (or an unknown one) stays torch's.
+  auto rounding = codegen::Kernel::AttentionRounding::Probabilities;
+  if (mask && t != DType::F32) {
+    const SdpKernel torch_kernel =
+        L.options().sdp_kernel ? L.options().sdp_kernel({&L.node(q->node).meta, &L.node(k->node).meta,
+                                                         &L.node(v->node).meta, &L.node(mask->node).meta, causal,
+                                                         scale, gqa})
+                               : SdpKernel::Unknown;
+    if (torch_kernel == SdpKernel::Math) rounding = codegen::Kernel::AttentionRounding::Output;
+    else if (torch_kernel != SdpKernel::MemoryEfficient) return false;
+  }
 
   // From here on the node is lowered.
   const int qb = L.buffer_for(q->node), kb = L.buffer_for(k->node), vb = L.buffer_for(v->node);
@@ -367,8 +380,7 @@ bool lower_scaled_dot_product_attention(Lowerer& L, const graph::Node& n) {
       loads[i] = c.load(b.root, t, b.strides, b.offset);
     }
     if (mask) loads[3] = L.load_buffer(c, mask_buffer, scores, /*row=*/false);
-    c.make_attention(loads[0], loads[1], loads[2], scale, causal, codegen::Kernel::AttentionRounding::Probabilities,
-                     S, Hk, loads[3]);
+    c.make_attention(loads[0], loads[1], loads[2], scale, causal, rounding, S, Hk, loads[3]);
     c.store(loads[2], ob, t, out_strides, 0);
   });
   return true;

@@ -1,11 +1,13 @@
 """The CUDA backend's op-by-op suite: every op family the lowering handles, with odd shapes, non-contiguous
 inputs and broadcasting. Each case says what its plan must be (kernels, cuBLAS calls, extern ops), so a lowering
 that silently falls back to torch fails the CPU rehearsal test, and the GPU test compares values with eager."""
+import contextlib
 import dataclasses
 import types
 from typing import Callable, Optional
 
 import torch
+import torch.nn.attention
 import torch.nn.functional as F
 
 FLOATS = (torch.float32, torch.float16, torch.bfloat16)
@@ -21,6 +23,21 @@ class Case:
     plan: Optional[tuple]  # (kernels, cuBLAS calls, extern ops) expected in the plan
     dtypes: tuple = FLOATS
     config: dict = dataclasses.field(default_factory=dict)  # fastcomp.config settings to compile it with
+    # torch's SDPA kernels the case runs with, in priority order (torch.nn.attention.sdpa_kernel): a masked half
+    # head's plan follows the kernel torch picks (LowerOptions::sdp_kernel), which differs between torch versions.
+    sdpa: tuple = ()
+
+    @contextlib.contextmanager
+    def settings(self):
+        """fastcomp.config and torch's SDPA settings of the case, around its compile and calls."""
+        import fastcomp
+        from torch.nn.attention import sdpa_kernel
+
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(fastcomp.config.patch(**self.config))
+            if self.sdpa:
+                stack.enter_context(sdpa_kernel(list(self.sdpa), set_priority=True))
+            yield
 
 
 def randn(shape, dtype, device):
@@ -49,10 +66,10 @@ ROWS = ((1, 1), (3, 1025), (5, 7), (64, 4096))
 CASES = []
 
 
-def case(name, fn, make=one, shapes=FLAT, plan=(1, 0, 0), dtypes=FLOATS, config=None):
+def case(name, fn, make=one, shapes=FLAT, plan=(1, 0, 0), dtypes=FLOATS, config=None, sdpa=()):
     if not isinstance(fn, types.FunctionType):  # torch builtins have no bytecode: compile a Python caller
         fn = (lambda op: lambda *args: op(*args))(fn)
-    CASES.append(Case(name, fn, make, shapes, plan, dtypes, config or {}))
+    CASES.append(Case(name, fn, make, shapes, plan, dtypes, config or {}, sdpa))
 
 
 # ---- pointwise --------------------------------------------------------------------------------------------------
@@ -667,9 +684,9 @@ case("sdpa_fused_causal_scaled", lambda q, k, v: F.scaled_dot_product_attention(
 case("sdpa_fused_same_tensor", lambda x: F.scaled_dot_product_attention(x, x, x, is_causal=True) + x, one,
      SDPA_SHAPES, plan=(2, 0, 0))
 # Masks: a bool one made in the graph (its kernel, then the attention kernel reading it), an additive one broadcast
-# over the heads as HF's [B, 1, T, S] masks are, a key padding mask [B, 1, 1, S] (f32 only: in f16 and bf16 a
-# mask keeps torch's kernel, LowerOptions::masked_attention); grouped-query heads; queries against keys of another
-# length (cross-attention).
+# over the heads as HF's [B, 1, T, S] masks are, a key padding mask [B, 1, 1, S] (in f16 and bf16 rounded as the
+# kernel torch picks rounds: LowerOptions::sdp_kernel); grouped-query heads;
+# queries against keys of another length (cross-attention).
 case("sdpa_fused_with_a_bool_mask",
      lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=q[..., :1] > k[..., :1].mT) * 2, sdpa_args,
      ((2, 3, 5, 8), (2, 4, 33, 64)), plan=(3, 0, 0), dtypes=(torch.float32,))
@@ -700,12 +717,17 @@ def sdpa_cross(shape, dtype, device):
 
 case("sdpa_fused_with_an_additive_mask", lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m) * 2,
      sdpa_with_additive_mask, ((2, 3, 5, 8), (2, 4, 33, 64)), plan=(2, 0, 0), dtypes=(torch.float32,))
-case("sdpa_half_with_a_mask_is_extern",
+# Masked half heads under torch's kernels that give a row with no key 0 (not cuDNN's): torch picks one of them on
+# any torch version, so the plan is fixed.
+HALF_MASK_KERNELS = (torch.nn.attention.SDPBackend.EFFICIENT_ATTENTION, torch.nn.attention.SDPBackend.MATH)
+case("sdpa_fused_half_with_an_additive_mask",
      lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m) * 2,
-     sdpa_with_additive_mask, ((2, 3, 5, 8),), plan=(1, 0, 1), dtypes=(torch.float16, torch.bfloat16))
+     sdpa_with_additive_mask, ((2, 3, 5, 8), (2, 4, 33, 64)), plan=(2, 0, 0), dtypes=(torch.float16, torch.bfloat16),
+     sdpa=HALF_MASK_KERNELS)
 case("sdpa_fused_with_a_key_padding_mask",
      lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m, scale=0.2) * 2,
-     sdpa_with_key_padding, ((2, 3, 5, 8), (2, 4, 33, 64)), plan=(2, 0, 0), dtypes=(torch.float32,))
+     sdpa_with_key_padding, ((2, 3, 5, 8), (2, 4, 33, 64)), plan=(2, 0, 0),
+     dtypes=(torch.float32, torch.float16, torch.bfloat16), sdpa=HALF_MASK_KERNELS)
 case("sdpa_fused_grouped_query_heads",
      lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True) * 2,
      sdpa_grouped, ((2, 4, 5, 8), (1, 8, 33, 64)), plan=(2, 0, 0))

@@ -79,7 +79,7 @@ def test_op_matches_eager(case, dtype):
         pytest.skip("dtype not in the case")
     for shape in case.shapes:
         fastcomp.reset()
-        with fastcomp.config.patch(**case.config):
+        with case.settings():
             record = check(case.fn, lambda: case.make(shape, dtype, "cuda"), dtype)
         assert plan_counts(record) == case.plan, (shape, record["plan"])
 
@@ -421,6 +421,42 @@ def attention_block(q_in, k_in, v_in, mask, causal, kv_heads):
     # view() where the kernel's layout allows it, as code written against eager's layout does
     flat = back.view(B, L, H * E) if back.is_contiguous() else back.reshape(B, L, H * E)
     return flat * 2, o.stride()
+
+
+def masked_attention(q, k, v, mask):
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+@pytest.mark.gpu
+def test_masked_bf16_attention_follows_the_kernel_torch_picks():
+    """A masked bf16 head is fastcomp's kernel where torch runs it on its memory-efficient kernel (rounded as that
+    rounds) and torch's call where torch picks cuDNN's (a row with no key: the mean of the values). The graph
+    guards the SDPA settings: changing them compiles again."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q, k, v = (torch.randn(2, 8, 64, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    mask = torch.randn(2, 1, 64, 64, device="cuda", dtype=torch.bfloat16)
+    compiled = fastcomp.compile(masked_attention)
+    rtol, atol = TOLERANCE[torch.bfloat16]
+    orders = ([SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH], [SDPBackend.CUDNN_ATTENTION, SDPBackend.MATH])
+    picks = []
+    with CompileCounter() as cc, torch.no_grad():
+        for order in orders:
+            with sdpa_kernel(order, set_priority=True):
+                picks.append(torch._fused_sdp_choice(q, k, v, mask))
+                for call in range(2):
+                    assert_same(compiled(q, k, v, mask), masked_attention(q, k, v, mask), rtol=rtol, atol=atol)
+                    assert fastcomp.wait_for_compiles(timeout=60)
+    assert picks[0] == SDPBackend.EFFICIENT_ATTENTION.value, picks
+    assert cc.frame_count == 2, cc.recompile_reasons
+    assert "sdp_enabled()" in cc.recompile_reasons[0], cc.recompile_reasons
+    assert cc.records[0]["backend"].startswith("cuda: 1 kernels, 0 cuBLAS calls, 0 extern ops"), cc.records[0]["backend"]
+    assert "rounding=probabilities" in cc.records[0]["plan"]
+    # cuDNN's kernel where torch takes it for these operands, else the math path's rounding
+    if picks[1] == SDPBackend.CUDNN_ATTENTION.value:
+        assert "1 extern ops" in cc.records[1]["backend"], cc.records[1]["backend"]
+    else:
+        assert picks[1] == SDPBackend.MATH.value and "rounding=output" in cc.records[1]["plan"], (picks, cc.records[1])
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)

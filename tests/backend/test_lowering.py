@@ -1,6 +1,7 @@
 """CPU rehearsal of the CUDA backend: every op-suite case and seed workload is traced on CPU tensors, lowered
 to a fusion plan as if it ran on a GPU, its CUDA C compiled to PTX with NVRTC, and the plan's shape (kernels,
 cuBLAS calls, extern ops) checked exactly. The graph itself runs through torch, so results still equal eager."""
+import contextlib
 import re
 import warnings
 
@@ -41,7 +42,7 @@ def test_op_plan(case):
     dtype = torch.float32 if torch.float32 in case.dtypes else case.dtypes[0]
     for shape in dict.fromkeys((case.shapes[0], case.shapes[1] if len(case.shapes) > 1 else case.shapes[0],
                                 case.shapes[-1])):
-        with fastcomp.config.patch(**case.config):
+        with case.settings():
             fastcomp.reset()
             record = compile_and_check(case.fn, case.make(shape, dtype, "cpu"))
         assert plan_counts(record) == case.plan, (shape, record["plan"])
@@ -451,3 +452,29 @@ def test_layouts_something_observes_stay_as_traced(name):
 
     record = compile_and_check(getattr(conv_chains, name), conv_chains.inputs())
     assert conv_chains.nhwc_strides() not in record["plan"], record["plan"]
+
+
+def masked_attention(q, k, v, mask):
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask) * 2
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_masked_half_attention_rounds_as_the_kernel_torch_picks(dtype):
+    """A masked f16 or bf16 head is an attention kernel rounded as the kernel torch runs it on: the
+    memory-efficient one (the probabilities rounded) first by default, the math path (everything in f32, the
+    output rounded) when only that is enabled; where torch would pick cuDNN's (a row the mask leaves no key: the
+    mean of the values, not 0) the call stays torch's. Rehearsal models torch's pick from the SDPA settings."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q, k, v = (torch.randn(2, 4, 16, 32, dtype=dtype) for _ in range(3))
+    mask = torch.randn(2, 1, 16, 16, dtype=dtype)
+    expected = {None: ((2, 0, 0), "rounding=probabilities"), (SDPBackend.MATH,): ((2, 0, 0), "rounding=output"),
+                (SDPBackend.CUDNN_ATTENTION, SDPBackend.MATH): ((1, 0, 1), "scaled_dot_product_attention")}
+    for backends, (counts, text) in expected.items():
+        fastcomp.reset()
+        with contextlib.ExitStack() as stack:
+            if backends:
+                stack.enter_context(sdpa_kernel(list(backends), set_priority=True))
+            record = compile_and_check(masked_attention, (q, k, v, mask))
+        assert plan_counts(record) == counts, (backends, record["plan"])
+        assert text in record["plan"], (backends, record["plan"])

@@ -44,7 +44,7 @@ def check_runs(seen, expect_runnable):
 @pytest.mark.parametrize("case", [c for c in CASES if torch.float32 in c.dtypes], ids=lambda c: c.name)
 def test_op_plan_computes_what_torch_does(case, observer):
     shape = case.shapes[1] if len(case.shapes) > 1 else case.shapes[0]
-    with fastcomp.config.patch(**case.config), torch.no_grad():
+    with case.settings(), torch.no_grad():
         fastcomp.compile(case.fn)(*case.make(shape, torch.float32, "cpu"))
     check_runs(observer, expect_runnable=case.plan[2] == 0)
 
@@ -59,7 +59,7 @@ def test_half_op_plan_computes_what_torch_does(case, dtype, observer):
         case.fn(*args)
     except (RuntimeError, NotImplementedError) as e:  # torch has no CPU kernel of some op for this dtype
         pytest.skip(f"eager torch on the CPU: {e}")
-    with fastcomp.config.patch(**case.config), torch.no_grad():
+    with case.settings(), torch.no_grad():
         fastcomp.compile(case.fn)(*args)
     check_runs(observer, expect_runnable=case.plan[2] == 0)
 

@@ -274,13 +274,13 @@ def sdpa_attention(b=2, h=3, t=33, d=48, causal=True, name="sdpa_attention"):
 
 
 def sdpa_masked_attention(b=2, h=4, t=5, s=7, d=8, kv_heads=2, mask="float", mask_dims=(0, 2, 3), dtype="f32",
-                          causal=False, name="sdpa_masked"):
+                          causal=False, rounding="probabilities", name="sdpa_masked"):
     """F.scaled_dot_product_attention over [B, H, T, D] queries against S keys of `kv_heads` heads (grouped-query
     attention when fewer than H), with a mask over [B, H, T, S] ("bool", "float" or None) present along
     `mask_dims` and broadcast (stride 0) along the others, as HF's [B, 1, T, S] masks are. q and o in [B, T, H, D]
     memory (heads split from a projection), k and v contiguous. operand_shapes() gives each input's own shape."""
     sp = Spec(name, [b, h, t, d], "attention")
-    sp.d.update(scale=0.25, causal=causal, rounding="probabilities", keys=s, kv_heads=kv_heads)
+    sp.d.update(scale=0.25, causal=causal, rounding=rounding, keys=s, kv_heads=kv_heads)
     sp.input(dtype, [t * h * d, d, h * d, 1])
     sp.input(dtype, [kv_heads * s * d, s * d, d, 1])
     sp.input(dtype, [kv_heads * s * d, s * d, d, 1], offset=3)

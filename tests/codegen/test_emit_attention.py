@@ -139,7 +139,17 @@ def test_a_mask_is_added_to_the_scores_or_leaves_keys_out():
     assert "mask_row" not in plain and "in3" not in plain and "s[i][c] = s[i][c] / l;" in plain
 
 
+def test_math_path_rounding_keeps_the_probabilities_in_f32():
+    """A masked f16 or bf16 head rounds as torch's math path, which computes it in f32: only the output."""
+    code = T.emit_kernel(S.sdpa_masked_attention(mask="float", dtype="bf16", rounding="output"))[0]
+    assert "s[i][c] = l > 0.0f ? s[i][c] / l : 0.0f;" in code and "fc_round_bf16(" not in code
+    assert "= fc_float_to_bf16(acc[i][c]);" in code
+    assert T.kernel_text(S.sdpa_masked_attention(mask="float", dtype="bf16", rounding="output")).startswith(
+        "kernel sdpa_masked attention shape=[2,4,5,8] scale=0.25 keys=7 kv_heads=2 rounding=output\n")
+
+
 @pytest.mark.parametrize("case", [dict(mask="float", dtype="bf16"), dict(mask="bool", dtype="f16", t=1, s=40),
+                                  dict(mask="float", dtype="f16", rounding="output"),
                                   dict(mask=None, kv_heads=1, causal=True, t=9, s=4), dict(mask="bool", d=6)],
                          ids=str)
 def test_masked_and_grouped_kernels_compile(nvrtc, case):

@@ -1,4 +1,4 @@
-"""Emitted f32 kernels run on the CPU (cpu_launch.py, cuda_on_cpu.h: a thread per CUDA thread, warps and blocks
+"""Emitted kernels (f32, and attention's f16 and bf16) run on the CPU (cpu_launch.py, cuda_on_cpu.h: a thread per CUDA thread, warps and blocks
 synchronised by barriers) and compared with torch on fresh random inputs, so CI without a GPU checks what the
 kernels compute (index arithmetic, shared memory, warp reductions, masks) and not only that NVRTC accepts them.
 The GPU tests (`gpu` marker) remain the word on the real hardware: libm and CUDA's math differ in the last bits."""
@@ -26,8 +26,8 @@ def run(spec, inputs):
     """Launches the spec's kernel on CPU storages; returns its outputs viewed over the iteration shape."""
     code, grid, block, _ = T.emit_kernel(spec, SM_COUNT)
     program = cpu_launch.Program(T.emit_program([spec], sm_count=SM_COUNT), [spec["name"]])
-    outputs = [torch.full((G.storage_elements(spec["shape"], o["strides"], o.get("offset", 0)),), float("nan"))
-               for o in spec["outputs"]]
+    outputs = [torch.full((G.storage_elements(spec["shape"], o["strides"], o.get("offset", 0)),), float("nan"),
+                          dtype=G.TORCH_DTYPES[o["dtype"]]) for o in spec["outputs"]]
     program.launch(spec["name"], grid, block, inputs + outputs)
     return G.view_outputs(spec, outputs)
 
@@ -113,6 +113,23 @@ def test_attention_kernels_take_masks_other_key_counts_and_key_heads(case):
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
     if left_out:
         assert (want[0, :, 0] == 0).all() and (want[1:] != 0).any()
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_masked_half_attention_rounds_only_its_output(dtype):
+    """A masked f16 or bf16 head rounded as torch's math path (everything in f32, the output rounded once): the f64
+    reference over the same operands, rounded to the dtype."""
+    spec = S.sdpa_masked_attention(mask="float", dtype=dtype, rounding="output")
+    inputs = attention_inputs(spec, seed=3)
+    (got,) = run(spec, inputs)
+    want = attention_reference(spec, inputs)
+    assert got.dtype == G.TORCH_DTYPES[dtype]
+    # A value the f32 result rounds one way and the f64 one the other lies within a hair of a tie: one unit in the
+    # last place at most, and rare.
+    rounded = want.to(got.dtype)
+    ulp = {"bf16": 2.0**-7, "f16": 2.0**-10}[dtype]
+    torch.testing.assert_close(got.double(), rounded.double(), rtol=ulp, atol=0)
+    assert (got == rounded).float().mean() > 0.98
 
 
 # Column reductions: a column per thread (or `vec` of them), R split across a block's threads where there are few

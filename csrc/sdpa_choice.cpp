@@ -1,0 +1,130 @@
+#include "sdpa_choice.h"
+
+#include <vector>
+
+#include "cpython/pyref.h"
+#include "frontend/trace/torch_refs.h"
+
+namespace fastcomp {
+namespace {
+
+using plan::SdpKernel;
+
+// torch's SDPBackend numbers (stable since torch 2.3).
+SdpKernel from_backend_number(long n) {
+  switch (n) {
+    case 0: return SdpKernel::Math;
+    case 1: return SdpKernel::Flash;
+    case 2: return SdpKernel::MemoryEfficient;
+    case 3: return SdpKernel::Cudnn;
+    default: return SdpKernel::Unknown;
+  }
+}
+
+PyRef torch_c_function(const char* name) {
+  PyRef c = PyRef::steal(PyObject_GetAttrString(frontend::torch_refs().torch.get(), "_C"));
+  PyRef fn = c ? PyRef::steal(PyObject_GetAttrString(c.get(), name)) : PyRef();
+  if (!fn) PyErr_Clear();
+  return fn;
+}
+
+// The value of torch._C.<name>(), or none where this torch lacks it or it raised.
+PyRef read_setting(const char* name) {
+  PyRef fn = torch_c_function(name);
+  PyRef value = fn ? PyRef::steal(PyObject_CallNoArgs(fn.get())) : PyRef();
+  if (!value) PyErr_Clear();
+  return value;
+}
+
+// The math path computes f16 and bf16 heads in f32 (as the Output rounding does) unless
+// torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True); a torch without that setting is not trusted to.
+SdpKernel unless_math_in_half(SdpKernel k) {
+  if (k != SdpKernel::Math) return k;
+  PyRef reduced = read_setting("_get_math_sdp_allow_fp16_bf16_reduction");
+  return reduced.get() == Py_False ? k : SdpKernel::Unknown;
+}
+
+// An uninitialised tensor of `m`'s sizes, strides, dtype and device (the traced values of symbolic sizes).
+PyRef stand_in(const graph::TensorMeta& m) {
+  PyRef sizes = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(m.sizes.size())));
+  PyRef strides = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(m.strides.size())));
+  for (size_t i = 0; i < m.sizes.size(); ++i) PyTuple_SET_ITEM(sizes.get(), i, PyLong_FromLongLong(m.sizes[i]));
+  for (size_t i = 0; i < m.strides.size(); ++i) PyTuple_SET_ITEM(strides.get(), i, PyLong_FromLongLong(m.strides[i]));
+  PyRef args = PyRef::steal(PyTuple_Pack(2, sizes.get(), strides.get()));
+  PyRef kwargs = PyRef::steal(Py_BuildValue("{s:O,s:O}", "dtype", m.dtype.get(), "device", m.device.get()));
+  PyRef t = args && kwargs ? PyRef::steal(PyObject_Call(frontend::torch_refs().empty_strided.get(), args.get(),
+                                                        kwargs.get()))
+                           : PyRef();
+  if (!t) PyErr_Clear();
+  return t;
+}
+
+SdpKernel ask_torch(const plan::SdpQuery& q) {
+  PyRef choice_fn = PyRef::steal(PyObject_GetAttrString(frontend::torch_refs().torch.get(), "_fused_sdp_choice"));
+  if (!choice_fn || !q.q->device || !q.mask->device) return PyErr_Clear(), SdpKernel::Unknown;
+  PyRef query = stand_in(*q.q), key = stand_in(*q.k), value = stand_in(*q.v), mask = stand_in(*q.mask);
+  if (!query || !key || !value || !mask) return SdpKernel::Unknown;
+  PyRef args = PyRef::steal(PyTuple_Pack(4, query.get(), key.get(), value.get(), mask.get()));
+  PyRef kwargs = PyRef::steal(Py_BuildValue("{s:d,s:O,s:d}", "dropout_p", 0.0, "is_causal",
+                                            q.causal ? Py_True : Py_False, "scale", q.scale));
+  if (kwargs && q.gqa) PyDict_SetItemString(kwargs.get(), "enable_gqa", Py_True);  // torch >= 2.5 takes it
+  PyRef choice = args && kwargs ? PyRef::steal(PyObject_Call(choice_fn.get(), args.get(), kwargs.get())) : PyRef();
+  if (!choice || !PyLong_Check(choice.get())) return PyErr_Clear(), SdpKernel::Unknown;
+  return unless_math_in_half(from_backend_number(PyLong_AsLong(choice.get())));
+}
+
+// The settings torch's choice reads, as torch._C functions and as a guard names them.
+struct SdpSetting {
+  const char* fn;
+  const char* what;
+};
+constexpr SdpSetting kSdpSettings[] = {
+    {"_get_flash_sdp_enabled", "torch.backends.cuda.flash_sdp_enabled()"},
+    {"_get_mem_efficient_sdp_enabled", "torch.backends.cuda.mem_efficient_sdp_enabled()"},
+    {"_get_math_sdp_enabled", "torch.backends.cuda.math_sdp_enabled()"},
+    {"_get_cudnn_sdp_enabled", "torch.backends.cuda.cudnn_sdp_enabled()"},
+    {"_get_sdp_priority_order", "torch._C._get_sdp_priority_order()"},
+    {"_get_math_sdp_allow_fp16_bf16_reduction", "torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()"},
+};
+
+SdpKernel rehearse_choice() {
+  PyRef order = read_setting("_get_sdp_priority_order");
+  if (!order || !PyList_Check(order.get())) return SdpKernel::Unknown;
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(order.get()); ++i) {
+    const SdpKernel k = from_backend_number(PyLong_AsLong(PyList_GET_ITEM(order.get(), i)));
+    const char* enabled = k == SdpKernel::MemoryEfficient ? "_get_mem_efficient_sdp_enabled"
+                          : k == SdpKernel::Math          ? "_get_math_sdp_enabled"
+                          : k == SdpKernel::Cudnn         ? "_get_cudnn_sdp_enabled"
+                                                          : nullptr;  // flash takes no mask
+    if (enabled && read_setting(enabled).get() == Py_True) return unless_math_in_half(k);
+  }
+  PyErr_Clear();
+  return SdpKernel::Unknown;
+}
+
+}  // namespace
+
+plan::SdpKernelQuery torch_sdp_kernel(bool* asked) {
+  return [asked](const plan::SdpQuery& q) {
+    *asked = true;
+    return ask_torch(q);
+  };
+}
+
+plan::SdpKernelQuery rehearsed_sdp_kernel(bool* asked) {
+  return [asked](const plan::SdpQuery&) {
+    *asked = true;
+    return rehearse_choice();
+  };
+}
+
+void add_sdp_setting_guards(frontend::GuardSet& guards) {
+  for (const SdpSetting& s : kSdpSettings) {
+    PyRef fn = torch_c_function(s.fn);
+    frontend::Guard g;
+    if (fn && frontend::make_global_state_guard(fn.get(), s.what, frontend::StateProbe::None, &g))
+      guards.guards.push_back(std::move(g));
+  }
+}
+
+}  // namespace fastcomp

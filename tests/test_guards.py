@@ -261,6 +261,42 @@ def test_default_dtype_change():
     assert "torch.get_default_dtype() == torch.float32" in cc.recompile_reasons[0]
 
 
+def test_a_state_query_the_code_branches_on_is_a_guarded_constant():
+    """torch's queries of global state (deterministic algorithms, nn.Module.__call__'s torch._C._get_tracing_state,
+    read in every layer) are constants of the graph, not graph ops, each guarded once: a change recompiles."""
+    class Layer(torch.nn.Module):
+        def forward(self, x):
+            scale = 3 if torch.are_deterministic_algorithms_enabled() else 2
+            return x * scale
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList([Layer(), Layer()])
+
+        def forward(self, x):
+            for layer in self.layers:  # __call__ read through the class: traced, _get_tracing_state and all
+                x = torch.nn.Module.__call__(layer, x)
+            return x
+
+    model = Model()
+    compiled = fastcomp.compile(model)
+    x = torch.randn(5)
+    with CompileCounter() as cc:
+        torch.testing.assert_close(compiled(x), model(x))
+        torch.use_deterministic_algorithms(True)
+        try:
+            torch.testing.assert_close(compiled(x), model(x))
+        finally:
+            torch.use_deterministic_algorithms(False)
+    assert cc.frame_count == 2, cc.recompile_reasons
+    assert "torch.are_deterministic_algorithms_enabled() == False (actual True)" in cc.recompile_reasons[0]
+    guards = cc.records[0]["guards"]
+    assert guards.count("GLOBAL_STATE: torch.are_deterministic_algorithms_enabled() == False") == 1, guards
+    assert guards.count("GLOBAL_STATE: torch._C._get_tracing_state() == None") == 1, guards
+    assert "_get_tracing_state" not in cc.records[0]["graph"], cc.records[0]["graph"]
+
+
 def test_aliased_inputs_are_guarded():
     def f(a, b):
         return a * 2 if a is b else a + b

@@ -43,6 +43,21 @@ bool is_data_dependent(std::string_view name) {
   return false;
 }
 
+// torch functions of no arguments that read global state the traced code branches on (torch.jit.is_tracing,
+// nn.Module.__call__'s choice of forward, torch.are_deterministic_algorithms_enabled): their value while tracing is
+// a constant of the graph under a guard that reads it again, rather than a graph op the branch never sees.
+bool is_state_query(std::string_view name) {
+  static const std::string_view kNames[] = {
+      "torch._C._get_tracing_state",          "torch._C._get_deterministic_algorithms",
+      "torch._C._get_deterministic_algorithms_warn_only", "torch.are_deterministic_algorithms_enabled",
+      "torch.is_deterministic_algorithms_warn_only_enabled", "torch.get_deterministic_debug_mode",
+      "torch.is_inference_mode_enabled",      "torch.is_warn_always_enabled",
+      "torch._C._is_torch_function_enabled",  "torch._C._is_torch_function_mode_enabled"};
+  for (auto n : kNames)
+    if (name == n) return true;
+  return false;
+}
+
 // A torch.device of type "cuda" (any index).
 bool is_cuda_device(PyObject* device) {
   PyRef type = PyRef::steal(PyObject_GetAttrString(device, "type"));
@@ -200,6 +215,14 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
     throw Unsupported(BreakCode::DataDependentValue, fmt::format("{}() needs the tensor's values", name));
   if (shapes_.active())
     if (auto size = size_query(name, args, kwargs)) return *size;
+  if (args.empty() && kwargs.empty() && is_state_query(name)) {
+    Guard g;
+    if (!make_global_state_guard(target, (name + "()").c_str(), StateProbe::None, &g))
+      throw Unsupported(BreakCode::UnsupportedValue, fmt::format("{}() raised", name));
+    PyRef value = g.expected;
+    guards_.guards.push_back(std::move(g));
+    return make_const(value);
+  }
   graph::Node node;
   node.kind = graph::NodeKind::Call;
   node.target = PyRef::borrow(target);

@@ -205,15 +205,15 @@ TraceResult Tracer::run() {
 
 TraceResult Tracer::finish(TraceResult r) {
   shapes_.finalize(r.graph, r.guards);
-  // The same check reached along several paths (an attribute looked up on every call of a method) is made once.
+  // The same check reached along several paths (an attribute looked up on every call of a method, a state query
+  // in every layer) is made once; global state by the function that reads it (the first read's value holds at entry).
   std::vector<Guard>& guards = r.guards.guards;
   std::set<std::tuple<int, int, const PyObject*, int64_t>> seen;
   guards.erase(std::remove_if(guards.begin(), guards.end(),
                               [&](const Guard& g) {
-                                if (g.kind == GuardKind::TensorMatch || g.kind == GuardKind::GlobalState ||
-                                    g.kind == GuardKind::SizeRelation)
-                                  return false;
-                                return !seen.emplace(static_cast<int>(g.kind), g.source, g.expected.get(), g.length).second;
+                                if (g.kind == GuardKind::TensorMatch || g.kind == GuardKind::SizeRelation) return false;
+                                const PyObject* key = g.kind == GuardKind::GlobalState ? g.call.get() : g.expected.get();
+                                return !seen.emplace(static_cast<int>(g.kind), g.source, key, g.length).second;
                               }),
                guards.end());
   return r;

@@ -554,7 +554,8 @@ bool Lowerer::lower_call(const graph::Node& n) {
   const std::string op = op_name(n.target_name);
   return lower_view_op(*this, n, op) || lower_cat_op(*this, n, op) || lower_gather_op(*this, n, op) ||
          lower_pointwise_op(*this, n, op) || lower_convolution_bias(n, op) ||
-         lower_reduction_op(*this, n, op) || lower_matmul_op(*this, n, op) || lower_attention_op(*this, n, op);
+         lower_reduction_op(*this, n, op) || lower_matmul_op(*this, n, op) || lower_attention_op(*this, n, op) ||
+         lower_factory_op(*this, n, op);
 }
 
 void Lowerer::lower_node(const graph::Node& n) {

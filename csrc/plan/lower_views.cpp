@@ -81,11 +81,40 @@ bool split_offset_static(const Lowerer& L, const graph::Node& item, graph::NodeI
   return true;
 }
 
+// x.to(device), x.to(dtype), x.to(other), x.type(dtype), x.cuda(), x.cpu() that change nothing: torch gives x back
+// itself (GPT-2's `position_embeds.to(inputs_embeds.device)`), so the result is the input's buffer. Without copy=True
+// or a memory_format; dtype and device as the input's, from the metadata torch computed.
+bool gives_input_back(const Lowerer& L, const graph::Node& n, const std::string& op) {
+  if (op != "to" && op != "type" && op != "cuda" && op != "cpu") return false;
+  if (n.target_name.rfind("Tensor.", 0) != 0 || n.type != graph::ValueType::Tensor) return false;
+  CallArgs args(n);
+  // Positionally at most (device or dtype or other, dtype or non_blocking): copy comes later.
+  if (!args.only_keywords({"device", "dtype", "non_blocking"}) || args.positional() > 3) return false;
+  const graph::TensorMeta& in = L.node(n.args[0].node).meta;
+  const graph::TensorMeta& out = n.meta;
+  if (!in.device || !out.device || in.dtype.get() != out.dtype.get()) return false;
+  const int same_device = PyObject_RichCompareBool(in.device.get(), out.device.get(), Py_EQ);
+  if (same_device != 1) return PyErr_Clear(), false;
+  return in.sizes == out.sizes && in.strides == out.strides && in.storage_offset == out.storage_offset;
+}
+
 }  // namespace
 
 bool lower_view_op(Lowerer& L, const graph::Node& n, const std::string& op) {
   if (n.args.empty() || n.args[0].kind != graph::Arg::Kind::Node) return false;
   const graph::NodeId input = n.args[0].node;
+  if (gives_input_back(L, n, op)) {
+    // A value still an expression stays one (as a cast to its own dtype is), else a view of its buffer.
+    if (L.lazy_cluster(input)) {
+      L.pointwise(n, {Operand{Operand::Kind::Node, 0, DType::F32, input}},
+                  [](Cluster&, const std::vector<int>& e) { return e[0]; });
+      return true;
+    }
+    const int b = base_buffer(L, input);
+    if (b < 0) return false;
+    L.add_view(n, b);
+    return true;
+  }
   if (op == "getitem" && n.target_name == "operator.getitem" && L.value(input).view_base >= 0) {
     // An item of a split: its base is the split's input.
     const graph::Node& split = L.node(input);

@@ -296,6 +296,7 @@ bool lower_view_op(Lowerer& L, const graph::Node& n, const std::string& op);
 bool lower_cat_op(Lowerer& L, const graph::Node& n, const std::string& op);
 bool lower_attention_op(Lowerer& L, const graph::Node& n, const std::string& op);
 bool lower_gather_op(Lowerer& L, const graph::Node& n, const std::string& op);
+bool lower_factory_op(Lowerer& L, const graph::Node& n, const std::string& op);
 
 // F.linear's D = A @ W^T (+ bias) as lowering has it: A [m, k] and W [n, k] addressed by their strides from their
 // buffers (ids), the bias (-1 for none) and D (row-major [m, n]) buffers.

@@ -204,6 +204,22 @@ case("permute", lambda x: x.permute(2, 0, 1) * 2, shapes=((2, 3, 5), (8, 64, 33)
 case("transpose_attributes", lambda x: x.mT * 2 + x[0].T, shapes=((2, 3, 3), (8, 33, 33)), plan=(1, 0, 0))
 case("split_halves", lambda x: x.chunk(2, dim=-1)[0] * x.chunk(2, dim=-1)[1], shapes=((3, 1024), (64, 4096)))
 case("contiguous_copy", lambda x: x.t().contiguous(), shapes=((3, 1025), (64, 4096)))
+# A move to where the tensor already is gives it back (GPT-2's position_embeds.to(inputs_embeds.device)).
+case("to_its_own_device_and_dtype", lambda x: x.to(x.device) * 2 + x.to(x.dtype).cuda(x.device) if x.is_cuda
+     else x.to(x.device) * 2 + x.to(x.dtype).cpu(), shapes=((3, 1025), (64, 4096)))
+
+
+# Tensors made from nothing are constants the consumer's kernel computes; an empty one (a cache's first keys) is an
+# allocation alone, which cat skips as torch does. Three kernels: the [3, 1025] results, the cat's own space, and
+# the 1-d ones (a constant broadcast from another shape is stored, as any value of another shape is).
+def factories(x):
+    like = torch.zeros_like(x) + x * torch.full(x.shape, 2.5, dtype=x.dtype, device=x.device)
+    new = x.new_ones(x.shape) - x.new_full(x.shape, 3) + torch.ones(x.shape[-1], dtype=x.dtype, device=x.device)
+    keys = torch.cat([torch.tensor([], dtype=x.dtype, device=x.device), x.flatten()])
+    return like, new, keys, torch.full(x.shape, True, device=x.device) & (x > 0)
+
+
+case("factories", factories, shapes=((3, 1025), (64, 4096)), plan=(3, 0, 0))
 
 
 def view_then_base_unsqueezed_in_place(x):  # the view keeps the shape it had when made (fuzz, seed 100 #91)

@@ -59,7 +59,23 @@ PyRef stand_in(const graph::TensorMeta& m) {
   return t;
 }
 
+// The bytes a tensor of `m`'s layout spans.
+int64_t storage_bytes(const graph::TensorMeta& m, int64_t element_size) {
+  int64_t last = 0;
+  for (size_t i = 0; i < m.sizes.size(); ++i) {
+    if (m.sizes[i] == 0) return 0;
+    last += (m.sizes[i] - 1) * m.strides[i];
+  }
+  return (last + 1) * element_size;
+}
+
+// Stand-ins beyond this stay unasked (the head stays torch's call): the question should cost no memory to speak of.
+constexpr int64_t kMaxStandInBytes = int64_t{256} << 20;
+
 SdpKernel ask_torch(const plan::SdpQuery& q) {
+  const int64_t bytes = storage_bytes(*q.q, 2) + storage_bytes(*q.k, 2) + storage_bytes(*q.v, 2) +
+                        storage_bytes(*q.mask, 2);  // f16 or bf16; a bool mask counts double, harmlessly
+  if (bytes > kMaxStandInBytes) return SdpKernel::Unknown;
   PyRef choice_fn = PyRef::steal(PyObject_GetAttrString(frontend::torch_refs().torch.get(), "_fused_sdp_choice"));
   if (!choice_fn || !q.q->device || !q.mask->device) return PyErr_Clear(), SdpKernel::Unknown;
   PyRef query = stand_in(*q.q), key = stand_in(*q.k), value = stand_in(*q.v), mask = stand_in(*q.mask);

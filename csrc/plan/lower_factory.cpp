@@ -39,24 +39,6 @@ bool plain_keywords(const graph::Node& n) {
   return true;
 }
 
-// full's fill value: the Python number as its own kind (torch.full((2,), 7) of an int dtype is exact).
-std::optional<Operand> fill_value(const graph::Node& n, const std::string& op) {
-  CallArgs args(n);
-  const graph::Arg* v = args.get(op == "new_full" ? 2 : 1, "fill_value");
-  if (!v || v->kind != graph::Arg::Kind::Const) return std::nullopt;
-  PyObject* x = v->value.get();
-  Operand o;
-  if (PyBool_Check(x)) o.scalar_dtype = DType::Bool, o.scalar = x == Py_True;
-  else if (PyLong_Check(x)) {
-    const long long i = PyLong_AsLongLong(x);
-    if (PyErr_Occurred()) return PyErr_Clear(), std::nullopt;
-    o.scalar_dtype = DType::I64, o.scalar = static_cast<double>(i);
-    if (static_cast<long long>(o.scalar) != i) return std::nullopt;  // beyond a double's exact integers
-  } else if (PyFloat_Check(x)) o.scalar_dtype = DType::F64, o.scalar = PyFloat_AS_DOUBLE(x);
-  else return std::nullopt;
-  return o;
-}
-
 int64_t element_count(const graph::TensorMeta& m) {
   int64_t n = 1;
   for (int64_t s : m.sizes) n *= s;
@@ -80,9 +62,9 @@ bool lower_factory_op(Lowerer& L, const graph::Node& n, const std::string& op) {
   value.scalar_dtype = DType::I64;
   value.scalar = *fill == Fill::One ? 1 : 0;
   if (*fill == Fill::Value) {
-    const std::optional<Operand> v = fill_value(n, op);
-    if (!v) return false;
-    value = *v;
+    bool ok = true;
+    value = operand_of(L, CallArgs(n).get(op == "new_full" ? 2 : 1, "fill_value"), &ok);
+    if (!ok || value.kind != Operand::Kind::Scalar) return false;
   }
   const DType out = L.node_dtype(n.id);
   L.pointwise(n, {value}, [out](Cluster& c, const std::vector<int>& e) { return c.cast(e[0], out); });

@@ -58,27 +58,6 @@ DType promote(DType a, DType b) {
   return rank_in_category(a) >= rank_in_category(b) ? a : b;
 }
 
-Operand operand_of(Lowerer& L, const graph::Arg* a, bool* ok) {
-  Operand o;
-  if (a && a->kind == graph::Arg::Kind::Node && L.value(a->node).tensor) {
-    o.kind = Operand::Kind::Node;
-    o.node = a->node;
-    return o;
-  }
-  if (a && a->kind == graph::Arg::Kind::Const) {
-    PyObject* v = a->value.get();
-    if (PyBool_Check(v)) o.scalar_dtype = DType::Bool;
-    else if (PyLong_Check(v)) o.scalar_dtype = DType::I64;
-    else if (PyFloat_Check(v)) o.scalar_dtype = DType::F64;
-    else *ok = false;
-    if (auto x = const_number(a)) o.scalar = *x;
-    else *ok = false;
-    return o;
-  }
-  *ok = false;
-  return o;
-}
-
 // The dtype torch computes a comparison or where in: tensors of rank > 0 decide, then 0-dim tensors, and
 // scalars only raise the category (a float scalar makes integer tensors the default float dtype).
 DType common_dtype(Lowerer& L, const std::vector<Operand>& ops) {
@@ -219,6 +198,27 @@ bool lower_batch_norm(Lowerer& L, const graph::Node& n) {
 }
 
 }  // namespace
+
+Operand operand_of(Lowerer& L, const graph::Arg* a, bool* ok) {
+  Operand o;
+  if (a && a->kind == graph::Arg::Kind::Node && L.value(a->node).tensor) {
+    o.kind = Operand::Kind::Node;
+    o.node = a->node;
+    return o;
+  }
+  if (a && a->kind == graph::Arg::Kind::Const) {
+    PyObject* v = a->value.get();
+    if (PyBool_Check(v)) o.scalar_dtype = DType::Bool;
+    else if (PyLong_Check(v)) o.scalar_dtype = DType::I64;
+    else if (PyFloat_Check(v)) o.scalar_dtype = DType::F64;
+    else *ok = false;
+    if (auto x = const_number(a)) o.scalar = *x;
+    else *ok = false;
+    return o;
+  }
+  *ok = false;
+  return o;
+}
 
 bool is_elementwise_op(const graph::Node& n, const std::string& op) {
   bool swapped = false;

@@ -106,8 +106,8 @@ bool lower_view_op(Lowerer& L, const graph::Node& n, const std::string& op) {
   if (gives_input_back(L, n, op)) {
     // A value still an expression stays one (as a cast to its own dtype is), else a view of its buffer.
     if (L.lazy_cluster(input)) {
-      L.pointwise(n, {Operand{Operand::Kind::Node, 0, DType::F32, input}},
-                  [](Cluster&, const std::vector<int>& e) { return e[0]; });
+      bool ok = true;
+      L.pointwise(n, {operand_of(L, &n.args[0], &ok)}, [](Cluster&, const std::vector<int>& e) { return e[0]; });
       return true;
     }
     const int b = base_buffer(L, input);

@@ -298,6 +298,10 @@ bool lower_attention_op(Lowerer& L, const graph::Node& n, const std::string& op)
 bool lower_gather_op(Lowerer& L, const graph::Node& n, const std::string& op);
 bool lower_factory_op(Lowerer& L, const graph::Node& n, const std::string& op);
 
+// A pointwise operand from an argument: a tensor node lowering holds, or a Python number as a scalar of its own
+// kind (bool, int as I64, float as F64). Clears *ok for anything else.
+Operand operand_of(Lowerer& L, const graph::Arg* a, bool* ok);
+
 // F.linear's D = A @ W^T (+ bias) as lowering has it: A [m, k] and W [n, k] addressed by their strides from their
 // buffers (ids), the bias (-1 for none) and D (row-major [m, n]) buffers.
 struct LinearOperands {

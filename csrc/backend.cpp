@@ -123,12 +123,12 @@ BuiltExecutable torch_runner(graph::Graph graph, const std::string& why) {
 BuiltExecutable rehearse(graph::Graph graph, bool cuda_graphs) {
   BuiltExecutable out;
   bool asked_sdp_kernel = false;  // rehearsal adds no guards
+  const codegen::DeviceLimits h100;
   plan::Program program =
       plan::lower(graph, {0, /*require_cuda=*/false, config().fused_attention, small_matmul(cuda_graphs),
-                          config().grouped_products, config().channels_last, codegen::kAttentionSharedBytes,
+                          config().grouped_products, config().channels_last, codegen::attention_shared_limit(h100),
                           masked_attention(), rehearsed_sdp_kernel(&asked_sdp_kernel)});
   out.plan_text = plan_text(program, graph);
-  const codegen::DeviceLimits h100;
   runtime::CudaSource source = runtime::emit_plan(program, h100);
   out.cuda_source = source.program;
   if (!source.program.empty())
@@ -209,7 +209,7 @@ BuiltExecutable build_cuda_executable(graph::Graph graph, frontend::GuardSet& gu
   try {
     program = plan::lower(graph, {device, /*require_cuda=*/true, config().fused_attention, small_matmul(cuda_graphs),
                                   config().grouped_products, config().channels_last,
-                                  codegen::attention_shared_limit(runtime::device_limits(device).arch),
+                                  codegen::attention_shared_limit(runtime::device_limits(device)),
                                   masked_attention(), torch_sdp_kernel(&asked_sdp_kernel)});
   } catch (const plan::NotLowerable& e) {
     return torch_runner(std::move(graph), e.what());

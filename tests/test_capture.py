@@ -150,6 +150,50 @@ def test_no_grad_block_and_grad_mode_restored():
     assert_same(out, f(x))
 
 
+def test_no_grad_decorated_method_is_a_grad_mode_block_of_the_graph():
+    """@torch.no_grad() enters a fresh no_grad object on each call: the graph switches grad mode itself, with no
+    calls of the object's __enter__/__exit__ (rotary embeddings in transformers are decorated so)."""
+
+    class Rotary(torch.nn.Module):
+        @torch.no_grad()
+        def forward(self, x):
+            return x.sin() * 2
+
+    rotary = Rotary()
+
+    def f(x):
+        return rotary(x) + x
+
+    compiled = fastcomp.compile(f)
+    x = torch.randn(5, requires_grad=True)
+    with CompileCounter() as cc:
+        out = compiled(x)
+    assert (cc.graph_count, cc.break_count) == (1, 0)
+    assert "__enter__" not in cc.records[0]["graph"] and "__exit__" not in cc.records[0]["graph"]
+    want = f(x)
+    assert_same(out, want)
+    assert out.requires_grad and torch.is_grad_enabled()
+    out.sum().backward()
+    grad = x.grad.clone()
+    x.grad = None
+    want.sum().backward()
+    assert_same(grad, x.grad)  # only the `+ x` carries a gradient
+
+
+def test_torch_assert_of_a_known_condition_leaves_nothing_to_run():
+    def f(x):
+        torch._assert(x.shape[-1] == 4, "expected 4 columns")
+        return x * 2
+
+    compiled = fastcomp.compile(f)
+    x = torch.randn(3, 4)
+    with CompileCounter() as cc:
+        assert_same(compiled(x), f(x))
+    assert "_assert" not in cc.records[0]["graph"]
+    with pytest.raises(AssertionError, match="expected 4 columns"):
+        compiled(torch.randn(3, 5))
+
+
 def test_unfamiliar_torch_ops_stay_in_the_graph_as_extern_calls():
     def f(x):
         return torch.special.erfcx(x.cumsum(0)).flip(0), torch.linalg.norm(x)

@@ -16,7 +16,7 @@
 // rows, then lane d's outputs for columns d, d + 32, ... with the probabilities read 4 at a time as broadcasts.
 // Register tiles of rows x keys and rows x columns are what keep the shared-memory traffic per multiply-add low:
 // one row a warp at a time left W7's kernel waiting on shared memory (20.8 us on an H100). Shared memory is
-// dynamic (kernel_ir.h's attention_shared_limit: 128 keys of 64 f32 columns take 74 KB).
+// dynamic (kernel_ir.h's attention_shared_limit: 128 keys of 64 f32 columns take 74 KB, ViT's 197 take 106 KB).
 //
 // Each score and output is the same fmaf chain in the same order as one query row at a time would compute
 // (over d, then over keys), so the rows a warp shares change no result.
@@ -246,7 +246,7 @@ KernelSource emit_attention(const Kernel& k, const DeviceLimits& limits) {
   const int64_t heads = std::max<int64_t>(B.hint() * H, 1);
   const int64_t wanted_blocks = std::clamp<int64_t>(ceil_div(limits.sm_count, heads), 1, ceil_div(T, kWarps));
   int64_t rows_per_warp = std::min(ceil_div(ceil_div(T, wanted_blocks), kWarps), kMaxRowsPerWarp);
-  const int64_t shared_limit = attention_shared_limit(limits.arch);
+  const int64_t shared_limit = attention_shared_limit(limits);
   while (rows_per_warp > 1 && shared_bytes(rows_per_warp * kWarps, S, D) > shared_limit) --rows_per_warp;
   // The same number of blocks with the rows spread evenly (64 rows that fit 56 at a time: two blocks of 32).
   const int64_t row_blocks = ceil_div(T, rows_per_warp * kWarps);

@@ -335,9 +335,9 @@ void validate_attention(const Kernel& k) {
   if (t < 1 || d < 1 || s < 1 || k.shape[0].hint() < 1 || h < 1)
     invalid(k, "an attention kernel needs at least one head, query, key and column");
   if (hk < 1 || h % hk != 0) invalid(k, "an attention kernel's key heads divide its query heads");
-  if (attention_shared_bytes(s, d) > kAttentionSharedBytes)
+  if (attention_shared_bytes(s, d) > kMaxAttentionSharedBytes)
     invalid(k, fmt::format("S={} keys of D={} columns need {} bytes of shared memory, over {}", s, d,
-                           attention_shared_bytes(s, d), kAttentionSharedBytes));
+                           attention_shared_bytes(s, d), kMaxAttentionSharedBytes));
   if (!std::isfinite(k.attention_scale)) invalid(k, "the attention scale is not finite");
 }
 

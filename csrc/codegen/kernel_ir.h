@@ -20,6 +20,7 @@
 // rounded to its dtype where it is produced, as eager rounds every op's result; integer values wrap in their
 // dtype; a Cast converts as C++ does (float -> int truncates, anything -> bool is != 0).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -202,17 +203,20 @@ struct DeviceLimits {
   int sm_count = 132;
   int max_threads_per_block = 1024;
   int max_threads_per_sm = 2048;  // resident threads per multiprocessor: grids are sized in waves
+  int64_t max_shared_per_block = 227 * 1024;  // dynamic shared memory a block may opt into
 };
 
 /** Shared memory an attention kernel over S keys of D columns needs at least (its keys, values and a row a warp of
  *  queries, then their probabilities); lowering uses the attention kernel only where this is at most
- *  attention_shared_limit(the device's arch). */
+ *  attention_shared_limit(the device's limits). */
 int64_t attention_shared_bytes(int64_t s, int64_t d);
-// The most dynamic shared memory an attention kernel asks for: a block may opt into 96 KB on sm_70, 64 KB on sm_75,
-// 99 KB on sm_86/89 and more on sm_80 and sm_90; 48 KB before sm_70.
-constexpr int64_t kAttentionSharedBytes = 96 * 1024;
-inline int64_t attention_shared_limit(runtime::cuda::CudaArch arch) {
-  return arch.sm() == 75 ? 64 * 1024 : arch.major >= 7 ? kAttentionSharedBytes : 48 * 1024;
+// The most dynamic shared memory any attention kernel asks for: what a block may opt into on the largest GPUs
+// (sm_90 and sm_100: 227 KB; sm_80 163 KB, sm_86/89 and sm_120 99 KB, sm_75 64 KB).
+constexpr int64_t kMaxAttentionSharedBytes = 227 * 1024;
+// What an attention kernel may take on a device: all a block may opt into there. ViT's 197 keys of 64 f32 columns
+// need 106 KB (so they ran as torch's call under the 96 KB this was before).
+inline int64_t attention_shared_limit(const DeviceLimits& limits) {
+  return std::min(limits.max_shared_per_block, kMaxAttentionSharedBytes);
 }
 
 // SmallMatmul kernels take at most this many rows of A: each lane keeps a running sum per row (and column) in

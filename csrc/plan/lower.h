@@ -45,7 +45,7 @@ struct LowerOptions {
   // fastcomp.config.channels_last).
   bool channels_last = true;
   // The most shared memory an attention kernel may take on the device (kernel_ir.h's attention_shared_limit).
-  int64_t attention_shared_limit = codegen::kAttentionSharedBytes;
+  int64_t attention_shared_limit = codegen::attention_shared_limit(codegen::DeviceLimits{});
   // Whether F.scaled_dot_product_attention with a mask may be an attention kernel: torch's f32 paths give a query
   // row the mask leaves no key 0, as the kernel does, from torch 2.5 on (the math path's softmax became safe).
   bool masked_attention = true;

@@ -41,6 +41,7 @@ codegen::DeviceLimits device_limits(int device) {
   limits.sm_count = info.sm_count;
   limits.max_threads_per_block = info.max_threads_per_block;
   limits.max_threads_per_sm = info.max_threads_per_sm;
+  limits.max_shared_per_block = info.max_shared_per_block;
   return limits;
 }
 

@@ -662,23 +662,24 @@ case("mha_unfused_batch_first", lambda x, attn: attn(x, x, x)[0], mha_args(True)
 case("mha_unfused_seq_first", lambda x, attn: attn(x, x, x, need_weights=False)[0] * 2, mha_args(False),
      MHA_SHAPES, plan=(3, 4, 0), config=UNFUSED)
 # By default the heads are one attention kernel between the two projections (the shapes' heads all fit in shared
-# memory, T=179 of width 64 just).
+# memory, T=424 of width 64 just, on an H100).
 case("mha_fused_batch_first", lambda x, attn: attn(x, x, x)[0], mha_args(True), MHA_SHAPES, plan=(1, 2, 1),
      config=FUSED)
 case("mha_fused_seq_first", lambda x, attn: attn(x, x, x, need_weights=False)[0] * 2, mha_args(False),
-     MHA_SHAPES + ((2, 179, 128, 2),), plan=(2, 2, 0), config=FUSED)
+     MHA_SHAPES + ((2, 424, 128, 2),), plan=(2, 2, 0), config=FUSED)
 # At 32 tokens or fewer (batch * seq) the two projections are small-matmul kernels, as F.linear's are.
 SMALL_MHA_SHAPES = ((2, 5, 24, 3), (3, 1, 16, 4), (1, 32, 64, 8))
 case("mha_fused_small_projections", lambda x, attn: attn(x, x, x)[0], mha_args(True), SMALL_MHA_SHAPES,
      plan=(3, 0, 1))
 case("mha_unfused_small_projections", lambda x, attn: attn(x, x, x, need_weights=False)[0] * 2, mha_args(False),
      SMALL_MHA_SHAPES, plan=(5, 2, 0), config={"fused_attention": False})
-# Keys that do not fit in shared memory (T=180, D=64): the four steps of the unfused heads.
+# Keys that do not fit in shared memory (T=430, D=64): the four steps of the unfused heads.
 case("mha_fused_too_long_keeps_the_steps", lambda x, attn: attn(x, x, x, need_weights=False)[0] * 2,
-     mha_args(False), ((2, 180, 128, 2),), plan=(3, 4, 0))
+     mha_args(False), ((2, 430, 128, 2),), plan=(3, 4, 0))
 # F.scaled_dot_product_attention: one attention kernel reading q, k, v in place (then the pointwise * 2);
-# (B, H, T, D), the last one the longest T of width 64 that fits in shared memory. Off, torch's kernel.
-SDPA_SHAPES = ((2, 3, 5, 8), (1, 1, 1, 16), (2, 4, 33, 64), (1, 2, 179, 64))
+# (B, H, T, D), ViT's 197 tokens, the longest T of width 64 that fits in an H100's shared memory. Off, torch's
+# kernel.
+SDPA_SHAPES = ((2, 3, 5, 8), (1, 1, 1, 16), (2, 4, 33, 64), (2, 3, 197, 64), (1, 2, 424, 64))
 
 
 def sdpa_args(shape, dtype, device):
@@ -756,6 +757,6 @@ case("sdpa_fused_cross_attention", lambda q, k, v, m: F.scaled_dot_product_atten
 case("sdpa_unfused_is_extern", lambda q, k, v: F.scaled_dot_product_attention(q, k, v) * 2, sdpa_args,
      ((2, 3, 5, 8),), plan=(1, 0, 1), config=UNFUSED)
 case("sdpa_fused_too_long_is_extern", lambda q, k, v: F.scaled_dot_product_attention(q, k, v) * 2, sdpa_args,
-     ((1, 2, 180, 64),), plan=(1, 0, 1))
+     ((1, 2, 425, 64),), plan=(1, 0, 1))
 # The averaged weights are needed: torch's own multi_head_attention_forward runs (the sum and the add are kernels).
 case("mha_weights_used_is_extern", mha_weights_used, mha_args(True), MHA_SHAPES, plan=(2, 0, 4))

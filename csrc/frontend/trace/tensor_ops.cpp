@@ -223,6 +223,14 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
     guards_.guards.push_back(std::move(g));
     return make_const(value);
   }
+  // torch._assert(condition, message) whose condition is known while tracing (a size check, under the shape
+  // guards): it holds, so there is nothing to run (timm's patch embeddings check the image size this way). A
+  // failing one, or one of a tensor, stays the call, which raises as eager does.
+  if (name == "torch._assert" && !args.empty() && args[0]->kind == VKind::Const) {
+    const int holds = PyObject_IsTrue(args[0]->obj.get());
+    if (holds < 0) PyErr_Clear();
+    if (holds > 0) return make_const_borrowed(Py_None);
+  }
   graph::Node node;
   node.kind = graph::NodeKind::Call;
   node.target = PyRef::borrow(target);
@@ -438,6 +446,9 @@ ValueRef Tracer::tensor_attr(const ValueRef& tensor, PyObject* name) {
 ValueRef Tracer::set_grad_mode(bool enabled) {
   const auto& T = torch_refs();
   note_requires_grad(true);  // the graph restores a grad mode recorded now: guard it
+  // Under that guard the mode here is known: a switch to it (no_grad() entered under no_grad, its exit) changes
+  // nothing, and is no step of the graph.
+  if (enabled == grad_enabled_) return make_const_borrowed(Py_None);
   graph::Node node;
   node.kind = graph::NodeKind::Call;
   node.target = T.set_grad_enabled;

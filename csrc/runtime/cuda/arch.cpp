@@ -26,6 +26,8 @@ const DeviceInfo& device_info(int device) {
   FC_CU_CHECK(cuDeviceGetAttribute(&info.max_threads_per_block, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, handle));
   FC_CU_CHECK(
       cuDeviceGetAttribute(&info.max_threads_per_sm, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, handle));
+  FC_CU_CHECK(cuDeviceGetAttribute(&info.max_shared_per_block, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                                   handle));
   return known.emplace(device, info).first->second;
 }
 

@@ -36,6 +36,7 @@ struct DeviceInfo {
   int sm_count = 0;
   int max_threads_per_block = 0;
   int max_threads_per_sm = 0;
+  int max_shared_per_block = 0;  // bytes of shared memory one block may opt into (227 KB on an H100)
 };
 // Throws CudaError / CudaLibraryError when the device cannot be queried.
 const DeviceInfo& device_info(int device);

@@ -39,6 +39,7 @@ inline constexpr unsigned int CU_STREAM_NON_BLOCKING = 0x1;
 inline constexpr unsigned int CU_EVENT_DISABLE_TIMING = 0x2;
 inline constexpr CUdevice_attribute CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75;
 inline constexpr CUdevice_attribute CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76;
+inline constexpr CUdevice_attribute CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97;
 inline constexpr CUfunction_attribute CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
 
 // ---- nvrtc.h -----------------------------------------------------------------------------------------------

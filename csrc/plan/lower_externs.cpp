@@ -53,7 +53,7 @@ void Lowerer::ensure_object(graph::NodeId id) {
 
 void Lowerer::ensure_argument_objects(const graph::Node& n, const ExternStep& step) {
   for (size_t i = 0; i < n.args.size(); ++i)
-    if (static_cast<int>(i) != step.bias_at && (i != 0 || step.input_copy < 0)) ensure_objects(n.args[i]);
+    if (static_cast<int>(i) != step.bias_at && step.argument_copy(i) < 0) ensure_objects(n.args[i]);
   for (const auto& a : n.kwargs) ensure_objects(a);
 }
 
@@ -128,7 +128,7 @@ void Lowerer::add_extern(const graph::Node& n) {
     materialize_live_views_of(n);
   }
   ExternStep step{n.id, std::move(declined_)};
-  copy_input_channels_last(n, &step);
+  copy_operands_channels_last(n, &step);
   ensure_argument_objects(n, step);
   add_extern_step(std::move(step));
   declined_.clear();

@@ -219,8 +219,9 @@ class Lowerer {
   bool lower_in_place(const graph::Node& n);
   // A convolution with a bias: torch's call without it, the bias added by a kernel (lower_convolution.cpp).
   bool lower_convolution_bias(const graph::Node& n, const std::string& op);
-  // Convolution `n`'s step reads an NHWC copy of its input when n is planned channels-last and its input is not.
-  void copy_input_channels_last(const graph::Node& n, ExternStep* step);
+  // Convolution `n`'s step reads NHWC copies of its input and weight when n is planned channels-last and they are
+  // not (lower_convolution.cpp).
+  void copy_operands_channels_last(const graph::Node& n, ExternStep* step);
   // Whether node x's value can be replaced by another from node `at` on: nothing else shares its memory.
   bool only_the_graph_holds(graph::NodeId x, graph::NodeId at) const;
   bool trailing_reduce(const graph::Node& n, graph::NodeId x, const RowFn& fn, int k,

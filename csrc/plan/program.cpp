@@ -112,9 +112,11 @@ std::string Program::to_string(const graph::Graph& graph) const {
       case Step::Kind::Extern: {
         const ExternStep& e = extern_steps[s.index];
         const graph::Node& n = graph.nodes[e.node];
-        if (e.input_copy >= 0 || e.result >= 0)  // a convolution: "on b3" (its input's copy), "without its bias -> b5"
-          out += fmt::format("extern %{} = {}{}{}\n", n.id, n.target_name,
+        // A convolution: "on b3" (its input's copy), "with weight b4" (its weight's), "without its bias -> b5".
+        if (e.input_copy >= 0 || e.weight_copy >= 0 || e.result >= 0)
+          out += fmt::format("extern %{} = {}{}{}{}\n", n.id, n.target_name,
                              e.input_copy >= 0 ? fmt::format(" on b{}", e.input_copy) : "",
+                             e.weight_copy >= 0 ? fmt::format(" with weight b{}", e.weight_copy) : "",
                              e.result >= 0 ? fmt::format(" without its bias -> b{}", e.result) : "");
         else if (e.as_view)
           out += fmt::format("extern %{} = as_strided(b{})  # {}\n", n.id, node_buffer[n.id], n.target_name);

@@ -85,9 +85,12 @@ struct ExternStep {
   // `result` (an Extern buffer of no node); the node's value is that plus the bias, added by the kernel reading it
   // (lower_convolution.cpp). -1: the node's own call, its result the node's object and buffer.
   int bias_at = -1, result = -1;
-  // A convolution planned channels-last whose input is not (channels_last.h): its first argument is passed as
-  // buffer `input_copy`, an NHWC copy lowering made. -1: the argument itself.
-  int input_copy = -1;
+  // A convolution planned channels-last (channels_last.h) whose input or weight is not: that argument (0 or 1) is
+  // passed as buffer `input_copy` or `weight_copy`, an NHWC copy lowering made. -1: the argument itself.
+  int input_copy = -1, weight_copy = -1;
+
+  // The buffer passed for positional argument `i` instead of the node's own argument; -1 where there is none.
+  int argument_copy(size_t i) const { return i == 0 ? input_copy : i == 1 ? weight_copy : -1; }
 };
 
 struct Step {

@@ -264,6 +264,8 @@ class CudaExecutable final : public Executable {
         for (int n : node_frees_after_[si]) Py_CLEAR(objects[n]);
         if (int(si) == memory_.arena_last) Py_CLEAR(arena);
       }
+      for (int b : allocs_before_[program_.steps.size()])  // bare allocations only the output holds
+        if (!allocate(b, tensors, ptr, objects, values)) return nullptr;
     } catch (const std::exception& e) {
       PyErr_SetString(PyExc_RuntimeError, fmt::format("fastcomp: CUDA executable failed: {}", e.what()).c_str());
       return nullptr;
@@ -502,7 +504,7 @@ class CudaExecutable final : public Executable {
     std::vector<PyRef> temps;
     for (size_t i = 0; i < node.args.size(); ++i)
       argv.push_back(static_cast<int>(i) == e.bias_at                  ? Py_None
-                     : i == 0 && e.input_copy >= 0                       ? tensors[e.input_copy]
+                     : e.argument_copy(i) >= 0                           ? tensors[e.argument_copy(i)]
                                                                          : borrow_arg(node.args[i], objects, temps, symbols));
     for (const auto& a : node.kwargs) argv.push_back(borrow_arg(a, objects, temps, symbols));
     for (size_t i = 1; i < argv.size(); ++i)
@@ -574,12 +576,12 @@ class CudaExecutable final : public Executable {
     return true;
   }
 
-  // When each Alloc buffer outside the arena is allocated (before its first writer) and when buffers and node
+  // When each Alloc buffer outside the arena is allocated (before its first use) and when buffers and node
   // objects die (after their last reader); outputs live to the end.
   void plan_lifetimes() {
     memory_ = plan_memory(program_, graph_);
     const size_t nsteps = program_.steps.size();
-    allocs_before_.assign(nsteps, {});
+    allocs_before_.assign(nsteps + 1, {});  // [nsteps]: before the output is built
     frees_after_.assign(nsteps, {});
     node_frees_after_.assign(nsteps, {});
     std::vector<bool> scratch(program_.buffers.size(), false);
@@ -587,7 +589,7 @@ class CudaExecutable final : public Executable {
     for (size_t b = 0; b < program_.buffers.size(); ++b) {
       const Buffer& buf = program_.buffers[b];
       if (scratch[b]) continue;
-      const int first = memory_.first_write[b], last = memory_.last_use[b];
+      const int first = memory_.first_use[b], last = memory_.last_use[b];
       if (buf.kind == Buffer::Kind::Alloc && first >= 0) allocs_before_[first].push_back(int(b));
       if (buf.kind != Buffer::Kind::View && last >= 0 && last < memory_.end) frees_after_[last].push_back(int(b));
     }

@@ -24,13 +24,16 @@ MemoryPlan plan_memory(const plan::Program& program, const graph::Graph& graph) 
   const size_t nsteps = program.steps.size();
   const size_t nb = program.buffers.size();
   m.end = static_cast<int>(nsteps);
-  m.first_write.assign(nb, -1);
+  m.first_use.assign(nb, -1);
   m.last_use.assign(nb, -1);
   m.node_last_use.assign(graph.nodes.size(), -1);
   m.check_layout.assign(nb, false);
   std::vector<bool> extern_reads(nb, false);  // an extern step's argument shares the buffer's memory
+  // A buffer exists from its first use: usually its writer, but a bare allocation (torch.empty, a tensor of no
+  // elements) may first be an extern op's argument (filled in place, as a MoE's inverse permutation is) or read.
   auto use = [&](int b, int step) {
     const int r = program.buffers[b].root;
+    if (m.first_use[r] < 0) m.first_use[r] = step;
     m.last_use[r] = std::max(m.last_use[r], step);
   };
   // Kernels and matmuls read a buffer through its planned layout, which an extern op's result may not have.
@@ -41,7 +44,7 @@ MemoryPlan plan_memory(const plan::Program& program, const graph::Graph& graph) 
   };
   auto write = [&](int b, int step) {
     const int r = program.buffers[b].root;
-    if (m.first_write[r] < 0) m.first_write[r] = step;
+    if (m.first_use[r] < 0) m.first_use[r] = step;
     m.last_use[r] = std::max(m.last_use[r], step);
   };
   std::function<void(const graph::Arg&, int)> node_use = [&](const graph::Arg& a, int step) {
@@ -81,10 +84,11 @@ MemoryPlan plan_memory(const plan::Program& program, const graph::Graph& graph) 
       const graph::Node& n = graph.nodes[e.node];
       for (const auto& a : n.args) node_use(a, step), buffers_of(a, step);
       for (const auto& a : n.kwargs) node_use(a, step), buffers_of(a, step);
-      if (e.input_copy >= 0) {  // its tensor is the convolution's input
-        use(e.input_copy, step);
-        extern_reads[program.buffers[e.input_copy].root] = true;
-      }
+      for (int copy : {e.input_copy, e.weight_copy})  // its tensor is the convolution's input or weight
+        if (copy >= 0) {
+          use(copy, step);
+          extern_reads[program.buffers[copy].root] = true;
+        }
       const int b = e.result >= 0 ? e.result : program.node_buffer[n.id];
       if (b >= 0 && program.buffers[b].kind == Buffer::Kind::Extern) write(b, step);
     }
@@ -96,12 +100,12 @@ MemoryPlan plan_memory(const plan::Program& program, const graph::Graph& graph) 
   for (size_t b = 0; b < nb; ++b) {
     const Buffer& buf = program.buffers[b];
     const bool object = buf.node >= 0 && program.node_object[buf.node];
-    if (buf.kind != Buffer::Kind::Alloc || m.first_write[b] < 0 || m.last_use[b] >= m.end || object ||
+    if (buf.kind != Buffer::Kind::Alloc || m.first_use[b] < 0 || m.last_use[b] >= m.end || object ||
         extern_reads[b])
       continue;
     m.scratch.push_back(static_cast<int>(b));
-    lifetimes.push_back({m.first_write[b], m.last_use[b], span_bytes_hint(buf)});
-    m.arena_first = m.arena_first < 0 ? m.first_write[b] : std::min(m.arena_first, m.first_write[b]);
+    lifetimes.push_back({m.first_use[b], m.last_use[b], span_bytes_hint(buf)});
+    m.arena_first = m.arena_first < 0 ? m.first_use[b] : std::min(m.arena_first, m.first_use[b]);
     m.arena_last = std::max(m.arena_last, m.last_use[b]);
     for (const plan::Size& x : buf.sizes) m.arena_static = m.arena_static && x.is_static();
     for (const plan::Size& x : buf.strides) m.arena_static = m.arena_static && x.is_static();

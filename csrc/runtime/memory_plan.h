@@ -1,6 +1,6 @@
 // When each buffer and graph value of a fusion plan is alive while the plan runs, in step indices, and which
 // buffers live in the call's scratch arena: what the CUDA executable needs to allocate buffers just before their
-// first writer and release them after their last reader. Computed once per executable; makes no Python calls.
+// first use and release them after their last reader. Computed once per executable; makes no Python calls.
 #pragma once
 #include <string>
 #include <vector>
@@ -13,9 +13,10 @@ namespace fastcomp::runtime {
 
 struct MemoryPlan {
   int end = 0;  // the step index that stands for the graph's output: program.steps.size()
-  // Per buffer (roots only: a view's uses count as its root's): the step that first writes it and the last step
-  // that reads or writes it (`end` when the output holds it); -1 where no step does.
-  std::vector<int> first_write, last_use;
+  // Per buffer (roots only: a view's uses count as its root's): the step that first uses it (its writer; for a
+  // bare allocation, torch.empty, maybe a reader or an extern op filling it in place) and the last step that reads
+  // or writes it; `end` when the output holds it; -1 where no step does.
+  std::vector<int> first_use, last_use;
   std::vector<int> node_last_use;  // per graph node: the last step that reads its torch object (`end`: the output)
   std::vector<bool> check_layout;  // per Extern buffer: a kernel or matmul reads it through its planned strides
 

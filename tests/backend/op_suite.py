@@ -222,6 +222,22 @@ def factories(x):
 case("factories", factories, shapes=((3, 1025), (64, 4096)), plan=(3, 0, 0))
 
 
+def inverse_permutation(x, order):
+    """A mixture of experts' dispatch (transformers' grouped experts): the inverse of a permutation filled in place
+    into torch.empty_like, an allocation whose first use is torch's index_put_; and a tensor of no elements that
+    only the output holds."""
+    inverse = torch.empty_like(order)
+    inverse[order] = torch.arange(order.numel(), device=order.device)
+    return x[inverse] * 2, x.new_empty((0,))
+
+
+def rows_and_order(shape, dtype, device):
+    return randn(shape, dtype, device), torch.randperm(shape[0]).to(device)
+
+
+case("inverse_permutation", inverse_permutation, rows_and_order, shapes=((7, 5), (64, 300)), plan=(2, 0, 1))
+
+
 def view_then_base_unsqueezed_in_place(x):  # the view keeps the shape it had when made (fuzz, seed 100 #91)
     base = x.amax(-1)
     view = base.movedim(0, -1)

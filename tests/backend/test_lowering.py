@@ -427,14 +427,16 @@ def _conv_results(plan):
 
 def test_values_between_convolutions_are_planned_channels_last():
     """cuDNN transposes NCHW tensors around each convolution: the values only convolutions, elementwise ops and
-    pooling read are planned NHWC, and the first convolution reads an NHWC copy of the NCHW input."""
+    pooling read are planned NHWC, the first convolution reads an NHWC copy of the NCHW input, and each reads an
+    NHWC copy of its weight (made by a kernel of the plan, not inside torch's call)."""
     from tests.backend import conv_chains
 
     nhwc = conv_chains.nhwc_strides()
     record = compile_and_check(conv_chains.basic_block, conv_chains.inputs())
     plan = record["plan"]
     assert [nhwc in r for r in _conv_results(plan)] == [True, True], plan
-    assert re.search(r"^extern %\d+ = torch.conv2d on b\d+$", plan, re.M), plan
+    assert re.search(r"^extern %\d+ = torch.conv2d on b\d+ with weight b\d+$", plan, re.M), plan
+    assert len(re.findall(r"^extern %\d+ = torch.conv2d.* with weight b\d+$", plan, re.M)) == 2, plan
     # the input's copy, the batch norm and ReLU between the convolutions, the residual sum and ReLU before pooling
     assert len(re.findall(r"^b\d+ = alloc f32\[2, 8, 10, 10\] " + re.escape(nhwc), plan, re.M)) == 3, plan
     fastcomp.reset()

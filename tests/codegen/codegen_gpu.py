@@ -84,6 +84,8 @@ def launch(spec, inputs):
             f.write(ptx)
         module = cupy.RawModule(path=path)
         kernel = module.get_function(spec["name"])
+        if shared > 48 * 1024:  # beyond the default a block must opt in, as the executable does (module.cpp)
+            kernel.max_dynamic_shared_size_bytes = shared
         torch.cuda.synchronize()
         args = tuple(cupy.uint64(t.data_ptr()) for t in inputs + outputs)
         kernel((grid,), (block,), args, shared_mem=shared)

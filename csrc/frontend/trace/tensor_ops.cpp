@@ -66,6 +66,23 @@ bool is_cuda_device(PyObject* device) {
   return cuda;
 }
 
+// torch.device("cuda", <index>) for a CUDA device without an index, under a GLOBAL_STATE guard on the current
+// device; null for any other device, or where the current device cannot be read.
+PyRef current_cuda_index(PyObject* device, GuardSet& guards) {
+  if (!is_cuda_device(device)) return {};
+  PyRef index = PyRef::steal(PyObject_GetAttrString(device, "index"));
+  if (!index) return PyErr_Clear(), PyRef();
+  if (index.get() != Py_None) return {};
+  Guard g;
+  if (!make_global_state_guard(torch_refs().cuda_current_device.get(), "torch.cuda.current_device()",
+                               StateProbe::None, &g))
+    return {};
+  PyRef indexed = PyRef::steal(PyObject_CallFunction(torch_refs().device_type.get(), "sO", "cuda", g.expected.get()));
+  if (!indexed) return PyErr_Clear(), PyRef();
+  guards.guards.push_back(std::move(g));
+  return indexed;
+}
+
 struct Converted {
   graph::Arg arg;
   PyRef meta;  // what the meta call receives
@@ -336,9 +353,20 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
       PyObject* dtype = PyTuple_GET_ITEM(parsed.get(), 1);
       PyObject* self = PyTuple_GET_ITEM(meta_args.get(), 0);
       meta_out = dtype == Py_None ? PyRef::borrow(self) : PyRef::steal(PyObject_CallMethod(self, "to", "O", dtype));
+    } else if (name == "Tensor.cpu") {
+      explicit_device = T.cpu_device;
+      meta_out = PyRef::borrow(PyTuple_GET_ITEM(meta_args.get(), 0));
     } else {
-      explicit_device = name == "Tensor.cpu" ? T.cpu_device
-                                             : PyRef::steal(PyObject_CallFunction(T.device_type.get(), "s", "cuda"));
+      // Tensor.cuda(device=None, ...): an index, a string or a torch.device; none is the current device (the
+      // device=... keyword was read above).
+      PyObject* dev = PyTuple_GET_SIZE(rest.get()) > 0 ? PyTuple_GET_ITEM(rest.get(), 0) : nullptr;
+      if (dev && PyLong_Check(dev))
+        explicit_device = PyRef::steal(PyObject_CallFunction(T.device_type.get(), "sO", "cuda", dev));
+      else if (dev && dev != Py_None)
+        explicit_device = PyRef::steal(PyObject_CallOneArg(T.device_type.get(), dev));
+      else if (!explicit_device)
+        explicit_device = PyRef::steal(PyObject_CallFunction(T.device_type.get(), "s", "cuda"));
+      if (!explicit_device) throw UserCodeError("invalid device argument to Tensor.cuda");
       meta_out = PyRef::borrow(PyTuple_GET_ITEM(meta_args.get(), 0));
     }
   } else {
@@ -361,6 +389,10 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
     throw UserCodeError(fmt::format("{} raised: {}", name, msg.substr(0, 300)), exc_type);
   }
   PyObject* out_device = explicit_device ? explicit_device.get() : (device ? device : T.cpu_device.get());
+  // A CUDA device named without an index ("cuda", .cuda()) is the current one: the value's device says which (as
+  // the inputs' devices do), under a guard that the current device is still that one.
+  PyRef indexed_device = explicit_device ? current_cuda_index(out_device, guards_) : PyRef();
+  if (indexed_device) out_device = indexed_device.get();
   // A call that makes a tensor of its own on the CPU (a TorchScript function computing
   // torch.sqrt(torch.tensor(q.size(-1)))) returned that real tensor from its meta call: its result is there,
   // whatever its arguments' device.

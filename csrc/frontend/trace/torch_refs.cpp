@@ -41,6 +41,7 @@ const TorchRefs& torch_refs() {
     r->device_type = attr(r->torch, "device");
     r->meta_device = must(PyObject_CallFunction(r->device_type.get(), "s", "meta"), "torch.device('meta')");
     r->cpu_device = must(PyObject_CallFunction(r->device_type.get(), "s", "cpu"), "torch.device('cpu')");
+    r->cuda_current_device = attr(attr(r->torch, "cuda"), "current_device");
     r->dtype_type = attr(r->torch, "dtype");
     r->size_type = attr(r->torch, "Size");
     r->is_grad_enabled = attr(r->torch, "is_grad_enabled");

@@ -15,6 +15,7 @@ struct TorchRefs {
   PyRef empty_strided;      // torch.empty_strided
   PyRef meta_device;        // torch.device("meta")
   PyRef cpu_device;         // torch.device("cpu")
+  PyRef cuda_current_device;  // torch.cuda.current_device (raises where torch has no CUDA)
   PyRef device_type;        // torch.device
   PyRef dtype_type;         // torch.dtype
   PyRef size_type;          // torch.Size

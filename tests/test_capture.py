@@ -180,6 +180,30 @@ def test_no_grad_decorated_method_is_a_grad_mode_block_of_the_graph():
     assert_same(grad, x.grad)  # only the `+ x` carries a gradient
 
 
+def test_a_grad_mode_switch_to_the_mode_in_force_is_no_graph_step():
+    """Grad mode at the graph's entry is guarded, so `with torch.no_grad()` under no_grad switches nothing; under
+    grad mode it is two steps of the graph, and a call in the other mode recompiles."""
+    w = torch.randn(4, requires_grad=True)
+
+    def f(x):
+        with torch.no_grad():
+            y = x * w
+        return y + w
+
+    compiled = fastcomp.compile(f)
+    x = torch.randn(4)
+    with torch.no_grad(), CompileCounter() as cc:
+        out = compiled(x)
+    assert "_set_grad_enabled" not in cc.records[0]["graph"]
+    assert not out.requires_grad
+    assert_same(out, f(x))
+    with CompileCounter() as cc:
+        out = compiled(x)
+    assert cc.frame_count == 1 and cc.records[0]["graph"].count("_set_grad_enabled") == 2
+    assert out.requires_grad
+    assert_same(out, f(x))
+
+
 def test_torch_assert_of_a_known_condition_leaves_nothing_to_run():
     def f(x):
         torch._assert(x.shape[-1] == 4, "expected 4 columns")

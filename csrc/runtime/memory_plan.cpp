@@ -29,8 +29,9 @@ MemoryPlan plan_memory(const plan::Program& program, const graph::Graph& graph) 
   m.node_last_use.assign(graph.nodes.size(), -1);
   m.check_layout.assign(nb, false);
   std::vector<bool> extern_reads(nb, false);  // an extern step's argument shares the buffer's memory
-  // A buffer exists from its first use: usually its writer, but a bare allocation (torch.empty, a tensor of no
-  // elements) may first be an extern op's argument (filled in place, as a MoE's inverse permutation is) or read.
+  // A buffer exists from its first use, read or write: usually its writer, but a bare allocation (torch.empty, a
+  // tensor of no elements) may first be an extern op's argument (filled in place, as a MoE's inverse permutation
+  // is) or read.
   auto use = [&](int b, int step) {
     const int r = program.buffers[b].root;
     if (m.first_use[r] < 0) m.first_use[r] = step;
@@ -41,11 +42,6 @@ MemoryPlan plan_memory(const plan::Program& program, const graph::Graph& graph) 
     use(b, step);
     const int r = program.buffers[b].root;
     if (program.buffers[r].kind == Buffer::Kind::Extern) m.check_layout[r] = true;
-  };
-  auto write = [&](int b, int step) {
-    const int r = program.buffers[b].root;
-    if (m.first_use[r] < 0) m.first_use[r] = step;
-    m.last_use[r] = std::max(m.last_use[r], step);
   };
   std::function<void(const graph::Arg&, int)> node_use = [&](const graph::Arg& a, int step) {
     if (a.kind == graph::Arg::Kind::Node) m.node_last_use[a.node] = std::max(m.node_last_use[a.node], step);
@@ -65,7 +61,7 @@ MemoryPlan plan_memory(const plan::Program& program, const graph::Graph& graph) 
     if (s.kind == Step::Kind::Kernel) {
       const plan::KernelStep& k = program.kernel_steps[s.index];
       const size_t ninputs = program.kernels[k.kernel].inputs.size();
-      for (size_t i = 0; i < k.args.size(); ++i) i < ninputs ? kernel_read(k.args[i], step) : write(k.args[i], step);
+      for (size_t i = 0; i < k.args.size(); ++i) i < ninputs ? kernel_read(k.args[i], step) : use(k.args[i], step);
     } else if (s.kind == Step::Kind::Matmul) {
       const plan::MatmulStep& mm = program.matmul_steps[s.index];
       kernel_read(mm.a, step);
@@ -73,7 +69,7 @@ MemoryPlan plan_memory(const plan::Program& program, const graph::Graph& graph) 
       for (int b_other : mm.b_next) kernel_read(b_other, step);
       for (int bias_other : mm.bias_next) kernel_read(bias_other, step);
       if (mm.bias >= 0) kernel_read(mm.bias, step);
-      write(mm.d, step);
+      use(mm.d, step);
     } else if (program.extern_steps[s.index].as_view) {
       // as_strided on the root's tensor: the view's object shares the root's memory from here on.
       const int b = program.node_buffer[program.extern_steps[s.index].node];
@@ -90,7 +86,7 @@ MemoryPlan plan_memory(const plan::Program& program, const graph::Graph& graph) 
           extern_reads[program.buffers[copy].root] = true;
         }
       const int b = e.result >= 0 ? e.result : program.node_buffer[n.id];
-      if (b >= 0 && program.buffers[b].kind == Buffer::Kind::Extern) write(b, step);
+      if (b >= 0 && program.buffers[b].kind == Buffer::Kind::Extern) use(b, step);
     }
   }
   node_use(graph.output, m.end);

@@ -51,18 +51,11 @@ ValueRef Tracer::construct(const ValueRef& cls_value, std::vector<ValueRef> args
   const auto& T = torch_refs();
   PyObject* f = cls_value->obj.get();
   auto* cls = reinterpret_cast<PyTypeObject*>(f);
-  if (f == T.no_grad.get() || f == T.enable_grad.get()) {
-    auto ctx = std::make_shared<Value>();
-    ctx->kind = VKind::GradCtx;
-    ctx->flag = f == T.enable_grad.get();
-    return ctx;
-  }
+  if (T.is_grad_mode_class(f)) return make_grad_ctx(f == T.enable_grad.get());
   if (f == T.grad_mode_setter.get()) {
     if (args.size() != 1 || !args[0]->is(VKind::Const))
       throw Unsupported(BreakCode::UnsupportedCall, "torch.set_grad_enabled with a non-constant argument");
-    auto ctx = std::make_shared<Value>();
-    ctx->kind = VKind::GradCtx;
-    ctx->flag = args[0]->obj.get() == Py_True;
+    ValueRef ctx = make_grad_ctx(args[0]->obj.get() == Py_True);
     ctx->items = {make_const_borrowed(grad_enabled_ ? Py_True : Py_False)};  // restored by __exit__
     set_grad_mode(ctx->flag);  // takes effect at construction, as in torch
     return ctx;

@@ -32,6 +32,8 @@ struct TorchRefs {
   PyRef builtin_getattr;    // builtins.getattr
 
   bool grad_enabled() const;
+  // torch.no_grad or torch.enable_grad: classes whose objects hold no state until entered.
+  bool is_grad_mode_class(PyObject* cls) const { return cls == no_grad.get() || cls == enable_grad.get(); }
   bool is_tensor(PyObject* o) const { return PyObject_TypeCheck(o, reinterpret_cast<PyTypeObject*>(tensor_type.get())); }
   bool is_module(PyObject* o) const { return PyObject_TypeCheck(o, reinterpret_cast<PyTypeObject*>(module_type.get())); }
 };

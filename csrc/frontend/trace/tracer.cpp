@@ -537,14 +537,8 @@ void Tracer::step(TraceFrame& f, const Instr& in, bool* returned, ValueRef* resu
       // call): stateless until entered, so it is the grad-mode context it makes, not calls of its methods.
       // (The decorator's clone() runs while tracing, so the object is a constant.)
       if ((ctx->is(VKind::Object) || ctx->is(VKind::Const)) && ctx->obj) {
-        const auto& T = torch_refs();
         PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(ctx->obj.get()));
-        if (type == T.no_grad.get() || type == T.enable_grad.get()) {
-          auto grad_ctx = std::make_shared<Value>();
-          grad_ctx->kind = VKind::GradCtx;
-          grad_ctx->flag = type == T.enable_grad.get();
-          ctx = std::move(grad_ctx);
-        }
+        if (torch_refs().is_grad_mode_class(type)) ctx = make_grad_ctx(type == torch_refs().enable_grad.get());
       }
       if (!ctx->is(VKind::GradCtx)) {
         // Any other context manager: its class's __exit__, bound, stays on the stack; __enter__ runs now.

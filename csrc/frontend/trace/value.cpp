@@ -43,6 +43,13 @@ ValueRef make_cell(ValueRef content) {
   return v;
 }
 
+ValueRef make_grad_ctx(bool enabled) {
+  auto v = std::make_shared<Value>();
+  v->kind = VKind::GradCtx;
+  v->flag = enabled;
+  return v;
+}
+
 ValueRef make_symint(graph::Sym e, int64_t hint) {
   auto v = make_const(PyRef::steal(PyLong_FromLongLong(hint)));
   if (!e->is_const()) {

@@ -105,6 +105,7 @@ ValueRef make_object(PyRef obj, int source);
 bool has_sym(const ValueRef& v);
 ValueRef make_seq(VKind kind, std::vector<ValueRef> items);  // Tuple or List
 ValueRef make_cell(ValueRef content);
+ValueRef make_grad_ctx(bool enabled);  // torch.no_grad() (false) or enable_grad() (true), not yet entered
 ValueRef make_symint(graph::Sym e, int64_t hint);  // a Const when `e` is a constant
 ValueRef make_dict();                              // an empty Dict
 ValueRef make_method(ValueRef self, PyRef fn, std::string name);  // a bound method (fn may be null: by name)

@@ -15,7 +15,7 @@ from . import zoo
 def _models():
     out = []
     for maker, module in ((zoo.transformers_models, "transformers"), (zoo.more_transformers_models, "transformers"),
-                          (zoo.timm_models, "timm")):
+                          (zoo.timm_models, "timm"), (zoo.torchvision_models, "torchvision")):
         try:
             __import__(module)
         except Exception as e:  # the library is missing or cannot import here

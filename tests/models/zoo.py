@@ -99,3 +99,26 @@ def timm_models():
                  sizes=(2, 3, 4)),
         ZooModel("timm-convnext_atto", build("convnext_atto"), _timm_image, sizes=(2, 3, 4)),
     ]
+
+
+def torchvision_models():
+    """torchvision's own architectures (its model registry, random weights): squeeze-and-excitation, stochastic
+    depth, shifted windows with relative position bias, dense concatenation, channel shuffle, and a segmentation
+    head that interpolates back to the input's size (a dict output)."""
+    import torchvision.models as M
+
+    def build(name, **kw):
+        return lambda: M.get_model(name, weights=None, **kw)
+
+    def swin_image(batch):
+        return (torch.randn(batch, 3, 96, 96),)
+
+    return [
+        ZooModel("tv-mobilenet_v3_small", build("mobilenet_v3_small", num_classes=10), _timm_image, sizes=(2, 3, 4)),
+        ZooModel("tv-efficientnet_b0", build("efficientnet_b0", num_classes=10), _timm_image, sizes=(2, 3, 4)),
+        ZooModel("tv-shufflenet_v2_x0_5", build("shufflenet_v2_x0_5", num_classes=10), _timm_image, sizes=(2, 3, 4)),
+        ZooModel("tv-swin_t", build("swin_t", num_classes=10), swin_image, sizes=(2, 3, 4)),
+        ZooModel("tv-lraspp_mobilenet_v3_large",
+                 build("lraspp_mobilenet_v3_large", weights_backbone=None, num_classes=5), _timm_image,
+                 sizes=(2, 3, 4)),
+    ]

@@ -1,10 +1,11 @@
-// What emit_cuda.cpp shares with the per-kind emitters (emit_pointwise.cpp, emit_row_reduce.cpp,
-// emit_column_reduce.cpp, emit_attention.cpp, emit_small_matmul.cpp).
+// What emit_cuda.cpp shares with the per-kind emitters (emit_pointwise.cpp, emit_transposing_pointwise.cpp,
+// emit_row_reduce.cpp, emit_column_reduce.cpp, emit_attention.cpp, emit_small_matmul.cpp).
 #pragma once
 #include <fmt/format.h>
 
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,6 +21,10 @@ KernelSource emit_row_reduce(const Kernel& k, const DeviceLimits& limits);
 KernelSource emit_column_reduce(const Kernel& k, const DeviceLimits& limits);
 KernelSource emit_attention(const Kernel& k, const DeviceLimits& limits);
 KernelSource emit_small_matmul(const Kernel& k, const DeviceLimits& limits);
+// A pointwise kernel (walked in its output's order) that reads an input across the output's unit-stride
+// dimension, as tiles through shared memory (emit_transposing_pointwise.cpp); nothing when it reads none so or
+// is not static.
+std::optional<KernelSource> emit_transposing_pointwise(const Kernel& k, const DeviceLimits& limits);
 
 // One dtype in a hand-written kernel's text (attention, small matmul), which computes in f32: loads widen to f32,
 // stores narrow, and round() rounds an f32 value to the dtype where torch's ops would have.

@@ -381,6 +381,7 @@ KernelSource emit_pointwise(const Kernel& original, const DeviceLimits& limits) 
   for (Operand& o : walked.inputs) o.strides = permuted(o.strides, order);
   for (Operand& o : walked.outputs) o.strides = permuted(o.strides, order);
   const Kernel& k = walked;
+  if (std::optional<KernelSource> tiled = emit_transposing_pointwise(k, limits)) return *std::move(tiled);
   Plan p;
   SizeParams params;
   p.params = &params;

@@ -357,3 +357,44 @@ def column_prologue_epilogue(shape=(5, 96), dtype="f32", name="column_fused"):
     s.pointwise_output(y)
     s.per_column_output(s.op("add", dtype, s.op("reduce_sum", dtype, y), b))
     return s.spec
+
+
+def layout_copy(shape, in_strides, out_strides, src="f32", dst=None, name="layout_copy"):
+    """A tensor copied from one layout into another (an NCHW weight into NHWC, x.t().contiguous()), cast on the
+    way when `dst` differs."""
+    s = Spec(name, shape)
+    x = s.load(s.input(src, in_strides))
+    s.store(s.op("cast", dst, x) if dst and dst != src else x, s.output(dst or src, out_strides))
+    return s.spec
+
+
+def nhwc_strides(shape):
+    """Channels-last strides of an [N, C, H, W] shape."""
+    n, c, h, w = shape
+    return [h * w * c, 1, w * c, c]
+
+
+def transposed_epilogue(rows=70, cols=33, dtype="f32", name="transposed_epilogue"):
+    """relu(x.t() * scale[col] + y) over [rows, cols]: x.t() read across the output's order, y contiguous and
+    the scale broadcast along the rows, with a second output of x.t() itself."""
+    s = Spec(name, [rows, cols])
+    acc = "f32" if dtype in ("f16", "bf16") else dtype
+    xt = s.load(s.input(dtype, [1, rows]))
+    y = s.load(s.input(dtype), acc)
+    scale = s.load(s.input(dtype, [0, 1]), acc)
+    v = s.op("relu", acc, s.op("add", acc, s.op("mul", acc, s.op("cast", acc, xt), scale), y))
+    s.pointwise_output(s.op("cast", dtype, v))
+    s.store(xt, s.output(dtype))
+    return s.spec
+
+
+TRANSPOSING = [
+    layout_copy([64, 32, 3, 3], contiguous([64, 32, 3, 3]), nhwc_strides([64, 32, 3, 3]), name="weight_to_nhwc"),
+    layout_copy([5, 7, 3, 3], contiguous([5, 7, 3, 3]), nhwc_strides([5, 7, 3, 3]), name="weight_to_nhwc_odd"),
+    layout_copy([2, 3, 17, 19], contiguous([2, 3, 17, 19]), nhwc_strides([2, 3, 17, 19]), name="image_to_nhwc"),
+    layout_copy([2, 40, 5, 6], nhwc_strides([2, 40, 5, 6]), contiguous([2, 40, 5, 6]), name="nhwc_to_nchw"),
+    layout_copy([70, 33], [1, 70], [33, 1], name="t_contiguous"),
+    layout_copy([3, 45, 50], [2250, 1, 45], [2250, 50, 1], src="f32", dst="f16", name="batched_t_to_f16"),
+    layout_copy([4, 6, 5, 7], [210, 1, 42, 6], contiguous([4, 6, 5, 7]), src="i64", name="permute_i64"),
+    transposed_epilogue(), transposed_epilogue(dtype="bf16", name="transposed_epilogue_bf16"),
+]

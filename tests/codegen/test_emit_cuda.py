@@ -48,7 +48,7 @@ def test_kernel_text_is_stable():
 
 def test_golden_scalar_pointwise_kernel():
     s = S.Spec("add_t", [4, 3])
-    s.pointwise_output(s.op("add", "f32", s.load(s.input("f32")), s.load(s.input("f32", [1, 4]))))
+    s.pointwise_output(s.op("add", "f32", s.load(s.input("f32")), s.load(s.input("f32", [6, 1]))))
     code, grid, block, shared = emit(s.spec)
     assert (grid, block, shared) == (1, 32, 0)
     assert code == (
@@ -60,7 +60,7 @@ def test_golden_scalar_pointwise_kernel():
         "    const idx_t c0 = i / 3;\n"
         "    const idx_t c1 = i % 3;\n"
         "    const float e0 = in0[i];\n"
-        "    const float e1 = in1[c0 + c1 * 4];\n"
+        "    const float e1 = in1[c0 * 6 + c1];\n"
         "    const float e2 = e0 + e1;\n"
         "    out0[i] = e2;\n"
         "  }\n"
@@ -102,22 +102,56 @@ def test_odd_sizes_get_a_scalar_tail():
     assert "for (idx_t i = 1024 + blockIdx.x * blockDim.x + threadIdx.x; i < 1025;" in code
 
 
-def test_transposed_operand_takes_the_scalar_path_with_coordinates():
+def test_strided_operand_takes_the_scalar_path_with_coordinates():
+    s = S.Spec("add_s", [64, 48])
+    a = s.load(s.input("f32"))
+    b = s.load(s.input("f32", [100, 2]))  # x[:, :96:2] of a [64, 100] tensor: no unit stride to tile along
+    s.pointwise_output(s.op("add", "f32", a, b))
+    code, *_ = emit(s.spec)
+    assert "one element per thread and step" in code and "_groups" not in code and "__shared__" not in code
+    assert "const idx_t c0 = i / 48;" in code and "const idx_t c1 = i % 48;" in code
+    assert "in1[c0 * 100 + c1 * 2]" in code and "in0[i]" in code
+
+
+def test_transposed_operand_is_read_in_tiles_through_shared_memory():
     s = S.Spec("add_t", [64, 48])
     a = s.load(s.input("f32"))
     b = s.load(s.input("f32", [1, 64]))  # x.t() of a [48, 64] tensor
     s.pointwise_output(s.op("add", "f32", a, b))
-    code, *_ = emit(s.spec)
-    assert "one element per thread and step" in code and "_groups" not in code
-    assert "const idx_t c0 = i / 48;" in code and "const idx_t c1 = i % 48;" in code
-    assert "in1[c0 + c1 * 64]" in code and "in0[i]" in code
+    code, grid, block, _ = emit(s.spec)
+    assert "tiles of 32 x 32 over dimensions 0 and 1 through shared memory" in code
+    assert (grid, block) == (2 * 2, 256)
+    assert "__shared__ float tile1[32][32 + 1];" in code and "tile0" not in code
+    # x.t() read along its own rows (A fastest), the contiguous input and the output along the output's (B).
+    assert "const int a = e % 32, b = e / 32;" in code and "tile1[b][a] = in1[in1_base + (a0 + a) * 1 + (b0 + b) * 64];" in code
+    assert "const int b = e % 32, a = e / 32;" in code and "= in0[in0_base + (a0 + a) * 48 + (b0 + b) * 1];" in code
+    assert "out0[out0_base + (a0 + a) * 48 + (b0 + b)] =" in code
+
+
+def test_tiles_grow_along_a_dimension_where_the_other_is_short():
+    weight = S.TRANSPOSING[0]  # [64, 32, 3, 3] NCHW -> NHWC: [64, 9, 32] walked, read along the 9 taps
+    code, grid, _, _ = emit(weight)
+    assert "pointwise over [64, 9, 32]" in code and "tiles of 9 x 32 over dimensions 1 and 2" in code
+    assert grid == 64
+    image = S.TRANSPOSING[2]  # [2, 3, 17, 19] -> NHWC: [2, 323, 3], read along the 323 pixels
+    code, grid, _, _ = emit(image)
+    assert "pointwise over [2, 323, 3]" in code and "tiles of 320 x 3 over dimensions 1 and 2" in code
+    assert grid == 2 * 2
+
+
+def test_compiles_transposing_kernels(nvrtc):
+    specs = S.TRANSPOSING + [S.layout_copy([3, 1 << 16, 1 << 15], [1 << 31, 1, 1 << 16], [1 << 31, 1 << 15, 1],
+                                           name="big_t")]
+    assert "64-bit indices" in emit(specs[-1])[0]
+    ptx = compile_ptx(nvrtc, specs)
+    assert ".shared" in ptx and ".local" not in ptx
 
 
 def test_size_one_dims_are_skipped():
     s = S.Spec("ones", [1, 7, 1, 5])
-    s.pointwise_output(s.op("neg", "f32", s.load(s.input("f32", [0, 1, 0, 7]))))
+    s.pointwise_output(s.op("neg", "f32", s.load(s.input("f32", [0, 12, 0, 2]))))
     code, *_ = emit(s.spec)
-    assert "pointwise over [7, 5]" in code and "in0[c0 + c1 * 7]" in code
+    assert "pointwise over [7, 5]" in code and "in0[c0 * 12 + c1 * 2]" in code
 
 
 def test_index_width_is_32_bit_unless_something_can_pass_int32():
@@ -829,6 +863,10 @@ GPU_POINTWISE = (
     + [S.bias_add(), S.bias_add(shape=(7, 3, 1025), dtype="f16", name="bias_add_odd"), S.w2_tiny_ops(),
        S.binary("add", "f32", shape=(), name="add_0d"), S.binary("add", "f32", shape=(1,), name="add_1"),
        S.binary("add", "bf16", shape=(64, 48), b_strides=[1, 64], name="add_transposed")]
+    + S.TRANSPOSING + [S.layout_copy([512, 512, 3, 3], S.contiguous([512, 512, 3, 3]),
+                                     S.nhwc_strides([512, 512, 3, 3]), name="weight_512_to_nhwc"),
+                       S.layout_copy([8, 3, 224, 224], S.contiguous([8, 3, 224, 224]),
+                                     S.nhwc_strides([8, 3, 224, 224]), name="image_224_to_nhwc")]
     + [S.w9_rope(rows=32, d=1024), S.w9_rope(rows=3, d=10, dtype="f32", name="rope_odd"),
        S.cat_rows(), S.cat_rows((8, 16, 8), 64, "f16", "cat_rows_f16"), S.cat_rows((1, 2, 3), 5, "i64", "cat_rows_i64")]
 )

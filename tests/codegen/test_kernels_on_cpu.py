@@ -26,7 +26,9 @@ def run(spec, inputs):
     """Launches the spec's kernel on CPU storages; returns its outputs viewed over the iteration shape."""
     code, grid, block, _ = T.emit_kernel(spec, SM_COUNT)
     program = cpu_launch.Program(T.emit_program([spec], sm_count=SM_COUNT), [spec["name"]])
-    outputs = [torch.full((G.storage_elements(spec["shape"], o["strides"], o.get("offset", 0)),), float("nan"),
+    # Unwritten elements show: NaN, or -7 in an integer output.
+    outputs = [torch.full((G.storage_elements(spec["shape"], o["strides"], o.get("offset", 0)),),
+                          float("nan") if G.TORCH_DTYPES[o["dtype"]].is_floating_point else -7,
                           dtype=G.TORCH_DTYPES[o["dtype"]]) for o in spec["outputs"]]
     program.launch(spec["name"], grid, block, inputs + outputs)
     return G.view_outputs(spec, outputs)
@@ -39,6 +41,15 @@ def run(spec, inputs):
 ], ids=lambda s: s["name"])
 def test_pointwise_and_row_kernels_compute_what_torch_does(spec):
     inputs = G.random_inputs(spec, seed=3, device="cpu")
+    for got, want in zip(run(spec, inputs), G.reference(spec, inputs)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("spec", S.TRANSPOSING, ids=lambda s: s["name"])
+def test_transposing_kernels_compute_what_torch_does(spec):
+    """Tiles through shared memory (emit_transposing_pointwise.cpp): edges of partial tiles, casts, broadcasts."""
+    assert "through shared memory" in T.emit_kernel(spec, SM_COUNT)[0]
+    inputs = G.random_inputs(spec, seed=7, device="cpu")
     for got, want in zip(run(spec, inputs), G.reference(spec, inputs)):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 

@@ -29,13 +29,7 @@ OpInfo classify(const graph::Node& n) {
   const bool in_place = graph::writes_an_argument(n);
   const graph::Node f = in_place ? detail::functional_form(n) : graph::Node();
   const graph::Node& call = in_place ? f : n;
-  std::string op = detail::op_name(call.target_name);
-  if (op == "fn" && n.target) {
-    // F.max_pool2d is torch's boolean_dispatch wrapper ("boolean_dispatch.<locals>.fn"), named by __name__.
-    if (PyRef name = PyRef::steal(PyObject_GetAttrString(n.target.get(), "__name__")); name && PyUnicode_Check(name.get()))
-      op = utf8(name.get());
-    else PyErr_Clear();
-  }
+  const std::string op = detail::called_op_name(call);
   if (op == "conv2d" && (call.target_name == "torch.conv2d" || call.target_name == "torch.nn.functional.conv2d")) {
     // Grouped (depthwise) convolutions keep their traced order: cuDNN's NHWC kernels for them are not reliably
     // faster.

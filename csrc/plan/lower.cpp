@@ -555,7 +555,7 @@ bool Lowerer::lower_call(const graph::Node& n) {
   return lower_view_op(*this, n, op) || lower_cat_op(*this, n, op) || lower_gather_op(*this, n, op) ||
          lower_pointwise_op(*this, n, op) || lower_convolution_bias(n, op) ||
          lower_reduction_op(*this, n, op) || lower_matmul_op(*this, n, op) || lower_attention_op(*this, n, op) ||
-         lower_factory_op(*this, n, op);
+         lower_pooling_op(*this, n, op) || lower_factory_op(*this, n, op);
 }
 
 void Lowerer::lower_node(const graph::Node& n) {

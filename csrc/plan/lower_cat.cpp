@@ -19,13 +19,6 @@ struct Piece {
   int buffer = -1;                  // else the buffer read
 };
 
-// An operand of a piece's space as the result's kernel reads it.
-struct Address {
-  Sizes strides;
-  Size offset = 0;
-  codegen::DimRange valid;
-};
-
 // Where the cat puts one piece: along `dim`, at [begin, end) of the result's `space`; `stack` adds the dimension.
 struct Placement {
   int dim = 0;
@@ -37,8 +30,8 @@ struct Placement {
   // `dim` is the piece's first element, and the operand is read only inside [begin, end) unless its address
   // does not move along `dim` (stack's new dimension, a piece of size 1, a broadcast): then every coordinate
   // reads an element of the piece, and InRange alone picks it.
-  Address place(const Sizes& strides, const Size& offset) const {
-    Address a{strides, offset, {}};
+  MovedLoad place(const Sizes& strides, const Size& offset) const {
+    MovedLoad a{strides, offset, {}};
     if (stack) a.strides.insert(a.strides.begin() + dim, Size(0));
     const Size& s = a.strides[dim];
     if (s == 0) return a;
@@ -48,60 +41,12 @@ struct Placement {
   }
 };
 
-// The expressions `root` of `c` depends on, itself included.
-std::vector<bool> needed(const Cluster& c, int root) {
-  std::vector<bool> need(root + 1, false);
-  need[root] = true;
-  for (int i = root; i >= 0; --i)
-    if (need[i])
-      for (int a : c.expr(i).args) need[a] = true;
-  return need;
-}
-
-// Whether expression `root` of `c` means the same wherever its loads are moved: only loads (without ranges),
-// constants and element ops, nothing that depends on the position in the space (an index, a range), on a
-// whole row (a reduction) or on loaded indices (a gather).
-bool movable(const Cluster& c, int root) {
-  const std::vector<bool> need = needed(c, root);
-  for (int i = 0; i <= root; ++i) {
-    if (!need[i]) continue;
-    const codegen::Expr& e = c.expr(i);
-    if (e.op == ExprOp::Load && c.load_operand(i).valid.dim >= 0) return false;
-    if (e.op == ExprOp::RowIndex || e.op == ExprOp::InRange || e.op == ExprOp::Gather || e.op == ExprOp::ReduceSum ||
-        e.op == ExprOp::ReduceMax || e.op == ExprOp::ReduceMin)
-      return false;
-  }
-  return true;
-}
-
-// Copies movable expression `root` of `from` into `to` (which may be `from`), its loads placed by `at`.
-int copy_placed(const Cluster& from, int root, Cluster& to, const Placement& at) {
-  const std::vector<bool> need = needed(from, root);
-  std::vector<int> copied(root + 1, -1);
-  for (int i = 0; i <= root; ++i) {
-    if (!need[i]) continue;
-    const codegen::Expr e = from.expr(i);  // copies: `to` may grow `from`'s storage
-    if (e.op == ExprOp::Load) {
-      const codegen::Operand o = from.load_operand(i);
-      const Address a = at.place(o.strides, o.storage_offset);
-      copied[i] = to.load(from.load_buffer(i), e.dtype, a.strides, a.offset, a.valid);
-    } else if (e.op == ExprOp::Constant) {
-      copied[i] = to.constant(e.dtype, e.constant);
-    } else {
-      std::vector<int> args;
-      for (int a : e.args) args.push_back(copied[a]);
-      copied[i] = to.op(e.op, e.dtype, std::move(args));
-    }
-  }
-  return copied[root];
-}
-
 // Reads piece buffer `b` placed by `at`.
 int load_placed(Cluster& c, const Buffer& b, const Placement& at) {
   Sizes strides = b.strides;
   for (size_t d = 0; d < strides.size(); ++d)
     if (b.sizes[d] == 1) strides[d] = 0;  // one coordinate: the stride says nothing, and 0 needs no range
-  const Address a = at.place(strides, b.offset);
+  const MovedLoad a = at.place(strides, b.offset);
   return c.load(b.root, b.dtype, a.strides, a.offset, a.valid);
 }
 
@@ -152,7 +97,7 @@ bool lower_cat_op(Lowerer& L, const graph::Node& n, const std::string& op) {
   // Which pieces are copied is decided before any buffer is read: reading one seals its producer.
   for (Piece& p : pieces) {
     const Cluster* c = L.lazy_cluster(p.node);
-    if (c && c->space() == meta_sizes(L.node(p.node).meta) && movable(*c, L.value(p.node).expr)) p.source = c;
+    if (c && c->space() == meta_sizes(L.node(p.node).meta) && movable_expression(*c, L.value(p.node).expr)) p.source = c;
   }
   for (Piece& p : pieces)
     if (!p.source) p.buffer = L.buffer_for(p.node);
@@ -165,7 +110,8 @@ bool lower_cat_op(Lowerer& L, const graph::Node& n, const std::string& op) {
       Placement piece_at = at;
       piece_at.begin = p.begin;
       piece_at.end = p.end;
-      const int v = p.source ? copy_placed(*p.source, L.value(p.node).expr, c, piece_at)
+      const int v = p.source ? copy_moved(*p.source, L.value(p.node).expr, c,
+                                          [&](const Sizes& st, const Size& o) { return piece_at.place(st, o); })
                              : load_placed(c, L.buffer(p.buffer), piece_at);
       values.push_back(c.cast(v, dtype));
     }

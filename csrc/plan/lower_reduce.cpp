@@ -124,6 +124,31 @@ Operand scalar_operand(double v, DType t) {
   return o;
 }
 
+// sum, mean, amax or amin of x over `red` (the result's shape, keepdim or not, is the node's).
+bool reduce_elements(Lowerer& L, const graph::Node& n, graph::NodeId x, const std::string& op, const ReducedDims& red) {
+  const DType out = L.node_dtype(n.id);
+  if (op == "mean" && !is_floating(out)) return false;
+  const auto [n_len, fixed_len] = reduced_length(meta_sizes(L.node(x).meta), red.flags);
+  if (op == "mean" && !fixed_len)
+    return L.decline(red.k > 0 ? "a mean over a symbolic row length" : "a mean over symbolic reduced dimensions");
+  if (out == DType::Bool) return false;
+  const DType acc = is_floating(out) ? opmath(out) : DType::I64;
+  const ExprOp reduce = op == "amax" ? ExprOp::ReduceMax : op == "amin" ? ExprOp::ReduceMin : ExprOp::ReduceSum;
+  const bool mean = op == "mean";
+  // The result from values to reduce: x's elements, or the parts' partial results (a sum of sums).
+  auto result = [=](Cluster& c, int values) {
+    int r = c.op(reduce, acc, {c.cast(values, acc)});
+    return mean ? c.op(ExprOp::Div, acc, {r, c.constant(acc, n_len)}) : r;
+  };
+  const Lowerer::PartialsFn partials{
+      [=](Cluster& c, int xe, int64_t) { return std::vector<int>{c.op(reduce, acc, {c.cast(xe, acc)})}; },
+      [=](Cluster& c, const std::vector<int>& parts, int64_t) { return result(c, parts[0]); },
+      /*splittable=*/true};
+  return reduce_over(L, n, x, red, [=](Cluster& c, int xe, const std::vector<int>&) {
+    return std::make_pair(result(c, xe), true);
+  }, partials, acc);
+}
+
 }  // namespace
 
 int softmax_expr(Cluster& c, int x, DType acc, bool log) {
@@ -151,26 +176,20 @@ bool lower_reduction_op(Lowerer& L, const graph::Node& n, const std::string& op)
     const ReducedDims red = reduced_dims(args.get(1, "dim"), rank);
     if (!args.only_keywords({"dim", "keepdim", "dtype"}) || red.flags.empty()) return false;
     if (args.get(2, "keepdim") && !const_bool(args.get(2, "keepdim"))) return false;
-    if (op == "mean" && !is_floating(out)) return false;
-    const auto [n_len, fixed_len] = reduced_length(meta_sizes(L.node(x).meta), red.flags);
-    if (op == "mean" && !fixed_len)
-      return L.decline(red.k > 0 ? "a mean over a symbolic row length" : "a mean over symbolic reduced dimensions");
-    if (out == DType::Bool) return false;
-    const DType acc = is_floating(out) ? opmath(out) : DType::I64;
-    const ExprOp reduce = op == "amax" ? ExprOp::ReduceMax : op == "amin" ? ExprOp::ReduceMin : ExprOp::ReduceSum;
-    const bool mean = op == "mean";
-    // The result from values to reduce: x's elements, or the parts' partial results (a sum of sums).
-    auto result = [=](Cluster& c, int values) {
-      int r = c.op(reduce, acc, {c.cast(values, acc)});
-      return mean ? c.op(ExprOp::Div, acc, {r, c.constant(acc, n_len)}) : r;
-    };
-    const Lowerer::PartialsFn partials{
-        [=](Cluster& c, int xe, int64_t) { return std::vector<int>{c.op(reduce, acc, {c.cast(xe, acc)})}; },
-        [=](Cluster& c, const std::vector<int>& parts, int64_t) { return result(c, parts[0]); },
-        /*splittable=*/true};
-    return reduce_over(L, n, x, red, [=](Cluster& c, int xe, const std::vector<int>&) {
-      return std::make_pair(result(c, xe), true);
-    }, partials, acc);
+    return reduce_elements(L, n, x, op, red);
+  }
+  // Global average pooling (ResNet's head): the mean of each channel's H x W plane, kept as [N, C, 1, 1].
+  if (op == "adaptive_avg_pool2d" && (n.target_name == "torch.nn.functional.adaptive_avg_pool2d" ||
+                                      n.target_name == "torch._C._nn.adaptive_avg_pool2d")) {
+    const std::optional<std::vector<int64_t>> size = const_int_list(args.get(1, "output_size"));
+    if (!args.only_keywords({"input", "output_size"}) || !size || rank < 3 ||
+        !std::all_of(size->begin(), size->end(), [](int64_t v) { return v == 1; }))
+      return false;
+    ReducedDims red;
+    red.k = 2;
+    red.flags.assign(rank, false);
+    red.flags[rank - 1] = red.flags[rank - 2] = true;
+    return reduce_elements(L, n, x, "mean", red);
   }
   if (op == "var" || op == "std") {
     if (!args.only_keywords({"dim", "unbiased", "keepdim", "correction"}) || !is_floating(out)) return false;

@@ -1,6 +1,6 @@
 // The lowering state shared by lower.cpp (the driver: values, materialisation, extern steps) and the op
 // families (lower_pointwise.cpp, lower_reduce.cpp, lower_column_reduce.cpp, lower_matmul.cpp, lower_views.cpp,
-// lower_cat.cpp, lower_gather.cpp).
+// lower_cat.cpp, lower_gather.cpp, lower_pooling.cpp).
 #pragma once
 #include <functional>
 #include <map>
@@ -289,6 +289,28 @@ bool has_inplace_keyword(const graph::Node& n);
 // `op` is op_name of the node's functional form.
 bool is_elementwise_op(const graph::Node& n, const std::string& op);
 
+// A lazy expression copied into another cluster with its loads moved (moved_expression.cpp). A load of the copy
+// reads the same buffer with the strides, offset and validity range `move` gives for the original's strides and
+// offset.
+struct MovedLoad {
+  Sizes strides;
+  Size offset = 0;
+  codegen::DimRange valid;
+};
+using MoveLoad = std::function<MovedLoad(const Sizes& strides, const Size& offset)>;
+// Whether expression `root` of `c` means the same wherever its loads are moved: only loads (without ranges),
+// constants and element ops, nothing that depends on the position in the space (an index, a range), on a
+// whole row (a reduction) or on loaded indices (a gather).
+bool movable_expression(const Cluster& c, int root);
+// The buffers movable expression `root` of `c` loads.
+std::vector<int> loaded_buffers(const Cluster& c, int root);
+// Copies movable expression `root` of `from` into `to` (which may be `from`); returns the copy's expression.
+int copy_moved(const Cluster& from, int root, Cluster& to, const MoveLoad& move);
+
+// The name of the op node `n` calls: op_name of its target, or the callable's __name__ where the target is a
+// wrapper (F.max_pool2d is torch's boolean_dispatch "fn").
+std::string called_op_name(const graph::Node& n);
+
 // The op families. Each returns false when it has no lowering for `n` (an extern step is used).
 bool lower_pointwise_op(Lowerer& L, const graph::Node& n, const std::string& op);
 bool lower_reduction_op(Lowerer& L, const graph::Node& n, const std::string& op);
@@ -298,6 +320,7 @@ bool lower_cat_op(Lowerer& L, const graph::Node& n, const std::string& op);
 bool lower_attention_op(Lowerer& L, const graph::Node& n, const std::string& op);
 bool lower_gather_op(Lowerer& L, const graph::Node& n, const std::string& op);
 bool lower_factory_op(Lowerer& L, const graph::Node& n, const std::string& op);
+bool lower_pooling_op(Lowerer& L, const graph::Node& n, const std::string& op);
 
 // A pointwise operand from an argument: a tensor node lowering holds, or a Python number as a scalar of its own
 // kind (bool, int as I64, float as F64). Clears *ok for anything else.

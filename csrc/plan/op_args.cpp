@@ -13,6 +13,15 @@ std::string op_name(const std::string& target_name) {
   return op;
 }
 
+std::string called_op_name(const graph::Node& n) {
+  std::string op = op_name(n.target_name);
+  if (op != "fn" || !n.target) return op;
+  if (PyRef name = PyRef::steal(PyObject_GetAttrString(n.target.get(), "__name__")); name && PyUnicode_Check(name.get()))
+    return utf8(name.get());
+  PyErr_Clear();
+  return op;
+}
+
 const graph::Arg* CallArgs::get(size_t position, const char* name) const {
   if (position < node_.args.size()) return &node_.args[position];
   if (!node_.kwnames) return nullptr;

@@ -193,6 +193,32 @@ case("batch_norm_no_affine", lambda x, m, v, w, b: F.batch_norm(x, m, v, trainin
 case("batch_norm_relu_residual", resnet_tail, channels, NCHW)
 case("batch_norm_channels_last", resnet_tail, lambda s, d, dev: channels(s, d, dev, True), NCHW)
 
+
+# Max pooling: the maximum over the window's columns, then over its rows (two kernels; lower_pooling.cpp), the
+# window's lazy input (ResNet's stem: batch norm and ReLU) recomputed at each column tap.
+def stem_pool(x, mean, var, w, b):
+    return F.max_pool2d(F.relu(F.batch_norm(x, mean, var, w, b, False, 0.1, 1e-5)), 3, 2, 1)
+
+
+POOLED = ((2, 3, 5, 7), (8, 64, 28, 28), (1, 2, 1, 1))
+case("max_pool2d_of_batch_norm_relu", stem_pool, channels, POOLED, plan=(2, 0, 0))
+case("max_pool2d_channels_last", stem_pool, lambda s, d, dev: channels(s, d, dev, True), POOLED, plan=(2, 0, 0))
+case("max_pool2d_plain", lambda x: F.max_pool2d(x, 2), shapes=((2, 3, 5, 7), (4, 8, 33, 31)), plan=(2, 0, 0))
+case("max_pool2d_dilated_ceil_mode", lambda x: F.max_pool2d(x, 3, 2, 1, dilation=2, ceil_mode=True),
+     shapes=((2, 3, 5, 7), (4, 8, 33, 31)), plan=(2, 0, 0))
+case("max_pool2d_by_keyword", lambda x: F.max_pool2d(x, kernel_size=(3, 2), stride=(2, 1), padding=(1, 0)) * 2,
+     shapes=((2, 3, 5, 7), (4, 8, 33, 31)), plan=(3, 0, 0))
+case("max_pool2d_unbatched", lambda x: torch.max_pool2d(x[0], 3, 1, 1), shapes=((1, 3, 5, 7), (1, 8, 33, 31)),
+     plan=(2, 0, 0))
+# With its indices it stays torch's call (and the two items' getitems).
+case("max_pool2d_with_indices", lambda x: F.max_pool2d(x, 2, return_indices=True)[1], shapes=((2, 3, 6, 8),),
+     plan=(0, 0, 3))
+# Global average pooling (ResNet's head) is the mean of each plane, its prologue in the same kernel.
+case("adaptive_avg_pool2d_of_relu", lambda x: F.adaptive_avg_pool2d(F.relu(x), 1),
+     shapes=((2, 3, 5, 7), (8, 64, 7, 7)))
+case("adaptive_avg_pool2d_channels_last", lambda x: F.adaptive_avg_pool2d(x * 2, (1, 1)),
+     lambda s, d, dev: (randn(s, d, dev).contiguous(memory_format=torch.channels_last),), ((8, 64, 7, 7),))
+
 # ---- views and layouts -------------------------------------------------------------------------------------------
 case("transposed_input", lambda x: x.t() * 2 + 1, shapes=((3, 1025), (64, 4096)))
 case("strided_slice", lambda x: x[:, ::2] + 1, shapes=((3, 1025), (64, 4096)))

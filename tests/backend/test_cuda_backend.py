@@ -495,3 +495,24 @@ def test_attention_results_have_the_kernels_layout(dtype, form, mode, caplog):
             assert_same(got[0], want[0], rtol=rtol * 10, atol=atol * 10)
     assert (cc.graph_count, cc.break_count) == (1, 0), cc.records
     assert not any("another layout than its meta function said" in h for h in hints()), hints()
+
+
+@pytest.mark.parametrize("mode", [None, "reduce-overhead"])
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+def test_max_pool_propagates_nan_and_keeps_minus_inf_on_the_gpu(channels_last, mode):
+    from tests.backend.test_plans_on_cpu import pooled_specials
+
+    fn = lambda x: torch.nn.functional.max_pool2d(x, 3, 2, 1) * 2  # noqa: E731
+    compiled = fastcomp.compile(fn, mode=mode)
+    with torch.no_grad(), CompileCounter() as cc:
+        for call in range(3):
+            if call == 1:
+                assert fastcomp.wait_for_compiles(timeout=60)
+            x = pooled_specials("cuda")
+            if channels_last:
+                x = x.contiguous(memory_format=torch.channels_last)
+            got, want = compiled(x), fn(x)
+            torch.testing.assert_close(got, want, equal_nan=True)
+            assert got.stride() == want.stride()
+    assert (cc.graph_count, cc.break_count) == (1, 0)
+    assert plan_counts(cc.records[0]) == (3, 0, 0), cc.records[0]["plan"]

@@ -196,3 +196,26 @@ def test_plan_reads_views_of_an_input_with_a_storage_offset(fn, observer):
             assert x.storage_offset() == 3
             torch.testing.assert_close(compiled(x), fn(x))
     assert check_runs(observer, expect_runnable=True) == 2
+
+
+def pooled_specials(device="cpu"):
+    """[2, 3, 9, 9] values with NaN and -inf at scattered places, and one plane that is -inf throughout."""
+    x = torch.randn(2, 3, 9, 9, device=device)
+    x.view(-1)[torch.randperm(x.numel(), device=device)[:12]] = float("nan")
+    x.view(-1)[torch.randperm(x.numel(), device=device)[:12]] = float("-inf")
+    x[1, 2] = float("-inf")
+    return x
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+def test_max_pool_propagates_nan_and_keeps_minus_inf(channels_last, observer):
+    """Padding never wins (it is -inf and is not read), a NaN in a window makes its maximum NaN, as torch's."""
+    fn = lambda x: torch.nn.functional.max_pool2d(x, 3, 2, 1)  # noqa: E731
+    x = pooled_specials()
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    with torch.no_grad():
+        got, want = fastcomp.compile(fn)(x), fn(x)
+    torch.testing.assert_close(got, want, equal_nan=True)
+    assert want.isnan().any() and (want == float("-inf")).any()
+    assert check_runs(observer, expect_runnable=True) == 1

@@ -4,6 +4,7 @@ matrix products with torch) and must give the torch runner's result. So CI check
 not only its shape; f32 plans without extern steps (the others are counted, and must be the expected ones)."""
 import pytest
 import torch
+import torch.nn.functional as F
 
 import fastcomp
 from fastcomp import _C
@@ -218,4 +219,36 @@ def test_max_pool_propagates_nan_and_keeps_minus_inf(channels_last, observer):
         got, want = fastcomp.compile(fn)(x), fn(x)
     torch.testing.assert_close(got, want, equal_nan=True)
     assert want.isnan().any() and (want == float("-inf")).any()
+    assert check_runs(observer, expect_runnable=True) == 1
+
+
+def _pool_configs(n=16, seed=27):
+    """n random but fixed max_pool2d configurations: window, stride, padding (at most half the window, as torch
+    requires), dilation, ceil_mode, an input just large enough or larger, either layout."""
+    rng = torch.Generator().manual_seed(seed)
+    pick = lambda lo, hi: int(torch.randint(lo, hi + 1, (), generator=rng))  # noqa: E731
+    configs = []
+    for i in range(n):
+        k = (pick(1, 4), pick(1, 4))
+        s = (pick(1, 3), pick(1, 3))
+        p = (pick(0, k[0] // 2), pick(0, k[1] // 2))
+        d = (pick(1, 2), pick(1, 2))
+        ceil = bool(pick(0, 1))
+        shape = (pick(1, 3), pick(1, 5), d[0] * (k[0] - 1) + 1 + pick(0, 9), d[1] * (k[1] - 1) + 1 + pick(0, 9))
+        configs.append((k, s, p, d, ceil, shape, bool(i % 2)))
+    return configs
+
+
+@pytest.mark.parametrize("k, s, p, d, ceil, shape, channels_last", _pool_configs())
+def test_max_pool_configurations_compute_what_torch_does(k, s, p, d, ceil, shape, channels_last, observer):
+    """Max pooling after a ReLU (its lazy input, recomputed at each tap) over a sweep of windows, strides,
+    paddings, dilations and ceil_mode, in both layouts, on fresh random values with NaN and -inf among them."""
+    fn = lambda x: F.max_pool2d(F.relu(x) - 0.5, k, s, p, dilation=d, ceil_mode=ceil)  # noqa: E731
+    x = torch.randn(shape)
+    x.view(-1)[torch.randperm(x.numel())[: max(1, x.numel() // 40)]] = float("nan")
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    with torch.no_grad():
+        got, want = fastcomp.compile(fn)(x), fn(x)
+    torch.testing.assert_close(got, want, equal_nan=True)
     assert check_runs(observer, expect_runnable=True) == 1

@@ -199,11 +199,16 @@ def test_plan_reads_views_of_an_input_with_a_storage_offset(fn, observer):
     assert check_runs(observer, expect_runnable=True) == 2
 
 
+def with_specials(x, n):
+    """x with NaN at n random places and -inf at n others (or the same: either may win)."""
+    x.view(-1)[torch.randperm(x.numel(), device=x.device)[:n]] = float("nan")
+    x.view(-1)[torch.randperm(x.numel(), device=x.device)[:n]] = float("-inf")
+    return x
+
+
 def pooled_specials(device="cpu"):
     """[2, 3, 9, 9] values with NaN and -inf at scattered places, and one plane that is -inf throughout."""
-    x = torch.randn(2, 3, 9, 9, device=device)
-    x.view(-1)[torch.randperm(x.numel(), device=device)[:12]] = float("nan")
-    x.view(-1)[torch.randperm(x.numel(), device=device)[:12]] = float("-inf")
+    x = with_specials(torch.randn(2, 3, 9, 9, device=device), 12)
     x[1, 2] = float("-inf")
     return x
 
@@ -244,8 +249,7 @@ def test_max_pool_configurations_compute_what_torch_does(k, s, p, d, ceil, shape
     """Max pooling after a ReLU (its lazy input, recomputed at each tap) over a sweep of windows, strides,
     paddings, dilations and ceil_mode, in both layouts, on fresh random values with NaN and -inf among them."""
     fn = lambda x: F.max_pool2d(F.relu(x) - 0.5, k, s, p, dilation=d, ceil_mode=ceil)  # noqa: E731
-    x = torch.randn(shape)
-    x.view(-1)[torch.randperm(x.numel())[: max(1, x.numel() // 40)]] = float("nan")
+    x = with_specials(torch.randn(shape), max(1, torch.Size(shape).numel() // 40))
     if channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
     with torch.no_grad():

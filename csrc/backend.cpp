@@ -26,6 +26,7 @@ namespace {
 // Why the graph runs through torch rather than the CUDA backend; empty when the CUDA backend applies.
 std::string torch_runner_reason(const graph::Graph& graph, int* device) {
   if (!config().cuda_backend) return "fastcomp.config.cuda_backend is off";
+  if (graph.under_autocast) return "autocast: its ops run as torch calls, which autocast casts (no lowering of it yet)";
   bool cuda = false;
   // Under no_grad from start to end (inference), nothing in the graph records gradients, though a view of a
   // parameter requires grad (ViT's cls_token.expand(B, -1, -1)). Where grad mode switches inside the graph, a view

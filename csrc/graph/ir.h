@@ -87,6 +87,9 @@ struct Graph {
   // Grad mode when the graph starts (torch._C._set_grad_enabled nodes switch it): under no_grad throughout, a view
   // of a parameter still requires grad, yet nothing in the graph records gradients.
   bool grad_enabled_at_start = true;
+  // Autocast is on when the graph starts, or a block of it (fastcomp._autocast.enter/leave nodes) is in the graph:
+  // its ops' dtypes are autocast's, which only torch's dispatch applies.
+  bool under_autocast = false;
 
   bool is_dynamic() const { return !symbols.empty(); }
 

@@ -18,6 +18,10 @@ class TorchRunner final : public Executable {
     last_use_.assign(n, -1);
     for (const graph::Node& node : graph_.nodes) {
       if (node.target.get() == frontend::torch_refs().set_grad_enabled.get()) switches_grad_mode_ = true;
+      autocast_step_.push_back(node.target_name == "fastcomp._autocast.enter"   ? 1
+                               : node.target_name == "fastcomp._autocast.leave" ? -1
+                                                                                : 0);
+      enters_autocast_ |= autocast_step_.back() != 0;
       for (const auto& a : node.args) mark_uses(a, node.id);
       for (const auto& a : node.kwargs) mark_uses(a, node.id);
       max_args_ = std::max(max_args_, node.args.size() + node.kwargs.size());
@@ -44,22 +48,16 @@ class TorchRunner final : public Executable {
 
     SmallBuffer<PyObject*, 16> argv(max_args_ + 1);  // [0] is the PY_VECTORCALL_ARGUMENTS_OFFSET slot
     std::vector<PyRef> temps;                         // composite arguments, rare
-    for (const graph::Node& node : graph_.nodes) {
+    for (size_t at = 0; at < graph_.nodes.size(); ++at) {
+      const graph::Node& node = graph_.nodes[at];
       if (node.kind != graph::NodeKind::Call) continue;
-      temps.clear();
-      size_t argc = 0;
-      for (const auto& a : node.args) argv[++argc] = borrow_arg(a, values.data(), temps, &symbols);
-      for (const auto& a : node.kwargs) argv[++argc] = borrow_arg(a, values.data(), temps, &symbols);
-      for (size_t i = 1; i <= argc; ++i)
-        if (!argv[i]) return fail(grad_mode_at_entry);
-      PyObject* out = PyObject_Vectorcall(node.target.get(), argv.data() + 1,
-                                          node.args.size() | PY_VECTORCALL_ARGUMENTS_OFFSET, node.kwnames.get());
-      if (!out) return fail(grad_mode_at_entry);
+      PyObject* out = call_node(node, values.data(), argv.data(), temps, &symbols);
+      if (!out) return fail(grad_mode_at_entry, at, values.data(), argv.data(), &symbols);
       values[node.id] = out;
       for (int dead : frees_after_[node.id]) Py_CLEAR(values[dead]);
     }
     PyObject* result = new_arg(graph_.output, values.data(), &symbols);
-    if (!result) return fail(grad_mode_at_entry);
+    if (!result) return fail(grad_mode_at_entry, graph_.nodes.size(), values.data(), argv.data(), &symbols);
     return result;
   }
 
@@ -74,16 +72,49 @@ class TorchRunner final : public Executable {
     for (const auto& item : a.items) mark_uses(item, user);
   }
 
-  // Leaves grad mode as the caller had it when a node raised half-way through a no_grad block.
-  PyObject* fail(bool grad_mode_at_entry) {
+  // One call of `node`; null with the error set when an argument or the call failed.
+  PyObject* call_node(const graph::Node& node, PyObject* const* values, PyObject** argv, std::vector<PyRef>& temps,
+                      const std::vector<int64_t>* symbols) {
+    temps.clear();
+    size_t argc = 0;
+    for (const auto& a : node.args) argv[++argc] = borrow_arg(a, values, temps, symbols);
+    for (const auto& a : node.kwargs) argv[++argc] = borrow_arg(a, values, temps, symbols);
+    for (size_t i = 1; i <= argc; ++i)
+      if (!argv[i]) return nullptr;
+    return PyObject_Vectorcall(node.target.get(), argv + 1, node.args.size() | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                               node.kwnames.get());
+  }
+
+  // Node `failed` raised (or the outputs could not be built, `failed` past the last node): leaves grad mode as the
+  // caller had it when that was half-way through a no_grad block, and leaves the autocast blocks still open, innermost
+  // first, by their leave nodes further on (as their __exit__ does for an exception passing through them).
+  PyObject* fail(bool grad_mode_at_entry, size_t failed, PyObject* const* values, PyObject** argv,
+                 const std::vector<int64_t>* symbols) {
+    if (!switches_grad_mode_ && !enters_autocast_) return nullptr;
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    if (enters_autocast_) {
+      int open = 0;
+      for (size_t i = 0; i < failed && i < autocast_step_.size(); ++i) open += autocast_step_[i];
+      std::vector<PyRef> temps;
+      for (size_t i = failed + 1, inner = 0; open > 0 && i < graph_.nodes.size(); ++i) {
+        if (autocast_step_[i] > 0) ++inner;
+        if (autocast_step_[i] >= 0) continue;
+        if (inner > 0) {
+          --inner;  // the leave of a block entered after the failure
+          continue;
+        }
+        PyRef left = PyRef::steal(call_node(graph_.nodes[i], values, argv, temps, symbols));
+        if (!left) PyErr_Clear();
+        --open;
+      }
+    }
     if (switches_grad_mode_) {
-      PyObject *t, *v, *tb;
-      PyErr_Fetch(&t, &v, &tb);
       PyRef r = PyRef::steal(PyObject_CallOneArg(frontend::torch_refs().set_grad_enabled.get(),
                                                  grad_mode_at_entry ? Py_True : Py_False));
       if (!r) PyErr_Clear();
-      PyErr_Restore(t, v, tb);
     }
+    PyErr_Restore(t, v, tb);
     return nullptr;
   }
 
@@ -91,6 +122,8 @@ class TorchRunner final : public Executable {
   std::vector<int> last_use_;
   std::vector<std::vector<int>> frees_after_;
   bool switches_grad_mode_ = false;
+  std::vector<int8_t> autocast_step_;  // per node: 1 enters an autocast block, -1 leaves one
+  bool enters_autocast_ = false;
   size_t max_args_ = 0;  // positional and keyword arguments of the widest call
 };
 

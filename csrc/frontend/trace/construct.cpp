@@ -60,6 +60,7 @@ ValueRef Tracer::construct(const ValueRef& cls_value, std::vector<ValueRef> args
     set_grad_mode(ctx->flag);  // takes effect at construction, as in torch
     return ctx;
   }
+  if (PyType_Check(f) && is_autocast_class(cls)) return construct_autocast(cls, args, kwargs);
   if (PyType_IsSubtype(cls, reinterpret_cast<PyTypeObject*>(PyExc_BaseException))) {
     if (!kwargs.empty()) throw Unsupported(BreakCode::UnsupportedCall, "an exception built with keyword arguments");
     PyObject* init = lookup(cls, "__init__");

@@ -287,6 +287,7 @@ ValueRef Tracer::call(const ValueRef& fn, std::vector<ValueRef> args, Kwargs kwa
   switch (fn->kind) {
     case VKind::Function: return inline_function(nullptr, fn.get(), std::move(args), std::move(kwargs));
     case VKind::CtxExit: return set_grad_mode(fn->flag);
+    case VKind::AutocastExit: return leave_autocast(*fn);
     case VKind::Method: return call_method(fn, std::move(args), std::move(kwargs));
     case VKind::Object: return call_object(fn, std::move(args), std::move(kwargs));
     case VKind::Partial: {

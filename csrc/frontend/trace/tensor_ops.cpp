@@ -228,6 +228,14 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
                             const std::vector<std::pair<std::string, ValueRef>>& kwargs) {
   const auto& T = torch_refs();
   if (target == T.is_grad_enabled.get()) note_requires_grad(true);  // the code reads grad mode
+  if (name.find("autocast") != std::string::npos) {
+    // Autocast changes only at the blocks the trace models (autocast.cpp); a query of it is answered now, under the
+    // guard of the autocast state.
+    for (const char* setter : {"set_", "increment", "decrement", "clear", "_enter", "_exit"})
+      if (name.find(setter) != std::string::npos)
+        throw Unsupported(BreakCode::UnsupportedCall, fmt::format("{}() changes autocast outside a `with torch.autocast(...)` block", name));
+    note_autocast_read();
+  }
   if (is_data_dependent(name))
     throw Unsupported(BreakCode::DataDependentValue, fmt::format("{}() needs the tensor's values", name));
   if (shapes_.active())
@@ -292,7 +300,7 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
   // meta function's.
   const bool cpu_device = device && PyObject_RichCompareBool(device, T.cpu_device.get(), Py_EQ) == 1;
   const bool cuda_device = device && !cpu_device && !shapes_.active() && is_cuda_device(device);
-  auto run_meta = [&](PyObject* margs, PyObject* mkwargs, std::optional<ComputedMeta>* computed) -> PyRef {
+  auto run_plain_meta = [&](PyObject* margs, PyObject* mkwargs, std::optional<ComputedMeta>* computed) -> PyRef {
     std::optional<ComputedMeta> local;
     std::optional<ComputedMeta>& fast_meta = computed ? *computed : local;
     // The elementwise fast path answers only for dtypes torch accepts; where it declines, torch's CPU kernel checks
@@ -333,6 +341,21 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
     if (out && cuda_device && computed)
       if (PyRef kernel = cuda_kernel_layout(name, target, margs, mkwargs, out.get(), device)) out = kernel;
     return out;
+  };
+  // Under autocast the dtypes are the device's autocast gives (autocast.cpp); the meta call stands where it agrees.
+  auto run_meta = [&](PyObject* margs, PyObject* mkwargs, std::optional<ComputedMeta>* computed) -> PyRef {
+    PyRef out = run_plain_meta(margs, mkwargs, computed);
+    if (!device) return out;
+    // Arguments of several dtypes that autocast casts to one (conv2d of a bf16 result with its f32 weight) make
+    // the meta call raise where the op runs.
+    PyObject *type = nullptr, *value = nullptr, *tb = nullptr;
+    if (!out) PyErr_Fetch(&type, &value, &tb);
+    PyRef cast = autocast_meta(target, margs, mkwargs, device, out ? out.get() : Py_None);
+    if (!cast && !PyErr_Occurred() && !out) PyErr_Restore(type, value, tb);  // autocast is off here: the meta error
+    else Py_XDECREF(type), Py_XDECREF(value), Py_XDECREF(tb);
+    if (!cast) return PyErr_Occurred() ? PyRef() : out;
+    if (computed) computed->reset();  // the result's metadata is the cast one's
+    return cast;
   };
   // Device-moving methods: compute the real device here and run the meta call without a device.
   PyRef meta_out;

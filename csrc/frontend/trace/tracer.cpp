@@ -159,12 +159,7 @@ TraceResult Tracer::run() {
 
   grad_enabled_at_start_ = grad_enabled_ = torch_refs().grad_enabled();
   graph_.grad_enabled_at_start = grad_enabled_at_start_;
-  {
-    PyRef autocast = PyRef::steal(PyObject_CallNoArgs(torch_refs().is_any_autocast_enabled.get()));
-    if (!autocast) PyErr_Clear();
-    if (autocast.get() == Py_True)
-      throw Unsupported(BreakCode::UnsupportedValue, "autocast is enabled; fastcomp does not trace under autocast yet");
-  }
+  start_autocast();
   root_visits_.assign(f.instrs->instrs.size(), 0);
   ValueRef result;
   bool stopped = false;
@@ -174,6 +169,7 @@ TraceResult Tracer::run() {
     stopped = true;
   } catch (...) {
     if (grad_enabled_ != grad_enabled_at_start_) set_grad_mode(grad_enabled_at_start_);
+    unwind_autocast();
     throw;
   }
   if (stopped) {
@@ -181,8 +177,13 @@ TraceResult Tracer::run() {
       return capture_break(f);
     } catch (...) {
       if (grad_enabled_ != grad_enabled_at_start_) set_grad_mode(grad_enabled_at_start_);
+      unwind_autocast();
       throw;
     }
+  }
+  if (!autocast_open_.empty()) {  // the frame returned inside a block it entered by hand (ctx.__enter__())
+    unwind_autocast();
+    throw Unsupported(BreakCode::UnsupportedValue, "the frame returns inside a torch.autocast block");
   }
   std::vector<ValueRef> roots{result};
   for (const ValueRef& m : mutated_) roots.push_back(m);
@@ -230,11 +231,14 @@ void Tracer::add_global_state_guards(bool grad_mode_matters) {
   if (grad_mode_matters) add(T.is_grad_enabled.get(), "torch.is_grad_enabled()", StateProbe::GradMode);
   add(T.get_default_dtype.get(), "torch.get_default_dtype()", StateProbe::DefaultDtype);
   add(T.is_any_autocast_enabled.get(), "torch._C._is_any_autocast_enabled()", StateProbe::LocalDispatchKeys);
+  // Under autocast, or with a block of it, the dtypes of the trace depend on the devices' autocast dtypes too.
+  if (autocast_guard_ && (autocast_at_start_ || autocast_read_)) guards_.guards.push_back(*autocast_guard_);
 }
 
 void Tracer::note_requires_grad(bool requires_grad) { grad_mode_read_ |= requires_grad; }
 
 TraceResult Tracer::capture_break(TraceFrame& f) {
+  if (!autocast_open_.empty()) throw NotResumable("a graph break inside a `with torch.autocast(...)` block");
   BreakState state;
   state.instr = f.pc;
   graph::Arg out;
@@ -252,6 +256,7 @@ TraceResult Tracer::capture_break(TraceFrame& f) {
   auto live = live_value = [&](const ValueRef& v) -> LiveValue {
     if (!v || v->is(VKind::Null)) return {LiveValue::Kind::Null};
     if (v->is(VKind::CtxExit)) return {LiveValue::Kind::GradCtx};
+    if (v->is(VKind::AutocastExit)) throw NotResumable("a graph break inside a `with torch.autocast(...)` block");
     if (v->source >= 0) return {LiveValue::Kind::Source, v->source};  // an object (or cell) of the frame itself
     auto it = made.find(v.get());
     if (it != made.end()) return {LiveValue::Kind::Output, it->second};
@@ -539,6 +544,11 @@ void Tracer::step(TraceFrame& f, const Instr& in, bool* returned, ValueRef* resu
       if ((ctx->is(VKind::Object) || ctx->is(VKind::Const)) && ctx->obj) {
         PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(ctx->obj.get()));
         if (torch_refs().is_grad_mode_class(type)) ctx = make_grad_ctx(type == torch_refs().enable_grad.get());
+      }
+      if ((ctx->is(VKind::Object) || ctx->is(VKind::Const)) && ctx->obj && is_autocast_class(Py_TYPE(ctx->obj.get()))) {
+        push(enter_autocast(ctx));
+        push(ctx);  // autocast's __enter__ returns the object itself
+        return;
       }
       if (!ctx->is(VKind::GradCtx)) {
         // Any other context manager: its class's __exit__, bound, stays on the stack; __enter__ runs now.

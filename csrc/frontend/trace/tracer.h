@@ -112,6 +112,17 @@ class Tracer {
                       const std::vector<std::pair<std::string, ValueRef>>& kwargs);
   ValueRef tensor_attr(const ValueRef& tensor, PyObject* name);
   ValueRef set_grad_mode(bool enabled);  // records and applies a grad-mode switch
+  // autocast.cpp: `with torch.autocast(...)` blocks and ops traced under autocast.
+  ValueRef construct_autocast(PyTypeObject* cls, const std::vector<ValueRef>& args,
+                              const std::vector<std::pair<std::string, ValueRef>>& kwargs);
+  ValueRef enter_autocast(const ValueRef& ctx);  // BEFORE_WITH on an autocast object: returns its __exit__
+  ValueRef leave_autocast(const Value& exit);    // that __exit__ called
+  // `meta_out` (the meta call's result, None where it raised) as the op gives it on `device` under the autocast state
+  // now; null where autocast does not change its dtypes or no autocast is on, null with the Python error set where the
+  // op raises under autocast.
+  PyRef autocast_meta(PyObject* target, PyObject* meta_args, PyObject* meta_kwargs, PyObject* device,
+                      PyObject* meta_out);
+  void note_autocast_read() { autocast_read_ = true; }
   bool grad_enabled() const { return grad_enabled_; }
   void note_requires_grad(bool requires_grad);  // a tensor that requires grad makes grad mode matter
   // module_call.cpp: an nn.Module called, with its forward hooks and pre-hooks.
@@ -251,6 +262,8 @@ class Tracer {
   void realize_local(TraceFrame& f, int slot);
  private:
   void add_global_state_guards(bool grad_mode_matters);
+  void start_autocast();   // autocast.cpp: the state at the trace's start, and its guard
+  void unwind_autocast();  // leaves the blocks still open (the trace failed inside them), for real only
   TraceResult capture_break(TraceFrame& root);  // at the stop: live values become graph outputs / sources
 
  public:
@@ -299,6 +312,10 @@ class Tracer {
   std::vector<ValueRef> made_up_id_values_;
   bool module_hook_guards_added_ = false;
   bool grad_mode_read_ = false;  // grad mode influenced the trace (see add_global_state_guards)
+  bool autocast_at_start_ = false;  // autocast is on for a device when the frame starts
+  bool autocast_read_ = false;      // the trace entered an autocast block or asked what autocast does
+  std::optional<Guard> autocast_guard_;  // fastcomp._autocast.state() as at the start
+  std::vector<PyRef> autocast_open_;     // the state outside each open autocast block, innermost last
   TraceStop stop_;                 // instr -1: trace to the end
   std::vector<int> root_visits_;   // executions started of each root instruction
   friend struct TracerAccess;
@@ -316,6 +333,9 @@ bool is_pure_library_call(const std::string& qualified_name);
 graph::Sym int_sym(PyObject* o);
 // How CPython's errors name a callable: module.qualname for functions (those the trace made too); "" when unknown.
 std::string callable_name(const Value& fn);
+// torch.autocast or another of torch's autocast classes (torch.cuda.amp.autocast); not a subclass from elsewhere,
+// which may enter and leave otherwise (autocast.cpp).
+bool is_autocast_class(PyTypeObject* type);
 inline bool is_frozen(const Value& v) { return v.is(VKind::Object) && v.flag; }
 
 // torch's "is this being compiled?" functions (torch.compiler.is_compiling and its aliases): True while tracing.

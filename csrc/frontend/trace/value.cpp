@@ -159,6 +159,7 @@ std::string describe(const Value& v) {
     case VKind::Record: return fmt::format("a {}", reinterpret_cast<PyTypeObject*>(v.obj.get())->tp_name);
     case VKind::GradCtx: return "a grad-mode context manager";
     case VKind::CtxExit: return "a context manager's __exit__";
+    case VKind::AutocastExit: return "the __exit__ of a torch.autocast block";
     case VKind::SymInt: return fmt::format("int {} (a size)", str(v.sym));
     case VKind::Set: return fmt::format("a {} of {}", v.flag ? "frozenset" : "set", v.items.size());
     case VKind::UserObject:

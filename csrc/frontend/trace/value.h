@@ -30,6 +30,7 @@ enum class VKind : uint8_t {
   Record,    // namedtuple / dataclass / torch.return_types built in the trace: obj = class, keys = field names
   GradCtx,   // torch.no_grad() / enable_grad() / set_grad_enabled(b): `flag` = grad mode inside
   CtxExit,   // the __exit__ of a GradCtx: restores grad mode `flag`
+  AutocastExit,  // the __exit__ of a torch.autocast block: `obj` = the state outside it (autocast.cpp)
   SymInt,    // a Python int computed from dynamic sizes: `sym`, with its value while tracing in `obj`
   Set,       // a set (flag false) or frozenset (flag true) made in the trace: `items`, each hashable
   UserObject,  // an instance of a Python class made in the trace: obj = its class, `inst_dict` its __dict__, and

@@ -98,6 +98,8 @@ def timm_models():
         ZooModel("timm-vit_tiny_patch16_224", build("vit_tiny_patch16_224", img_size=64, depth=2), _timm_image,
                  sizes=(2, 3, 4)),
         ZooModel("timm-convnext_atto", build("convnext_atto"), _timm_image, sizes=(2, 3, 4)),
+        # Linear attention in float32 inside `with torch.autocast(device_type=..., enabled=False)`.
+        ZooModel("timm-efficientvit_b0", build("efficientvit_b0"), _timm_image, sizes=(2, 3, 4)),
     ]
 
 

@@ -229,12 +229,12 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
   const auto& T = torch_refs();
   if (target == T.is_grad_enabled.get()) note_requires_grad(true);  // the code reads grad mode
   if (name.find("autocast") != std::string::npos) {
-    // Autocast changes only at the blocks the trace models (autocast.cpp); a query of it is answered now, under the
+    // Autocast changes only at the blocks the trace models (autocast.cpp); a query of it is answered now, under a
     // guard of the autocast state.
     for (const char* setter : {"set_", "increment", "decrement", "clear", "_enter", "_exit"})
       if (name.find(setter) != std::string::npos)
         throw Unsupported(BreakCode::UnsupportedCall, fmt::format("{}() changes autocast outside a `with torch.autocast(...)` block", name));
-    note_autocast_read();
+    note_autocast_read(name.find("enabled") == std::string::npos || name.find("cache") != std::string::npos);
   }
   if (is_data_dependent(name))
     throw Unsupported(BreakCode::DataDependentValue, fmt::format("{}() needs the tensor's values", name));

@@ -122,7 +122,9 @@ class Tracer {
   // op raises under autocast.
   PyRef autocast_meta(PyObject* target, PyObject* meta_args, PyObject* meta_kwargs, PyObject* device,
                       PyObject* meta_out);
-  void note_autocast_read() { autocast_read_ = true; }
+  // The trace asked torch about autocast: whether it is on (covered, while it is off for every device, by the guard
+  // on torch._C._is_any_autocast_enabled()) or, `dtypes`, its dtypes or cache (which need the state guard).
+  void note_autocast_read(bool dtypes) { autocast_read_ |= dtypes; }
   bool grad_enabled() const { return grad_enabled_; }
   void note_requires_grad(bool requires_grad);  // a tensor that requires grad makes grad mode matter
   // module_call.cpp: an nn.Module called, with its forward hooks and pre-hooks.
@@ -313,7 +315,7 @@ class Tracer {
   bool module_hook_guards_added_ = false;
   bool grad_mode_read_ = false;  // grad mode influenced the trace (see add_global_state_guards)
   bool autocast_at_start_ = false;  // autocast is on for a device when the frame starts
-  bool autocast_read_ = false;      // the trace entered an autocast block or asked what autocast does
+  bool autocast_read_ = false;      // the trace entered an autocast block or asked autocast's dtypes
   std::optional<Guard> autocast_guard_;  // fastcomp._autocast.state() as at the start
   std::vector<PyRef> autocast_open_;     // the state outside each open autocast block, innermost last
   TraceStop stop_;                 // instr -1: trace to the end

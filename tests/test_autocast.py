@@ -1,0 +1,247 @@
+"""Autocast: `with torch.autocast(...)` blocks inside compiled code, and compiled code called under autocast. The
+graph's ops run under autocast as eager's do, so results equal eager's exactly, dtypes included; blocks nest, the
+state is guarded, and it is left as eager leaves it, also when the graph raises or breaks inside a block."""
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fastcomp
+from fastcomp.testing import CompileCounter
+
+BF16 = torch.bfloat16
+
+
+def autocast_state():
+    return (torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"), torch.is_autocast_cache_enabled())
+
+
+@pytest.fixture(autouse=True)
+def state_is_left_as_found():
+    before = autocast_state()
+    yield
+    assert autocast_state() == before
+
+
+def assert_same(actual, expected):
+    """Equal values and dtypes, leaf by leaf (no tolerance: the same kernels ran on the same casts)."""
+    if isinstance(expected, torch.Tensor):
+        assert actual.dtype == expected.dtype and actual.shape == expected.shape
+        torch.testing.assert_close(actual, expected, rtol=0, atol=0)
+    elif isinstance(expected, (tuple, list)):
+        assert type(actual) is type(expected) and len(actual) == len(expected)
+        for a, e in zip(actual, expected):
+            assert_same(a, e)
+    else:
+        assert actual == expected
+
+
+def mixed_ops(x, w, b, img, kernel):
+    with torch.autocast("cpu", dtype=BF16):
+        h = F.linear(x, w, b)              # cast to bf16
+        p = torch.softmax(h, -1)           # as CPU autocast's lists say (bf16; CUDA's say float32)
+        n = F.layer_norm(h, (h.shape[-1],))
+        c = torch.cat([h, x[:, : h.shape[-1]]], 0)  # promoted to the widest: float32
+        m = h @ w                          # a bf16 result times a float32 weight
+        conv = F.conv2d(img, kernel)       # bf16
+    return h, p, n, c, m, conv, h.dtype, conv.dtype
+
+
+def inputs():
+    return (torch.randn(4, 8), torch.randn(8, 8), torch.randn(8), torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3))
+
+
+def test_block_inside_compiled_code_gives_eager_results_and_dtypes():
+    compiled = fastcomp.compile(mixed_ops)
+    with CompileCounter() as cc:
+        for _ in range(2):
+            args = inputs()
+            assert_same(compiled(*args), mixed_ops(*args))
+    assert (cc.frame_count, cc.graph_count, cc.break_count) == (1, 1, 0), cc.records
+    assert mixed_ops(*inputs())[-2:] == (BF16, BF16)  # autocast did cast: the test sees it
+
+
+def test_nested_blocks_disable_and_change_dtype():
+    def f(q, k):
+        with torch.autocast("cpu", dtype=BF16):
+            a = q @ k
+            with torch.autocast("cpu", enabled=False):
+                b = q @ k                   # float32 again (timm's efficientvit attention, HF's rotary embeddings)
+            with torch.autocast(device_type=q.device.type, dtype=torch.float16):
+                c = q @ k
+            d = torch.softmax(a, -1) + b
+        return a, b, c, d, torch.is_autocast_enabled("cpu")
+
+    compiled = fastcomp.compile(f)
+    with CompileCounter() as cc:
+        q, k = torch.randn(4, 4), torch.randn(4, 4)
+        out = compiled(q, k)
+        assert_same(out, f(q, k))
+    assert [t.dtype for t in out[:4]] == [BF16, torch.float32, torch.float16, torch.float32]
+    assert (cc.graph_count, cc.break_count) == (1, 0)
+
+
+def test_compiled_code_called_under_autocast_is_traced_under_it_and_guarded():
+    def f(x, w):
+        return F.linear(x, w).relu() + F.layer_norm(x, (4,))
+
+    compiled = fastcomp.compile(f)
+    x, w = torch.randn(4, 4), torch.randn(4, 4)
+    with CompileCounter() as cc:
+        for _ in range(2):
+            with torch.autocast("cpu", dtype=BF16):
+                assert_same(compiled(x, w), f(x, w))
+    assert (cc.frame_count, cc.graph_count, cc.break_count) == (1, 1, 0)
+    with CompileCounter() as cc:  # another autocast dtype: a recompile that says why
+        with torch.autocast("cpu", dtype=torch.float16):
+            assert_same(compiled(x, w), f(x, w))
+    assert cc.frame_count == 1
+    assert "fastcomp._autocast.state() == (True, torch.bfloat16" in cc.recompile_reasons[-1]
+    assert "(actual (True, torch.float16" in cc.recompile_reasons[-1]
+    with CompileCounter() as cc:  # no autocast: a graph of its own, in float32
+        assert_same(compiled(x, w), f(x, w))
+        assert compiled(x, w).dtype == torch.float32
+    assert cc.frame_count == 1
+
+
+def test_autocast_decorator_on_a_called_function():
+    @torch.autocast("cpu", dtype=BF16)
+    def project(x, w):
+        return x @ w
+
+    def f(x, w):
+        return project(x, w).float() * 2, project(x, w).dtype
+
+    compiled = fastcomp.compile(f)
+    with CompileCounter() as cc:
+        x, w = torch.randn(4, 4), torch.randn(4, 4)
+        assert_same(compiled(x, w), f(x, w))
+    assert (cc.graph_count, cc.break_count) == (1, 0), cc.records
+
+
+def test_an_autocast_object_used_as_the_value_of_the_with():
+    def f(x):
+        with torch.autocast("cpu", dtype=BF16) as ctx:
+            y = x @ x
+        return y, ctx.fast_dtype
+
+    compiled = fastcomp.compile(f)
+    x = torch.randn(3, 3)
+    assert_same(compiled(x), f(x))
+
+
+def test_graph_break_inside_a_block_runs_that_frame_in_cpython():
+    def f(x):
+        with torch.autocast("cpu", dtype=BF16):
+            y = x @ x
+            print("inside")
+            z = y @ x
+        return z
+
+    compiled = fastcomp.compile(f)
+    x = torch.randn(4, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with CompileCounter() as cc:
+            out = compiled(x)
+    assert_same(out, f(x))
+    assert out.dtype == BF16
+    (record,) = cc.records
+    assert record["graphs"] == 0 and record["breaks"] == 1
+
+
+def test_error_inside_a_block_at_run_time_leaves_autocast_as_eager_does():
+    def f(x, index):
+        with torch.autocast("cpu", dtype=BF16):
+            y = x @ x
+            picked = torch.index_select(y, 0, index)  # the index is checked when the op runs
+        return picked
+
+    compiled = fastcomp.compile(f)
+    x = torch.randn(4, 4)
+    assert_same(compiled(x, torch.tensor([1, 2])), f(x, torch.tensor([1, 2])))
+    with pytest.raises(IndexError, match="out of range"):
+        f(x, torch.tensor([7]))
+    assert autocast_state()[0] is False
+    with pytest.raises(IndexError, match="out of range"):
+        compiled(x, torch.tensor([7]))
+    assert autocast_state()[0] is False  # the block was left: the fixture checks the rest
+
+
+def test_changing_autocast_by_hand_is_a_graph_break():
+    def f(x):
+        y = x @ x
+        torch.set_autocast_enabled("cpu", True)
+        z = y @ x
+        torch.set_autocast_enabled("cpu", False)
+        return z
+
+    compiled = fastcomp.compile(f)
+    x = torch.randn(4, 4)
+    with CompileCounter() as cc:
+        out = compiled(x)
+    assert_same(out, f(x))
+    assert out.dtype == torch.get_autocast_dtype("cpu")
+    assert cc.break_count == 2
+    explained = fastcomp.explain(f)(x)
+    assert "changes autocast outside a `with torch.autocast(...)` block" in explained.break_reasons[0].reason
+
+
+def test_training_step_under_autocast_gives_eager_gradients():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+    twin = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+    twin.load_state_dict(model.state_dict())
+    compiled = fastcomp.compile(twin)
+    x = torch.randn(5, 8)
+    with torch.autocast("cpu", dtype=BF16):
+        expected = model(x).float().pow(2).mean()
+        with CompileCounter() as cc:
+            got = compiled(x).float().pow(2).mean()
+    expected.backward()
+    got.backward()
+    assert cc.graph_count == 1
+    assert_same(got, expected)
+    for (name, p), q in zip(model.named_parameters(), twin.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=0, atol=0, msg=name)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_cuda_autocast_runs_through_torch_and_matches_eager(mode):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.LayerNorm(128),
+                                torch.nn.Linear(128, 32)).cuda().eval()
+    compiled = fastcomp.compile(model, mode=mode)
+    with torch.no_grad(), torch.autocast("cuda", dtype=BF16):
+        with CompileCounter() as cc:
+            for _ in range(3):
+                x = torch.randn(8, 64, device="cuda")
+                assert_same(compiled(x), model(x))
+    assert (cc.frame_count, cc.graph_count) == (1, 1)
+    assert "autocast" in cc.records[0]["backend"]
+
+
+def test_asking_whether_autocast_is_on_adds_no_state_guard_while_it_is_off():
+    """HF's rotary embeddings ask torch.is_autocast_enabled(device) on every call: while autocast is off, the guard
+    every graph has (torch._C._is_any_autocast_enabled()) covers the answer, and no other guard is paid for."""
+    def f(x):
+        if torch.is_autocast_enabled(x.device.type):
+            return x * 2
+        return x + 1
+
+    x = torch.randn(3)
+    guards = [str(g) for g in fastcomp.explain(f)(x).out_guards]
+    assert any("torch._C._is_any_autocast_enabled() == False" in g for g in guards)
+    assert not any("fastcomp._autocast.state()" in g for g in guards)
+    with torch.autocast("cpu", dtype=BF16):  # on: the whole state is guarded
+        guards = [str(g) for g in fastcomp.explain(f)(x).out_guards]
+    assert "GLOBAL_STATE: fastcomp._autocast.state() == (True, torch.bfloat16" in "\n".join(guards)
+    compiled = fastcomp.compile(f)
+    with CompileCounter() as cc:
+        assert_same(compiled(x), f(x))
+        with torch.autocast("cpu", dtype=BF16):
+            assert_same(compiled(x), f(x))  # on now: the branch differs, and a recompile takes it
+    assert cc.frame_count == 2

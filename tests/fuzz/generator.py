@@ -489,6 +489,19 @@ class Generator:
         mode = self.rng.choice(["no_grad", "enable_grad"])
         return "control." + mode, f"with torch.{mode}():\n    {v} = {self.checked_expr()}"
 
+    def s_autocast(self):
+        """An autocast block: matrix products and attention cast to bf16, the rest as the device's lists say; some
+        nest a block that turns it off again."""
+        families = ("x_matmul", "x_attention", "x_binary", "x_reduce", "x_unary", "x_combine")
+        v, form = self.fresh(), self.rng.choice(["bf16", "bf16", "off", "nested"])
+        if form == "off":
+            return "control.autocast_off", f"with torch.autocast(DEVICE, enabled=False):\n    {v} = {self.tensor_expr(families)[1]}"
+        text = f"with torch.autocast(DEVICE, dtype=torch.bfloat16):\n    {v} = {self.tensor_expr(families)[1]}"
+        if form == "nested":
+            w = self.fresh()
+            text += f"\n    with torch.autocast(DEVICE, enabled=False):\n        {w} = {self.tensor_expr(families)[1]}"
+        return "control.autocast_" + form, text
+
     def s_raise(self):
         t = self.tensor()
         return "control.raise", f"if {t}.shape[0] > {self.rng.randint(3, 8)} if {t}.dim() else False:\n    raise ValueError('too big')"
@@ -546,7 +559,7 @@ class Generator:
 
     STATEMENTS = ((30, s_assign), (8, s_inplace), (4, s_python_int), (4, s_python_other), (5, s_container),
                   (3, s_if_shape), (2, s_if_data), (3, s_loop), (1, s_try), (1, s_grad_mode), (3, s_closure),
-                  (2, s_random), (4, s_break), (1, s_del), (0.3, s_raise))
+                  (2, s_random), (4, s_break), (1, s_del), (0.3, s_raise), (1.5, s_autocast))
 
     # ----- running what is generated ------------------------------------------------------------------------------
 

@@ -134,6 +134,30 @@ def test_training_step_with_labels_captures_whole_and_matches_eager(name):
 
 
 
+@pytest.mark.parametrize("reentrant", [False, True], ids=["non-reentrant", "reentrant"])
+def test_training_with_gradient_checkpointing_matches_eager(reentrant):
+    """gradient_checkpointing_enable(): each decoder layer runs under torch.utils.checkpoint, whose backward runs the
+    layer again in CPython (tests/test_checkpoint.py); loss and gradients are eager's."""
+    import copy
+
+    pytest.importorskip("transformers")
+    (spec,) = [m for m in zoo.transformers_models() if m.name == "llama"]
+    torch.manual_seed(0)
+    model = spec.build().train()
+    model.gradient_checkpointing_enable({"use_reentrant": reentrant})
+    twin = copy.deepcopy(model)
+    compiled = fastcomp.compile(twin)
+    ids = zoo._ids(2, 16)
+    embeds = model.embed_tokens(ids).detach().requires_grad_()  # reentrant checkpoints need an input needing grad
+    model(inputs_embeds=embeds).last_hidden_state.pow(2).mean().backward()
+    twin_embeds = embeds.detach().clone().requires_grad_()
+    compiled(inputs_embeds=twin_embeds).last_hidden_state.pow(2).mean().backward()
+    torch.testing.assert_close(twin_embeds.grad, embeds.grad, rtol=0, atol=0)
+    grads = dict(model.named_parameters())
+    for name, p in twin.named_parameters():
+        torch.testing.assert_close(p.grad, grads[name].grad, rtol=1e-6, atol=1e-7, msg=name)
+
+
 def _to(inputs, device):
     if isinstance(inputs, tuple):
         return tuple(t.to(device) for t in inputs)

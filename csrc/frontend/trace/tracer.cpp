@@ -1,6 +1,8 @@
 // The interpreter loop: frame set-up, instruction dispatch, and the trace entry point. Handlers with more
 // than a few lines live in ops_*.cpp, grouped by family.
 #include "frontend/trace/tracer.h"
+
+#include "cpython/gil_once.h"
 #include "support/pystr.h"
 
 #include <fmt/format.h>
@@ -53,6 +55,19 @@ std::shared_ptr<const InstrStream> decoded(PyCodeObject* code) {
 }
 
 namespace {
+// fastcomp._autograd_state.saved_tensor_hooks_active (borrowed; null where it is missing).
+PyObject* saved_tensor_hooks_probe() {
+  static cpython::GilOnce<PyObject> probe;
+  return probe.get([] { return cpython::import_attr("fastcomp._autograd_state", "saved_tensor_hooks_active"); });
+}
+
+bool saved_tensor_hooks_active() {
+  PyObject* probe = saved_tensor_hooks_probe();
+  PyRef active = probe ? PyRef::steal(PyObject_CallNoArgs(probe)) : PyRef();
+  if (!active) PyErr_Clear();
+  return active.get() == Py_True;
+}
+
 // Thrown when the root frame reaches TraceStop; caught in Tracer::run, which still has the root frame.
 struct StopAtBreak {};
 // The state at a stop cannot be handed to CPython (a value the rest of the frame sees has no Python form).
@@ -160,6 +175,10 @@ TraceResult Tracer::run() {
   grad_enabled_at_start_ = grad_enabled_ = torch_refs().grad_enabled();
   graph_.grad_enabled_at_start = grad_enabled_at_start_;
   start_autocast();
+  if (grad_enabled_at_start_ && saved_tensor_hooks_active())
+    throw Unsupported(BreakCode::UnsupportedValue,
+                      "saved-tensor hooks are active (torch.utils.checkpoint without reentrant, save_on_cpu): the frame "
+                      "runs in CPython, as checkpoint's recomputation in backward will, so that both save the same tensors");
   root_visits_.assign(f.instrs->instrs.size(), 0);
   ValueRef result;
   bool stopped = false;
@@ -229,6 +248,8 @@ void Tracer::add_global_state_guards(bool grad_mode_matters) {
     if (make_global_state_guard(fn, what, probe, &g)) guards_.guards.push_back(std::move(g));
   };
   if (grad_mode_matters) add(T.is_grad_enabled.get(), "torch.is_grad_enabled()", StateProbe::GradMode);
+  if (grad_mode_matters && saved_tensor_hooks_probe())
+    add(saved_tensor_hooks_probe(), "fastcomp._autograd_state.saved_tensor_hooks_active()", StateProbe::None);
   add(T.get_default_dtype.get(), "torch.get_default_dtype()", StateProbe::DefaultDtype);
   add(T.is_any_autocast_enabled.get(), "torch._C._is_any_autocast_enabled()", StateProbe::LocalDispatchKeys);
   // Under autocast, or with a block of it, the dtypes of the trace depend on the devices' autocast dtypes too.

@@ -175,7 +175,8 @@ TraceResult Tracer::run() {
   grad_enabled_at_start_ = grad_enabled_ = torch_refs().grad_enabled();
   graph_.grad_enabled_at_start = grad_enabled_at_start_;
   start_autocast();
-  if (grad_enabled_at_start_ && saved_tensor_hooks_active())
+  started_under_saved_tensor_hooks_ = grad_enabled_at_start_ && saved_tensor_hooks_active();
+  if (started_under_saved_tensor_hooks_)
     throw Unsupported(BreakCode::UnsupportedValue,
                       "saved-tensor hooks are active (torch.utils.checkpoint without reentrant, save_on_cpu): the frame "
                       "runs in CPython, as checkpoint's recomputation in backward will, so that both save the same tensors");
@@ -248,7 +249,9 @@ void Tracer::add_global_state_guards(bool grad_mode_matters) {
     if (make_global_state_guard(fn, what, probe, &g)) guards_.guards.push_back(std::move(g));
   };
   if (grad_mode_matters) add(T.is_grad_enabled.get(), "torch.is_grad_enabled()", StateProbe::GradMode);
-  if (grad_mode_matters && saved_tensor_hooks_probe())
+  // Saved-tensor hooks matter where the graph records gradients (a tensor requires grad), or they sent the frame to
+  // CPython.
+  if ((started_under_saved_tensor_hooks_ || (grad_enabled_at_start_ && grad_mode_read_)) && saved_tensor_hooks_probe())
     add(saved_tensor_hooks_probe(), "fastcomp._autograd_state.saved_tensor_hooks_active()", StateProbe::None);
   add(T.get_default_dtype.get(), "torch.get_default_dtype()", StateProbe::DefaultDtype);
   add(T.is_any_autocast_enabled.get(), "torch._C._is_any_autocast_enabled()", StateProbe::LocalDispatchKeys);

@@ -314,6 +314,7 @@ class Tracer {
   std::vector<ValueRef> made_up_id_values_;
   bool module_hook_guards_added_ = false;
   bool grad_mode_read_ = false;  // grad mode influenced the trace (see add_global_state_guards)
+  bool started_under_saved_tensor_hooks_ = false;  // the frame runs in CPython (torch.utils.checkpoint)
   bool autocast_at_start_ = false;  // autocast is on for a device when the frame starts
   bool autocast_read_ = false;      // the trace entered an autocast block or asked autocast's dtypes
   std::optional<Guard> autocast_guard_;  // fastcomp._autocast.state() as at the start

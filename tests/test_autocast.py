@@ -9,8 +9,14 @@ import torch.nn.functional as F
 
 import fastcomp
 from fastcomp.testing import CompileCounter
+from tests import helpers
 
 BF16 = torch.bfloat16
+
+
+def assert_same(actual, expected):
+    """Equal values and dtypes, leaf by leaf, with no tolerance: the same kernels ran on the same casts."""
+    helpers.assert_same(actual, expected, rtol=0, atol=0)
 
 
 def autocast_state():
@@ -22,19 +28,6 @@ def state_is_left_as_found():
     before = autocast_state()
     yield
     assert autocast_state() == before
-
-
-def assert_same(actual, expected):
-    """Equal values and dtypes, leaf by leaf (no tolerance: the same kernels ran on the same casts)."""
-    if isinstance(expected, torch.Tensor):
-        assert actual.dtype == expected.dtype and actual.shape == expected.shape
-        torch.testing.assert_close(actual, expected, rtol=0, atol=0)
-    elif isinstance(expected, (tuple, list)):
-        assert type(actual) is type(expected) and len(actual) == len(expected)
-        for a, e in zip(actual, expected):
-            assert_same(a, e)
-    else:
-        assert actual == expected
 
 
 def mixed_ops(x, w, b, img, kernel):

@@ -10,19 +10,15 @@ in the result. The lists stay torch's, whatever its version.
 """
 import torch
 
-# Device types whose autocast state the guards read; autocast on another one is not traced.
-DEVICE_TYPES = ("cpu", "cuda")
-
-
 def state():
-    """What autocast does now: per device type in DEVICE_TYPES whether it is on and its dtype, and whether casts are
-    cached. Guards of graphs traced under autocast, or with a region, compare it."""
+    """What autocast does now: for "cpu" and "cuda" (the device types traced under autocast) whether it is on and its
+    dtype, and whether casts are cached. Guards of graphs traced under autocast, or with a block, compare it."""
     return (torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"), torch.is_autocast_enabled("cuda"),
             torch.get_autocast_dtype("cuda"), torch.is_autocast_cache_enabled())
 
 
 def only_known_devices():
-    """False when autocast is on for a device type outside DEVICE_TYPES (xpu, mps, ...)."""
+    """False when autocast is on for a device type other than cpu and cuda (xpu, mps, ...)."""
     return torch._C._is_any_autocast_enabled() == any(state()[0:4:2])
 
 
@@ -42,11 +38,6 @@ def leave(device_type, enabled, dtype, cache_enabled):
     torch.set_autocast_enabled(device_type, enabled)
     torch.set_autocast_dtype(device_type, dtype)
     torch.set_autocast_cache_enabled(cache_enabled)
-
-
-def region_of(ctx):
-    """(device_type, enabled, dtype, cache_enabled) of a torch.autocast object, as its __enter__ would set them."""
-    return ctx.device, bool(ctx._enabled), ctx.fast_dtype, bool(ctx._cache_enabled)
 
 
 class _OnDevice(torch.Tensor):

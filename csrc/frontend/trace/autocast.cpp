@@ -19,7 +19,6 @@ struct AutocastRefs {
   PyRef state;               // fastcomp._autocast.state
   PyRef only_known_devices;  // fastcomp._autocast.only_known_devices
   PyRef enter, leave;        // fastcomp._autocast.enter / leave
-  PyRef region_of;           // fastcomp._autocast.region_of
   PyRef trace_meta;          // fastcomp._autocast.trace_meta
 };
 
@@ -40,10 +39,8 @@ const AutocastRefs* autocast_refs() {
     r->only_known_devices = attr("only_known_devices");
     r->enter = attr("enter");
     r->leave = attr("leave");
-    r->region_of = attr("region_of");
     r->trace_meta = attr("trace_meta");
-    if (!r->autocast_type || !r->state || !r->only_known_devices || !r->enter || !r->leave || !r->region_of ||
-        !r->trace_meta) {
+    if (!r->autocast_type || !r->state || !r->only_known_devices || !r->enter || !r->leave || !r->trace_meta) {
       delete r;
       return nullptr;
     }

@@ -15,6 +15,7 @@
 #include "runtime/cuda_executable.h"
 #include "runtime/cuda_graph_executable.h"
 #include "runtime/memory_plan.h"
+#include "runtime/suspended_autocast.h"
 #include "support/config.h"
 #include "support/file_io.h"
 #include "support/log.h"
@@ -26,7 +27,9 @@ namespace {
 // Why the graph runs through torch rather than the CUDA backend; empty when the CUDA backend applies.
 std::string torch_runner_reason(const graph::Graph& graph, int* device) {
   if (!config().cuda_backend) return "fastcomp.config.cuda_backend is off";
-  if (graph.under_autocast) return "autocast: its ops run as torch calls, which autocast casts (no lowering of it yet)";
+  if (graph.under_autocast)
+    return "autocast kept: an op's casts could not be made explicit (or gradients are recorded), so its ops run as "
+           "torch calls under autocast";
   bool cuda = false;
   // Under no_grad from start to end (inference), nothing in the graph records gradients, though a view of a
   // parameter requires grad (ViT's cls_token.expand(B, -1, -1)). Where grad mode switches inside the graph, a view
@@ -180,9 +183,7 @@ constexpr double kPlanSettleMs = 8;
 
 BuiltExecutable build_cuda_executable(graph::Graph graph, frontend::GuardSet& guards, int device, bool cuda_graphs);
 
-}  // namespace
-
-BuiltExecutable build_executable(graph::Graph graph, frontend::GuardSet& guards, bool cuda_graphs) {
+BuiltExecutable build_executable_for(graph::Graph graph, frontend::GuardSet& guards, bool cuda_graphs) {
   int device = 0;
   std::string why = torch_runner_reason(graph, &device);
   const std::string graph_text = config().dump_dir.empty() ? "" : graph.to_string();
@@ -200,6 +201,18 @@ BuiltExecutable build_executable(graph::Graph graph, frontend::GuardSet& guards,
   if (!cuda_graphs || built.cuda_graph) return built;
   const std::string no_graph = built.no_cuda_graph.empty() ? "not on the CUDA backend" : built.no_cuda_graph;
   return without_cuda_graph(std::move(built), origin + " (" + built.summary + ")", no_graph);
+}
+
+}  // namespace
+
+BuiltExecutable build_executable(graph::Graph graph, frontend::GuardSet& guards, bool cuda_graphs) {
+  const bool suspends_autocast = graph.suspends_autocast;
+  BuiltExecutable built = build_executable_for(std::move(graph), guards, cuda_graphs);
+  if (suspends_autocast) {
+    built.executable = runtime::with_autocast_suspended(std::move(built.executable));
+    built.summary += ", autocast suspended";
+  }
+  return built;
 }
 
 namespace {

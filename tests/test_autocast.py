@@ -1,6 +1,8 @@
 """Autocast: `with torch.autocast(...)` blocks inside compiled code, and compiled code called under autocast. The
-graph's ops run under autocast as eager's do, so results equal eager's exactly, dtypes included; blocks nest, the
-state is guarded, and it is left as eager leaves it, also when the graph raises or breaks inside a block."""
+graph makes autocast's casts explicit (Tensor.to nodes, the op on the cast tensors, autocast suspended while it
+runs), or, where an op's casts cannot be made explicit or gradients are recorded, keeps the blocks and runs its ops
+under autocast. Either way results equal eager's exactly, dtypes included; blocks nest, the state is guarded, and
+it is left as eager leaves it, also when the graph raises or breaks inside a block."""
 import warnings
 
 import pytest
@@ -53,6 +55,66 @@ def test_block_inside_compiled_code_gives_eager_results_and_dtypes():
             assert_same(compiled(*args), mixed_ops(*args))
     assert (cc.frame_count, cc.graph_count, cc.break_count) == (1, 1, 0), cc.records
     assert mixed_ops(*inputs())[-2:] == (BF16, BF16)  # autocast did cast: the test sees it
+
+
+def graph_ops(fn, *args):
+    (graph,) = fastcomp.explain(fn)(*args).graphs
+    return [line.split(" = ", 1)[1].split("(", 1)[0] for line in graph.splitlines() if " = " in line and
+            " = input " not in line]
+
+
+def test_casts_become_nodes_of_their_own_and_the_block_leaves_none():
+    """F.linear's three casts to bfloat16, the promotion of torch.cat's float32 argument, conv2d's casts: Tensor.to
+    nodes before each op, in autocast's order; softmax and layer_norm, which CPU autocast leaves alone, as they are.
+    No enter/leave call remains, so a backend sees ordinary ops."""
+    assert graph_ops(mixed_ops, *inputs()) == [
+        "Tensor.to", "Tensor.to", "Tensor.to", "torch._C._nn.linear", "torch.softmax",
+        "torch.nn.functional.layer_norm", "Tensor.__getitem__", "Tensor.to", "torch.cat", "Tensor.to",
+        "operator.matmul", "Tensor.to", "Tensor.to", "torch.conv2d"]
+
+
+def test_an_op_whose_casts_are_inside_it_keeps_autocast_in_the_graph():
+    """CPU autocast casts inside torch.einsum (at the matmul it becomes), after einsum's own calls: no casts before
+    the op say what autocast does, so the trace starts again keeping autocast, and the graph's ops run under it."""
+    def f(a, b):
+        with torch.autocast("cpu", dtype=BF16):
+            h = a @ b
+            return torch.einsum("ij,jk->ik", h, b), h
+
+    a, b = torch.randn(4, 8), torch.randn(8, 8)
+    ops = graph_ops(f, a, b)
+    assert ops[0] == "fastcomp._autocast.enter" and ops[-1] == "fastcomp._autocast.leave", ops
+    assert "Tensor.to" not in ops
+    compiled = fastcomp.compile(f)
+    with CompileCounter() as cc:
+        out = compiled(a, b)
+    assert_same(out, f(a, b))
+    assert out[0].dtype == BF16
+    assert "autocast kept" in cc.records[0]["backend"]
+
+
+def test_called_under_autocast_the_graph_runs_with_autocast_suspended():
+    """Traced under the caller's autocast, with its casts explicit: while the graph runs, autocast is off (its torch
+    calls take the cast tensors), and the caller's state is back afterwards, also when the graph raises. A block
+    inside that switches autocast off gives float32, as in eager."""
+    def f(x, w, index):
+        h = F.linear(x, w)
+        with torch.autocast("cpu", enabled=False):
+            g = x @ w
+        return torch.index_select(h, 0, index), g
+
+    compiled = fastcomp.compile(f)
+    x, w = torch.randn(4, 4), torch.randn(4, 4)
+    with torch.autocast("cpu", dtype=BF16):
+        with CompileCounter() as cc:
+            out = compiled(x, w, torch.tensor([0, 2]))
+            assert_same(out, f(x, w, torch.tensor([0, 2])))
+        assert [t.dtype for t in out] == [BF16, torch.float32]
+        assert "autocast suspended" in cc.records[0]["backend"]
+        assert torch.is_autocast_enabled("cpu")
+        with pytest.raises(IndexError, match="out of range"):
+            compiled(x, w, torch.tensor([9]))
+        assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == BF16
 
 
 def test_nested_blocks_disable_and_change_dtype():
@@ -182,6 +244,8 @@ def test_changing_autocast_by_hand_is_a_graph_break():
 
 
 def test_training_step_under_autocast_gives_eager_gradients():
+    """Gradients are recorded: the graph keeps autocast (whose cast cache makes a weight's gradients meet in one
+    cast), and loss and gradients are eager's exactly."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
     twin = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
@@ -195,6 +259,7 @@ def test_training_step_under_autocast_gives_eager_gradients():
     expected.backward()
     got.backward()
     assert cc.graph_count == 1
+    assert "autocast kept" in cc.records[0]["backend"]
     assert_same(got, expected)
     for (name, p), q in zip(model.named_parameters(), twin.parameters()):
         torch.testing.assert_close(q.grad, p.grad, rtol=0, atol=0, msg=name)
@@ -203,7 +268,9 @@ def test_training_step_under_autocast_gives_eager_gradients():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
-def test_cuda_autocast_runs_through_torch_and_matches_eager(mode):
+def test_cuda_autocast_lowers_to_the_cuda_backend_and_matches_eager(mode):
+    """Under CUDA autocast the casts are nodes like any other: the CUDA backend lowers the graph (its bf16 products
+    and kernels), which runs with autocast suspended; results are eager's within bf16's tolerance, dtypes exactly."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.LayerNorm(128),
                                 torch.nn.Linear(128, 32)).cuda().eval()
@@ -212,9 +279,13 @@ def test_cuda_autocast_runs_through_torch_and_matches_eager(mode):
         with CompileCounter() as cc:
             for _ in range(3):
                 x = torch.randn(8, 64, device="cuda")
-                assert_same(compiled(x), model(x))
+                out, expected = compiled(x), model(x)
+                assert out.dtype == expected.dtype == BF16
+                torch.testing.assert_close(out, expected, rtol=2e-2, atol=2e-2)
+        assert torch.is_autocast_enabled("cuda")
     assert (cc.frame_count, cc.graph_count) == (1, 1)
-    assert "autocast" in cc.records[0]["backend"]
+    backend = cc.records[0]["backend"]
+    assert backend.startswith("cuda:") and "autocast suspended" in backend, backend
 
 
 def test_asking_whether_autocast_is_on_adds_no_state_guard_while_it_is_off():

@@ -1,7 +1,10 @@
-// Autocast while tracing. A `with torch.autocast(...)` block becomes two calls of the graph, fastcomp._autocast.enter
-// and .leave, with the states inside and outside the block as constants: the graph's ops then run under autocast
-// as eager runs them, so their values are eager's. What the trace needs is each result's dtype, which autocast
-// changes: ops on a device under autocast are also run on stand-ins of that device (python/fastcomp/_autocast.py).
+// Autocast while tracing (python/fastcomp/_autocast.py says how autocast is seen). First the trace makes autocast
+// explicit: an op under autocast becomes the casts autocast makes, as Tensor.to nodes, and the op on the cast
+// tensors; blocks leave no node, and a graph traced under autocast runs with it suspended. The graph is then one of
+// ordinary ops, which any backend lowers. Where an op's casts cannot be made explicit (or gradients are recorded)
+// the trace starts again keeping autocast: a `with torch.autocast(...)` block becomes two calls of the graph,
+// fastcomp._autocast.enter and .leave, with the states inside and outside the block as constants, its ops run under
+// autocast as eager runs them, and each result's dtype is the one autocast gives stand-ins of the device.
 // The autocast state the frame starts under is guarded (fastcomp._autocast.state()) once the trace depends on it:
 // it started under autocast, entered a block, or asked torch what autocast does.
 #include <fmt/format.h>
@@ -20,6 +23,8 @@ struct AutocastRefs {
   PyRef only_known_devices;  // fastcomp._autocast.only_known_devices
   PyRef enter, leave;        // fastcomp._autocast.enter / leave
   PyRef trace_meta;          // fastcomp._autocast.trace_meta
+  PyRef explicit_casts;      // fastcomp._autocast.explicit_casts
+  PyRef tensor_to;           // torch.Tensor.to
 };
 
 // Null where this torch or fastcomp's Python side lacks a piece (autocast is then not traced).
@@ -40,7 +45,11 @@ const AutocastRefs* autocast_refs() {
     r->enter = attr("enter");
     r->leave = attr("leave");
     r->trace_meta = attr("trace_meta");
-    if (!r->autocast_type || !r->state || !r->only_known_devices || !r->enter || !r->leave || !r->trace_meta) {
+    r->explicit_casts = attr("explicit_casts");
+    r->tensor_to = PyRef::steal(PyObject_GetAttrString(torch_refs().tensor_type.get(), "to"));
+    if (!r->autocast_type || !r->state || !r->only_known_devices || !r->enter || !r->leave || !r->trace_meta ||
+        !r->explicit_casts || !r->tensor_to) {
+      PyErr_Clear();
       delete r;
       return nullptr;
     }
@@ -60,7 +69,8 @@ void Tracer::start_autocast() {
   PyRef any = PyRef::steal(PyObject_CallNoArgs(torch_refs().is_any_autocast_enabled.get()));
   if (!any) PyErr_Clear();
   autocast_at_start_ = any.get() == Py_True;
-  graph_.under_autocast = autocast_at_start_;
+  graph_.under_autocast = autocast_at_start_ && keep_autocast_;
+  graph_.suspends_autocast = autocast_at_start_ && !keep_autocast_;
   const AutocastRefs* A = autocast_refs();
   if (!A) {
     if (autocast_at_start_) throw Unsupported(BreakCode::UnsupportedValue, "autocast is enabled and fastcomp._autocast is missing");
@@ -147,17 +157,21 @@ ValueRef Tracer::enter_autocast(const ValueRef& ctx) {
   PyRef outside = PyRef::steal(PyTuple_Pack(4, device, PyTuple_GET_ITEM(now.get(), at), PyTuple_GET_ITEM(now.get(), at + 1),
                                             PyTuple_GET_ITEM(now.get(), 4)));
   autocast_read_ = true;
-  graph::Node node;
-  node.kind = graph::NodeKind::Call;
-  node.target = A->enter;
-  node.target_name = "fastcomp._autocast.enter";
-  for (int i = 0; i < 4; ++i) node.args.push_back(graph::Arg::of_const(PyRef::borrow(PyTuple_GET_ITEM(region.get(), i))));
-  node.user_loc = user_loc();
-  graph_.add(std::move(node));
+  if (keep_autocast_) {
+    graph::Node node;
+    node.kind = graph::NodeKind::Call;
+    node.target = A->enter;
+    node.target_name = "fastcomp._autocast.enter";
+    for (int i = 0; i < 4; ++i) node.args.push_back(graph::Arg::of_const(PyRef::borrow(PyTuple_GET_ITEM(region.get(), i))));
+    node.user_loc = user_loc();
+    graph_.add(std::move(node));
+    graph_.under_autocast = true;
+  }
+  // Entered for real either way: what the trace asks of autocast inside the block (its casts, state queries)
+  // is what eager sees there.
   if (!call_for_real(A->enter.get(), region.get()))
     throw Unsupported(BreakCode::UnsupportedValue, "entering the torch.autocast block raised");
   autocast_open_.push_back(outside);
-  graph_.under_autocast = true;
   auto exit = std::make_shared<Value>();
   exit->kind = VKind::AutocastExit;
   exit->obj = outside;
@@ -168,20 +182,71 @@ ValueRef Tracer::leave_autocast(const Value& exit) {
   const AutocastRefs* A = autocast_refs();
   if (autocast_open_.empty() || autocast_open_.back().get() != exit.obj.get())
     throw Unsupported(BreakCode::UnsupportedValue, "torch.autocast blocks left in another order than entered");
-  graph::Node node;
-  node.kind = graph::NodeKind::Call;
-  node.target = A->leave;
-  node.target_name = "fastcomp._autocast.leave";
-  for (int i = 0; i < 4; ++i) node.args.push_back(graph::Arg::of_const(PyRef::borrow(PyTuple_GET_ITEM(exit.obj.get(), i))));
-  node.user_loc = user_loc();
-  graph_.add(std::move(node));
+  if (keep_autocast_) {
+    graph::Node node;
+    node.kind = graph::NodeKind::Call;
+    node.target = A->leave;
+    node.target_name = "fastcomp._autocast.leave";
+    for (int i = 0; i < 4; ++i) node.args.push_back(graph::Arg::of_const(PyRef::borrow(PyTuple_GET_ITEM(exit.obj.get(), i))));
+    node.user_loc = user_loc();
+    graph_.add(std::move(node));
+  }
   autocast_open_.pop_back();
   call_for_real(A->leave.get(), exit.obj.get());
   return make_const_borrowed(Py_False);  // exceptions propagate, as autocast's __exit__ lets them
 }
 
+std::optional<ValueRef> Tracer::call_with_explicit_casts(PyObject* target, const std::string& name,
+                                                         const std::vector<ValueRef>& args,
+                                                         const std::vector<std::pair<std::string, ValueRef>>& kwargs,
+                                                         PyObject* meta_args, PyObject* meta_kwargs, PyObject* device) {
+  if (keep_autocast_ || explicit_cast_depth_ > 0 || (!autocast_at_start_ && autocast_open_.empty())) return std::nullopt;
+  const AutocastRefs* A = autocast_refs();
+  // With dynamic shapes the casts must hold at every size, not only at the traced ones.
+  PyRef casts = PyRef::steal(PyObject_CallFunctionObjArgs(A->explicit_casts.get(), target, meta_args, meta_kwargs,
+                                                          device, shapes_.active() ? Py_True : Py_False, nullptr));
+  if (!casts) {  // the op raises under autocast: the trace that keeps autocast reports it as it does
+    PyErr_Clear();
+    throw KeepAutocast();
+  }
+  if (casts.get() == Py_None) throw KeepAutocast();
+  if (PyList_GET_SIZE(casts.get()) == 0) return std::nullopt;
+  std::vector<ValueRef> cast_args = args;
+  std::vector<std::pair<std::string, ValueRef>> cast_kwargs = kwargs;
+  ++explicit_cast_depth_;
+  struct Depth {
+    int& d;
+    ~Depth() { --d; }
+  } depth{explicit_cast_depth_};
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(casts.get()); ++i) {
+    PyObject* cast = PyList_GET_ITEM(casts.get(), i);  // ((where, key[, item]), dtype)
+    PyObject* place = PyTuple_GET_ITEM(cast, 0);
+    PyObject* dtype = PyTuple_GET_ITEM(cast, 1);
+    const bool positional = utf8(PyTuple_GET_ITEM(place, 0)) == "arg";
+    ValueRef* slot = nullptr;
+    if (positional) {
+      slot = &cast_args.at(PyLong_AsSsize_t(PyTuple_GET_ITEM(place, 1)));
+    } else {
+      const std::string key = utf8(PyTuple_GET_ITEM(place, 1));
+      for (auto& kv : cast_kwargs)
+        if (kv.first == key) slot = &kv.second;
+    }
+    if (!slot) throw KeepAutocast();
+    if (PyTuple_GET_SIZE(place) == 3) {  // item j of a list or tuple argument (torch.cat's tensors)
+      if (!(*slot)->is(VKind::List) && !(*slot)->is(VKind::Tuple)) throw KeepAutocast();
+      auto copy = std::make_shared<Value>(**slot);  // the caller's list stays as it is
+      *slot = copy;
+      slot = &copy->items.at(PyLong_AsSsize_t(PyTuple_GET_ITEM(place, 2)));
+    }
+    if (!(*slot)->is(VKind::Tensor)) throw KeepAutocast();
+    *slot = call_torch(A->tensor_to.get(), "Tensor.to", {*slot, make_const_borrowed(dtype)}, {});
+  }
+  return call_torch(target, name, cast_args, cast_kwargs);
+}
+
 PyRef Tracer::autocast_meta(PyObject* target, PyObject* meta_args, PyObject* meta_kwargs, PyObject* device,
                             PyObject* meta_out) {
+  if (!keep_autocast_) return {};  // every op under autocast was traced with its explicit casts
   if (!autocast_at_start_ && autocast_open_.empty()) return {};
   const AutocastRefs* A = autocast_refs();
   PyRef no_kwargs = meta_kwargs ? PyRef() : PyRef::steal(PyDict_New());

@@ -357,11 +357,16 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
     if (computed) computed->reset();  // the result's metadata is the cast one's
     return cast;
   };
+  // Under autocast: the op's casts, made explicit.
+  const bool moves = name == "Tensor.to" || name == "Tensor.cuda" || name == "Tensor.cpu";
+  if (device && !moves)
+    if (auto cast = call_with_explicit_casts(target, name, args, kwargs, meta_args.get(), meta_kwargs.get(), device))
+      return *cast;
   // Device-moving methods: compute the real device here and run the meta call without a device.
   PyRef meta_out;
   std::optional<ComputedMeta> fast;
   bool moves_device = false;
-  if (name == "Tensor.to" || name == "Tensor.cuda" || name == "Tensor.cpu") {
+  if (moves) {
     moves_device = true;
     PyRef rest = PyRef::steal(PyTuple_GetSlice(meta_args.get(), 1, PyTuple_GET_SIZE(meta_args.get())));
     PyRef parsed;

@@ -76,12 +76,13 @@ struct NotResumable : std::runtime_error {
 };
 }  // namespace
 
-Tracer::Tracer(const cpython::FrameView& frame, const TraceStop* stop, DynamicMode dynamic)
+Tracer::Tracer(const cpython::FrameView& frame, const TraceStop* stop, DynamicMode dynamic, bool keep_autocast)
     : root_(frame),
       shapes_(dynamic,
               dynamic == DynamicMode::Automatic ? code_identity(reinterpret_cast<PyObject*>(frame.code())) : std::string(),
               dynamic == DynamicMode::Automatic ? &code_info(frame.code()).dynamic : nullptr) {
   if (stop) stop_ = *stop;
+  keep_autocast_ = keep_autocast;
 }
 
 ValueRef Tracer::pop() {
@@ -657,8 +658,11 @@ TraceResult Tracer::take_partial() {
   return finish(TraceResult{std::move(graph_), std::move(guards_), {}, {}});
 }
 
-TraceResult trace_frame(const cpython::FrameView& frame, const TraceStop* stop, DynamicMode dynamic) {
-  Tracer tracer(frame, stop, dynamic);
+namespace {
+
+TraceResult trace_frame_as(const cpython::FrameView& frame, const TraceStop* stop, DynamicMode dynamic,
+                           bool keep_autocast) {
+  Tracer tracer(frame, stop, dynamic, keep_autocast);
   try {
     return tracer.run();
   } catch (NotResumable& e) {
@@ -676,6 +680,17 @@ TraceResult trace_frame(const cpython::FrameView& frame, const TraceStop* stop, 
     TraceResult r = tracer.take_partial();
     r.user_error = e.what();
     return r;
+  }
+}
+
+}  // namespace
+
+TraceResult trace_frame(const cpython::FrameView& frame, const TraceStop* stop, DynamicMode dynamic) {
+  try {
+    return trace_frame_as(frame, stop, dynamic, /*keep_autocast=*/false);
+  } catch (const KeepAutocast&) {
+    PyErr_Clear();
+    return trace_frame_as(frame, stop, dynamic, /*keep_autocast=*/true);
   }
 }
 

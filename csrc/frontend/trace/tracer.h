@@ -39,7 +39,8 @@ struct TraceResult {
 };
 
 /** Traces the frame's function from its first instruction to its return, or (with `stop`) up to just before
-    that instruction, returning the live state there. Never throws for user code. */
+    that instruction, returning the live state there. Never throws for user code. Ops under autocast become explicit
+    casts where that is exactly what autocast does, else the whole trace is made again keeping autocast. */
 TraceResult trace_frame(const cpython::FrameView& frame, const TraceStop* stop = nullptr,
                         DynamicMode dynamic = DynamicMode::Static);
 
@@ -82,7 +83,7 @@ struct ProbeCall {
 class Tracer {
  public:
   explicit Tracer(const cpython::FrameView& frame, const TraceStop* stop = nullptr,
-                  DynamicMode dynamic = DynamicMode::Static);
+                  DynamicMode dynamic = DynamicMode::Static, bool keep_autocast = false);
   TraceResult run();
   TraceResult take_partial();  // after run() threw: what was recorded so far
 
@@ -117,9 +118,17 @@ class Tracer {
                               const std::vector<std::pair<std::string, ValueRef>>& kwargs);
   ValueRef enter_autocast(const ValueRef& ctx);  // BEFORE_WITH on an autocast object: returns its __exit__
   ValueRef leave_autocast(const Value& exit);    // that __exit__ called
+  // An op traced under autocast as its explicit casts and the op on the cast tensors (see fastcomp/_autocast.py):
+  // its result, or nothing where autocast changes nothing and the op is traced as it is. Throws KeepAutocast where
+  // autocast cannot be made explicit for it; a trace that keeps autocast answers null.
+  std::optional<ValueRef> call_with_explicit_casts(PyObject* target, const std::string& name,
+                                                   const std::vector<ValueRef>& args,
+                                                   const std::vector<std::pair<std::string, ValueRef>>& kwargs,
+                                                   PyObject* meta_args, PyObject* meta_kwargs, PyObject* device);
+  bool keeps_autocast() const { return keep_autocast_; }
   // `meta_out` (the meta call's result, None where it raised) as the op gives it on `device` under the autocast state
-  // now; null where autocast does not change its dtypes or no autocast is on, null with the Python error set where the
-  // op raises under autocast.
+  // now; null where autocast does not change its dtypes, no autocast is on, or the trace makes its casts explicit;
+  // null with the Python error set where the op raises under autocast.
   PyRef autocast_meta(PyObject* target, PyObject* meta_args, PyObject* meta_kwargs, PyObject* device,
                       PyObject* meta_out);
   // The trace asked torch about autocast: whether it is on (covered, while it is off for every device, by the guard
@@ -319,6 +328,8 @@ class Tracer {
   bool autocast_read_ = false;      // the trace entered an autocast block or asked autocast's dtypes
   std::optional<Guard> autocast_guard_;  // fastcomp._autocast.state() as at the start
   std::vector<PyRef> autocast_open_;     // the state outside each open autocast block, innermost last
+  bool keep_autocast_ = false;           // the graph runs under autocast (else with explicit casts, without it)
+  int explicit_cast_depth_ = 0;          // > 0 while tracing an op's explicit casts and the op on them
   TraceStop stop_;                 // instr -1: trace to the end
   std::vector<int> root_visits_;   // executions started of each root instruction
   friend struct TracerAccess;

@@ -45,6 +45,12 @@ struct Unsupported : std::runtime_error {
 
 struct Value;
 
+// An op under autocast whose casts cannot be made explicit: the trace starts again, keeping autocast in the graph.
+// Not an Unsupported (nothing may catch it as a graph break on the way out).
+struct KeepAutocast : std::exception {
+  const char* what() const noexcept override { return "autocast kept"; }
+};
+
 // The user's code raised during tracing; a Python exception may be set. Eager execution reproduces it.
 // `type` is the exception class eager raises (borrowed: a builtin exception class or one the traced code holds),
 // null when the tracer does not know it exactly: then no `except` clause of traced code may catch it, and the

@@ -28,8 +28,8 @@ namespace {
 std::string torch_runner_reason(const graph::Graph& graph, int* device) {
   if (!config().cuda_backend) return "fastcomp.config.cuda_backend is off";
   if (graph.under_autocast)
-    return "autocast kept: an op's casts could not be made explicit (or gradients are recorded), so its ops run as "
-           "torch calls under autocast";
+    return "autocast kept, its ops run as torch calls under it: " +
+           (graph.autocast_kept_because.empty() ? std::string("the frame started under it") : graph.autocast_kept_because);
   bool cuda = false;
   // Under no_grad from start to end (inference), nothing in the graph records gradients, though a view of a
   // parameter requires grad (ViT's cls_token.expand(B, -1, -1)). Where grad mode switches inside the graph, a view

@@ -25,11 +25,29 @@ def autocast_state():
     return (torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"), torch.is_autocast_cache_enabled())
 
 
+@pytest.fixture(autouse=True, params=["all", "cuda"], ids=["explicit-cpu", "kept-cpu"])
+def explicit_autocast(request):
+    """Every test runs with CPU autocast made explicit (fastcomp.config.explicit_autocast="all", the form CUDA graphs
+    take by default) and kept (the default on the CPU); tests of one form set it themselves."""
+    with fastcomp.config.patch(explicit_autocast=request.param):
+        yield request.param
+
+
 @pytest.fixture(autouse=True)
 def state_is_left_as_found():
     before = autocast_state()
     yield
     assert autocast_state() == before
+
+
+def explicit(test):
+    """A test of the explicit form on the CPU."""
+    def run(*args, **kwargs):
+        with fastcomp.config.patch(explicit_autocast="all"):
+            return test(*args, **kwargs)
+
+    run.__name__, run.__doc__ = test.__name__, test.__doc__
+    return run
 
 
 def mixed_ops(x, w, b, img, kernel):
@@ -63,6 +81,7 @@ def graph_ops(fn, *args):
             " = input " not in line]
 
 
+@explicit
 def test_casts_become_nodes_of_their_own_and_the_block_leaves_none():
     """F.linear's three casts to bfloat16, the promotion of torch.cat's float32 argument, conv2d's casts: Tensor.to
     nodes before each op, in autocast's order; softmax and layer_norm, which CPU autocast leaves alone, as they are.
@@ -73,6 +92,7 @@ def test_casts_become_nodes_of_their_own_and_the_block_leaves_none():
         "operator.matmul", "Tensor.to", "Tensor.to", "torch.conv2d"]
 
 
+@explicit
 def test_an_op_whose_casts_are_inside_it_keeps_autocast_in_the_graph():
     """CPU autocast casts inside torch.einsum (at the matmul it becomes), after einsum's own calls: no casts before
     the op say what autocast does, so the trace starts again keeping autocast, and the graph's ops run under it."""
@@ -90,9 +110,12 @@ def test_an_op_whose_casts_are_inside_it_keeps_autocast_in_the_graph():
         out = compiled(a, b)
     assert_same(out, f(a, b))
     assert out[0].dtype == BF16
-    assert "autocast kept" in cc.records[0]["backend"]
+    # The reason names the op and the user's line.
+    assert "autocast kept, its ops run as torch calls under it: torch.functional.einsum at " in cc.records[0]["backend"]
+    assert "test_autocast.py:" in cc.records[0]["backend"]
 
 
+@explicit
 def test_called_under_autocast_the_graph_runs_with_autocast_suspended():
     """Traced under the caller's autocast, with its casts explicit: while the graph runs, autocast is off (its torch
     calls take the cast tensors), and the caller's state is back afterwards, also when the graph raises. A block
@@ -243,6 +266,7 @@ def test_changing_autocast_by_hand_is_a_graph_break():
     assert "changes autocast outside a `with torch.autocast(...)` block" in explained.break_reasons[0].reason
 
 
+@explicit
 def test_training_step_under_autocast_gives_eager_gradients():
     """Gradients are recorded: the graph keeps autocast (whose cast cache makes a weight's gradients meet in one
     cast), and loss and gradients are eager's exactly."""
@@ -259,7 +283,7 @@ def test_training_step_under_autocast_gives_eager_gradients():
     expected.backward()
     got.backward()
     assert cc.graph_count == 1
-    assert "autocast kept" in cc.records[0]["backend"]
+    assert "autocast kept" in cc.records[0]["backend"] and "gradients are recorded" in cc.records[0]["backend"]
     assert_same(got, expected)
     for (name, p), q in zip(model.named_parameters(), twin.parameters()):
         torch.testing.assert_close(q.grad, p.grad, rtol=0, atol=0, msg=name)
@@ -309,3 +333,51 @@ def test_asking_whether_autocast_is_on_adds_no_state_guard_while_it_is_off():
         with torch.autocast("cpu", dtype=BF16):
             assert_same(compiled(x), f(x))  # on now: the branch differs, and a recompile takes it
     assert cc.frame_count == 2
+
+
+@explicit
+def test_a_copy_that_changes_nothing_is_seen_through_unless_it_is_written_or_returned():
+    """CUDA autocast runs softmax of a float32 tensor as softmax(x, dtype=float32), whose float32 copy of x changes
+    no value: the explicit form (softmax of x itself) is the same computation, and the proof sees through the copy.
+    A copy that is written to or returned is another tensor than its source: no explicit form then."""
+    from fastcomp import _autocast
+
+    cpu, x, w = torch.device("cpu"), torch.empty(4, 8, device="meta"), torch.empty(8, 8, device="meta")
+    with torch.autocast("cpu", dtype=BF16):
+        assert _autocast.explicit_casts(lambda t: torch.softmax(t.to(t.dtype, copy=True), -1), (x,), {}, cpu) == []
+        assert _autocast.explicit_casts(lambda t, u: t.to(t.dtype, copy=True) @ u, (x, w), {}, cpu) == [
+            (("arg", 1), BF16), (("arg", 0), BF16)]
+        for written_or_returned in (lambda t: t.to(t.dtype, copy=True), lambda t: t.to(t.dtype, copy=True).add_(1)):
+            assert _autocast.explicit_casts(written_or_returned, (x,), {}, cpu) == (
+                "a copy it makes under autocast is written to or returned")
+
+
+def test_cpu_autocast_is_kept_by_default_so_that_cpu_kernels_see_it_as_in_eager():
+    """CPU roll calls cat through the dispatcher, which CPU autocast casts in eager (and refuses for float16 under a
+    bfloat16 region); the meta stand-ins do not show that call. By default CPU graphs keep autocast, so the compiled
+    call raises as eager does, and the backend line says why the graph kept it."""
+    def f(x):
+        with torch.autocast("cpu", dtype=BF16):
+            return x.roll(1, 0) * 2
+
+    compiled = fastcomp.compile(f)
+    with fastcomp.config.patch(explicit_autocast="cuda"):
+        x = torch.randn(5, 3)
+        with CompileCounter() as cc:
+            assert_same(compiled(x), f(x))
+        assert "fastcomp.config.explicit_autocast is 'cuda': cpu autocast stays" in cc.records[0]["backend"]
+        half = torch.randn(5, 3, dtype=torch.float16)
+        with pytest.raises(RuntimeError, match="prioritize"):
+            f(half)
+        with pytest.raises(RuntimeError, match="prioritize"):
+            compiled(half)
+
+
+def test_explicit_autocast_off_keeps_autocast_everywhere():
+    with fastcomp.config.patch(explicit_autocast="off"):
+        with CompileCounter() as cc:
+            args = inputs()
+            assert_same(fastcomp.compile(mixed_ops)(*args), mixed_ops(*args))
+    assert "fastcomp.config.explicit_autocast is 'off'" in cc.records[0]["backend"]
+    with pytest.raises(ValueError, match="explicit_autocast"):
+        fastcomp.config.explicit_autocast = "cpu"

@@ -90,6 +90,7 @@ struct Graph {
   // Autocast is on when the graph starts, or a block of it (fastcomp._autocast.enter/leave nodes) is in the graph:
   // its ops' dtypes are autocast's, which only torch's dispatch applies.
   bool under_autocast = false;
+  std::string autocast_kept_because;  // why the trace kept autocast (an op, where, and what autocast does in it)
   // Traced under autocast with its casts explicit (Tensor.to nodes): the graph runs with autocast suspended, so that
   // its torch calls are not cast again.
   bool suspends_autocast = false;

@@ -17,6 +17,8 @@ A graph is traced in one of two ways:
 """
 import torch
 
+import fastcomp.config
+
 def state():
     """What autocast does now: for "cpu" and "cuda" (the device types traced under autocast) whether it is on and its
     dtype, and whether casts are cached. Guards of graphs traced under autocast, or with a block, compare it."""
@@ -66,6 +68,7 @@ _recording = None
 # For each recorded call, whether autocast was off for its device then (under autocast: inside autocast's own
 # kernel of an op, which casts and calls the op with autocast off).
 _recording_autocast_off = None
+_recording_elided = None  # the copies left out of the record (see __torch_dispatch__)
 _AUTOCAST_KEYS = {"cpu": torch._C.DispatchKey.AutocastCPU, "cuda": torch._C.DispatchKey.AutocastCUDA}
 
 
@@ -107,11 +110,28 @@ class _OnDevice(torch.Tensor):
         out = func(*unwrap(args), **{k: unwrap(v) for k, v in (kwargs or {}).items()})
         if _recording is None:
             return _wrap(out, device)
+        kwargs = kwargs or {}
+        if func is torch.ops.aten._to_copy.default and isinstance(args[0], _OnDevice):
+            kwargs = _copy_changes(args[0], kwargs)
+            if not kwargs and out.stride() == args[0].stride():
+                # A copy that changes nothing (CUDA autocast's softmax asks for float32 of a float32 tensor): the
+                # source stands for it, so that the record says what the values go through.
+                copy = _OnDevice(out, device, args[0].origin)
+                copy.elided_copy = True
+                _recording_elided.append(copy)
+                return copy
         k = len(_recording)
-        _recording.append((func, _seen(args), _seen(kwargs or {})))
+        _recording.append((func, _seen(args), _seen(kwargs)))
         _recording_autocast_off.append(torch._C._dispatch_tls_is_dispatch_key_excluded(_AUTOCAST_KEYS[device.type]))
         made = iter(range(1 << 30))
         return _wrap(out, device, lambda: ("call", k, next(made)))
+
+
+def _copy_changes(source, kwargs):
+    """The options of an aten._to_copy of `source` that change something."""
+    unchanged = {"dtype": source.dtype, "layout": source.layout, "device": source.device, "pin_memory": False,
+                 "non_blocking": False, "memory_format": torch.preserve_format}
+    return {k: v for k, v in kwargs.items() if v is not None and not (k in unchanged and v == unchanged[k])}
 
 
 class _Seen:
@@ -203,16 +223,24 @@ def trace_meta(target, args, kwargs, device, meta_out):
 def _recorded(fn):
     """fn()'s result, the aten calls the stand-ins saw while it ran and whether autocast was off at each, with
     autocast's cast cache off (it skips a cast it made before, which would hide it from the record)."""
-    global _recording, _recording_autocast_off
+    global _recording, _recording_autocast_off, _recording_elided
     cache = torch.is_autocast_cache_enabled()
     torch.set_autocast_cache_enabled(False)
-    _recording, _recording_autocast_off = [], []
+    _recording, _recording_autocast_off, _recording_elided = [], [], []
     try:
         out = fn()
+        if _recording_elided and (any(func._schema.is_mutable for func, _, _ in _recording) or
+                                  any(getattr(t, "elided_copy", False) for t in _tensors(out))):
+            # A copy written to, or returned, is not its source: left out, the record would not show the difference.
+            raise _CopyMatters
         return out, _recording, _recording_autocast_off
     finally:
-        _recording = _recording_autocast_off = None
+        _recording = _recording_autocast_off = _recording_elided = None
         torch.set_autocast_cache_enabled(cache)
+
+
+class _CopyMatters(Exception):
+    pass
 
 
 def _place_of(seen):
@@ -228,7 +256,8 @@ def explicit_casts(target, args, kwargs, device, other_sizes=False):
     a list of (place, dtype), the casts of arguments autocast makes before the op (place: ("arg", i), ("arg", i, j),
     ("kwarg", name) or ("kwarg", name, j) for item j of a list), such that the op without autocast on the cast
     arguments makes exactly the aten calls it makes under autocast. An empty list where autocast changes nothing;
-    None where no such casts exist (the op must run under autocast). Raises what the op raises under autocast.
+    where no such casts exist (the op must run under autocast), a str saying why. Raises what the op raises under
+    autocast.
 
     `other_sizes`: the casts must hold at other sizes too (dynamic shapes), where an op that torch decomposes may
     take another path. They do where each call after the casts ran inside autocast's kernel of the op (which calls it
@@ -238,6 +267,9 @@ def explicit_casts(target, args, kwargs, device, other_sizes=False):
     that agree in all of them (a model's layers repeat the same calls)."""
     if not torch.is_autocast_enabled(device.type):
         return []
+    if fastcomp.config.explicit_autocast != "all" and device.type != "cuda":
+        return (f"fastcomp.config.explicit_autocast is {fastcomp.config.explicit_autocast!r}: {device.type} autocast "
+                f"stays (its kernels may call other ops, which autocast casts in eager)")
     key = _call_key(target, args, kwargs, device, other_sizes)
     if key is not None and key in _answers:
         return _answers[key]
@@ -280,9 +312,12 @@ def _worked_out(target, args, kwargs, device, other_sizes):
     if torch.is_grad_enabled() and any(t.requires_grad for t in _tensors((args, kwargs))):
         # Gradients flow: autocast caches a cast of a tensor that requires grad, so that its gradients meet in one
         # cast, and an autograd.Function's backward runs under the autocast its forward saw.
-        return None
+        return "gradients are recorded (autocast caches the casts of tensors that require grad)"
     a, k = _wrap_arguments(args, kwargs, device)
-    out, under, autocast_off = _recorded(lambda: target(*a, **k))
+    try:
+        out, under, autocast_off = _recorded(lambda: target(*a, **k))
+    except _CopyMatters:
+        return "a copy it makes under autocast is written to or returned"
     casts = []
     for func, fargs, fkwargs in under:  # autocast's casts come first, before the op's own calls
         place = _place_of(fargs[0]) if func is torch.ops.aten._to_copy.default and len(fargs) == 1 else None
@@ -291,7 +326,7 @@ def _worked_out(target, args, kwargs, device, other_sizes):
         casts.append((place, fkwargs["dtype"]))
     rest = autocast_off[len(casts):]
     if other_sizes and len(rest) > 1 and not all(rest):
-        return None
+        return "with dynamic shapes: torch decomposes it, and autocast may cast inside it at other sizes"
     a, k = _wrap_arguments(args, kwargs, device)
 
     def cast_then_call_without_autocast():
@@ -313,8 +348,9 @@ def _worked_out(target, args, kwargs, device, other_sizes):
 
     try:
         out_explicit, explicit, _ = _recorded(cast_then_call_without_autocast)
-    except Exception:
-        return None
+    except Exception as e:
+        return f"after its casts, without autocast, it raises {type(e).__name__}: {str(e)[:200]}"
     if explicit != under or _seen(out_explicit) != _seen(out):
-        return None
+        calls = ", ".join(str(func) for func, _, _ in under[len(casts):][:4])
+        return f"autocast does more than cast its arguments before it (its calls under autocast: {calls})"
     return casts

@@ -46,6 +46,14 @@ Environment variables give the start-up values:
   does so for functions with 16 or more guarded values (a library model's hundreds), always for every function
   (tests), off never.
 
+- ``FASTCOMP_EXPLICIT_AUTOCAST`` (cuda, all or off; default cuda): on which devices an op traced under autocast
+  becomes the casts autocast makes (``Tensor.to`` nodes) and the op on the cast tensors, so that the graph runs
+  without autocast and the CUDA backend lowers it; elsewhere the graph keeps autocast and runs its ops as torch
+  calls under it, as eager does. Not the CPU by default: a CPU kernel may call other ops through the dispatcher
+  (``roll`` calls ``cat``), which autocast casts in eager and the meta stand-ins the casts are read from do not
+  show; on CUDA, as with torch.compile, the casts are those autocast makes at the op itself. off keeps autocast
+  everywhere.
+
 On/off variables take ``1/0``, ``true/false``, ``yes/no`` or ``on/off`` in any case; an empty value means unset.
 Anything else, a non-integer or a negative integer, stops ``import fastcomp`` with a ``ValueError`` that names the
 variable, its value and what it accepts (a typo must not silently leave a switch at its default).
@@ -83,8 +91,11 @@ _SETTINGS = {
     # The shortcut through a guard check that reuses what the last passing check read through unchanged dicts
     # (csrc/frontend/guards/guard_memo.h).
     "guard_memo": ("FASTCOMP_GUARD_MEMO", "auto"),
+    # Ops under autocast as explicit casts and the op on the cast tensors (python/fastcomp/_autocast.py).
+    "explicit_autocast": ("FASTCOMP_EXPLICIT_AUTOCAST", "cuda"),
 }
-_CHOICES = {"nvrtc_fast_compile": ("", "min", "mid", "max"), "guard_memo": ("auto", "always", "off")}
+_CHOICES = {"nvrtc_fast_compile": ("", "min", "mid", "max"), "guard_memo": ("auto", "always", "off"),
+            "explicit_autocast": ("cuda", "all", "off")}
 _ON = ("1", "true", "yes", "on")
 _OFF = ("0", "false", "no", "off")
 

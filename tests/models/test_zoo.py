@@ -89,20 +89,25 @@ def test_model_captures_whole_and_matches_eager(spec):
         assert cc.frame_count <= 1 and cc.break_count == 0, cc.records
 
 
+@pytest.mark.parametrize("explicit", ["all", "cuda"], ids=["explicit", "kept"])
 @pytest.mark.parametrize("spec", _models())
-def test_model_under_cpu_autocast_captures_whole_and_matches_eager(spec):
+def test_model_under_cpu_autocast_captures_whole_and_matches_eager(spec, explicit):
     """Called under `torch.autocast("cpu", dtype=torch.bfloat16)`: one graph traced under it (the library's own
     blocks that switch autocast off for rotary embeddings or linear attention included), whose results are eager's
-    under autocast exactly (the same ops on the same casts), dtypes included; new values compile nothing."""
+    under autocast exactly (the same ops on the same casts), dtypes included; new values compile nothing. With
+    casts made explicit (as on CUDA by default) every op's casts are Tensor.to nodes and the graph runs with
+    autocast suspended; kept (the CPU's default), its ops run under autocast."""
     torch.manual_seed(0)
     model = spec.build().eval()
     compiled = fastcomp.compile(model)
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+    with fastcomp.config.patch(explicit_autocast=explicit), torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         with CompileCounter() as cc:
             for _ in range(2):
                 inputs = spec.inputs(spec.sizes[0])
                 assert_same_output(call(compiled, inputs), call(model, inputs), tolerance=0)
     assert (cc.frame_count, cc.graph_count, cc.break_count) == (1, 1, 0), cc.records
+    backend = cc.records[0]["backend"]
+    assert ("autocast suspended" in backend) == (explicit == "all"), backend
 
 
 @pytest.mark.parametrize("name", ["gpt2-lm-head", "llama-causal-lm-cache"])

@@ -12,6 +12,7 @@
 #include "cpython/gil_once.h"
 #include "frontend/trace/torch_refs.h"
 #include "frontend/trace/tracer.h"
+#include "support/config.h"
 #include "support/pystr.h"
 
 namespace fastcomp::frontend {
@@ -83,8 +84,15 @@ void Tracer::start_autocast() {
       throw Unsupported(BreakCode::UnsupportedValue, "autocast is enabled for a device other than cpu and cuda");
   }
   Guard g;
-  if (make_global_state_guard(A->state.get(), "fastcomp._autocast.state()", StateProbe::None, &g))
+  if (make_global_state_guard(A->state.get(), "fastcomp._autocast.state()", StateProbe::None, &g)) {
+    // CPU autocast on from the start, which stays by default: the trace keeps it from the first instruction rather
+    // than at the first op on a CPU tensor.
+    if (!keep_autocast_ && config().explicit_autocast == "cuda" && PyTuple_Check(g.expected.get()) &&
+        PyTuple_GET_ITEM(g.expected.get(), 0) == Py_True)
+      throw KeepAutocast("fastcomp.config.explicit_autocast is 'cuda': cpu autocast stays (its kernels may call "
+                         "other ops, which autocast casts in eager)");
     autocast_guard_ = std::move(g);
+  }
   else if (autocast_at_start_)
     throw Unsupported(BreakCode::UnsupportedValue, "autocast is enabled and its state cannot be read");
 }
@@ -205,11 +213,12 @@ std::optional<ValueRef> Tracer::call_with_explicit_casts(PyObject* target, const
   // With dynamic shapes the casts must hold at every size, not only at the traced ones.
   PyRef casts = PyRef::steal(PyObject_CallFunctionObjArgs(A->explicit_casts.get(), target, meta_args, meta_kwargs,
                                                           device, shapes_.active() ? Py_True : Py_False, nullptr));
+  auto keep = [&](const std::string& why) { return KeepAutocast(fmt::format("{} at {}: {}", name, user_loc(), why)); };
   if (!casts) {  // the op raises under autocast: the trace that keeps autocast reports it as it does
-    PyErr_Clear();
-    throw KeepAutocast();
+    const std::string error = take_error_message();
+    throw keep("it raises under autocast: " + error.substr(0, 200));
   }
-  if (casts.get() == Py_None) throw KeepAutocast();
+  if (PyUnicode_Check(casts.get())) throw keep(utf8(casts.get()));
   if (PyList_GET_SIZE(casts.get()) == 0) return std::nullopt;
   std::vector<ValueRef> cast_args = args;
   std::vector<std::pair<std::string, ValueRef>> cast_kwargs = kwargs;
@@ -231,14 +240,14 @@ std::optional<ValueRef> Tracer::call_with_explicit_casts(PyObject* target, const
       for (auto& kv : cast_kwargs)
         if (kv.first == key) slot = &kv.second;
     }
-    if (!slot) throw KeepAutocast();
+    if (!slot) throw keep("a cast of an argument it was not given");
     if (PyTuple_GET_SIZE(place) == 3) {  // item j of a list or tuple argument (torch.cat's tensors)
-      if (!(*slot)->is(VKind::List) && !(*slot)->is(VKind::Tuple)) throw KeepAutocast();
+      if (!(*slot)->is(VKind::List) && !(*slot)->is(VKind::Tuple)) throw keep("a cast of an item of an argument that is no list");
       auto copy = std::make_shared<Value>(**slot);  // the caller's list stays as it is
       *slot = copy;
       slot = &copy->items.at(PyLong_AsSsize_t(PyTuple_GET_ITEM(place, 2)));
     }
-    if (!(*slot)->is(VKind::Tensor)) throw KeepAutocast();
+    if (!(*slot)->is(VKind::Tensor)) throw keep("a cast of an argument that is no tensor of the graph");
     *slot = call_torch(A->tensor_to.get(), "Tensor.to", {*slot, make_const_borrowed(dtype)}, {});
   }
   return call_torch(target, name, cast_args, cast_kwargs);

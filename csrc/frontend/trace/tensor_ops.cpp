@@ -346,6 +346,9 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
   auto run_meta = [&](PyObject* margs, PyObject* mkwargs, std::optional<ComputedMeta>* computed) -> PyRef {
     PyRef out = run_plain_meta(margs, mkwargs, computed);
     if (!device) return out;
+    // A probe at other sizes (computed null: sym_infer.cpp) asks for sizes, which autocast does not change; the
+    // stand-ins' kernels may allocate on the device at those sizes (CPU attention's causal mask at 2**20 times them).
+    if (out && !computed) return out;
     // Arguments of several dtypes that autocast casts to one (conv2d of a bf16 result with its f32 weight) make
     // the meta call raise where the op runs.
     PyObject *type = nullptr, *value = nullptr, *tb = nullptr;

@@ -3,6 +3,8 @@
 #include "frontend/trace/tracer.h"
 
 #include "cpython/gil_once.h"
+#include "support/config.h"
+#include "support/log.h"
 #include "support/pystr.h"
 
 #include <fmt/format.h>
@@ -76,13 +78,15 @@ struct NotResumable : std::runtime_error {
 };
 }  // namespace
 
-Tracer::Tracer(const cpython::FrameView& frame, const TraceStop* stop, DynamicMode dynamic, bool keep_autocast)
+Tracer::Tracer(const cpython::FrameView& frame, const TraceStop* stop, DynamicMode dynamic,
+               const std::string* keep_autocast_because)
     : root_(frame),
       shapes_(dynamic,
               dynamic == DynamicMode::Automatic ? code_identity(reinterpret_cast<PyObject*>(frame.code())) : std::string(),
               dynamic == DynamicMode::Automatic ? &code_info(frame.code()).dynamic : nullptr) {
   if (stop) stop_ = *stop;
-  keep_autocast_ = keep_autocast;
+  keep_autocast_ = keep_autocast_because != nullptr;
+  if (keep_autocast_) graph_.autocast_kept_because = *keep_autocast_because;
 }
 
 ValueRef Tracer::pop() {
@@ -660,9 +664,10 @@ TraceResult Tracer::take_partial() {
 
 namespace {
 
+// `keep_autocast_because` null: ops under autocast become explicit casts; else the graph keeps autocast, for that reason.
 TraceResult trace_frame_as(const cpython::FrameView& frame, const TraceStop* stop, DynamicMode dynamic,
-                           bool keep_autocast) {
-  Tracer tracer(frame, stop, dynamic, keep_autocast);
+                           const std::string* keep_autocast_because) {
+  Tracer tracer(frame, stop, dynamic, keep_autocast_because);
   try {
     return tracer.run();
   } catch (NotResumable& e) {
@@ -686,11 +691,16 @@ TraceResult trace_frame_as(const cpython::FrameView& frame, const TraceStop* sto
 }  // namespace
 
 TraceResult trace_frame(const cpython::FrameView& frame, const TraceStop* stop, DynamicMode dynamic) {
+  if (config().explicit_autocast == "off") {
+    static const std::string off = "fastcomp.config.explicit_autocast is 'off'";
+    return trace_frame_as(frame, stop, dynamic, &off);
+  }
   try {
-    return trace_frame_as(frame, stop, dynamic, /*keep_autocast=*/false);
-  } catch (const KeepAutocast&) {
+    return trace_frame_as(frame, stop, dynamic, nullptr);
+  } catch (const KeepAutocast& keep) {
     PyErr_Clear();
-    return trace_frame_as(frame, stop, dynamic, /*keep_autocast=*/true);
+    FC_LOG(compile, info, "fastcomp: the graph keeps autocast, its ops run as torch calls under it: {}", keep.reason);
+    return trace_frame_as(frame, stop, dynamic, &keep.reason);
   }
 }
 

@@ -83,7 +83,7 @@ struct ProbeCall {
 class Tracer {
  public:
   explicit Tracer(const cpython::FrameView& frame, const TraceStop* stop = nullptr,
-                  DynamicMode dynamic = DynamicMode::Static, bool keep_autocast = false);
+                  DynamicMode dynamic = DynamicMode::Static, const std::string* keep_autocast_because = nullptr);
   TraceResult run();
   TraceResult take_partial();  // after run() threw: what was recorded so far
 

@@ -48,7 +48,9 @@ struct Value;
 // An op under autocast whose casts cannot be made explicit: the trace starts again, keeping autocast in the graph.
 // Not an Unsupported (nothing may catch it as a graph break on the way out).
 struct KeepAutocast : std::exception {
-  const char* what() const noexcept override { return "autocast kept"; }
+  explicit KeepAutocast(std::string why) : reason(std::move(why)) {}
+  const char* what() const noexcept override { return reason.c_str(); }
+  std::string reason;  // "torch.einsum at model.py:12: autocast does more than cast its arguments before it (...)"
 };
 
 // The user's code raised during tracing; a Python exception may be set. Eager execution reproduces it.

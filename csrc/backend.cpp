@@ -27,9 +27,7 @@ namespace {
 // Why the graph runs through torch rather than the CUDA backend; empty when the CUDA backend applies.
 std::string torch_runner_reason(const graph::Graph& graph, int* device) {
   if (!config().cuda_backend) return "fastcomp.config.cuda_backend is off";
-  if (graph.under_autocast)
-    return "autocast kept, its ops run as torch calls under it: " +
-           (graph.autocast_kept_because.empty() ? std::string("the frame started under it") : graph.autocast_kept_because);
+  if (graph.under_autocast) return "autocast kept, its ops run as torch calls under it: " + graph.autocast_kept_because;
   bool cuda = false;
   // Under no_grad from start to end (inference), nothing in the graph records gradients, though a view of a
   // parameter requires grad (ViT's cls_token.expand(B, -1, -1)). Where grad mode switches inside the graph, a view

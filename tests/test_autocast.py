@@ -28,7 +28,7 @@ def autocast_state():
 @pytest.fixture(autouse=True, params=["all", "cuda"], ids=["explicit-cpu", "kept-cpu"])
 def explicit_autocast(request):
     """Every test runs with CPU autocast made explicit (fastcomp.config.explicit_autocast="all", the form CUDA graphs
-    take by default) and kept (the default on the CPU); tests of one form set it themselves."""
+    take by default) and kept (the default on the CPU); tests of one form say so (`explicit`, or patch it)."""
     with fastcomp.config.patch(explicit_autocast=request.param):
         yield request.param
 
@@ -40,14 +40,8 @@ def state_is_left_as_found():
     assert autocast_state() == before
 
 
-def explicit(test):
-    """A test of the explicit form on the CPU."""
-    def run(*args, **kwargs):
-        with fastcomp.config.patch(explicit_autocast="all"):
-            return test(*args, **kwargs)
-
-    run.__name__, run.__doc__ = test.__name__, test.__doc__
-    return run
+# A test of the explicit form on the CPU: the fixture's "all" only.
+explicit = pytest.mark.parametrize("explicit_autocast", ["all"], indirect=True)
 
 
 def mixed_ops(x, w, b, img, kernel):

@@ -15,9 +15,13 @@ A graph is traced in one of two ways:
 - autocast kept (trace_meta()): where some op's calls differ (or gradients are recorded, whose casts autocast
   caches), the graph keeps the blocks as enter()/leave() calls and runs its ops under autocast, as eager does.
 """
+import itertools
+
 import torch
+import torch.utils._pytree as pytree
 
 import fastcomp.config
+
 
 def state():
     """What autocast does now: for "cpu" and "cuda" (the device types traced under autocast) whether it is on and its
@@ -50,8 +54,9 @@ def leave(device_type, enabled, dtype, cache_enabled):
 
 
 def suspend():
-    """Turns autocast off for cpu and cuda while a graph with explicit casts runs; returns what resume() puts back."""
-    was = state()
+    """Turns autocast off for cpu and cuda while a graph with explicit casts runs (on every call of it: only whether
+    each is on is read); returns what resume() puts back."""
+    was = torch.is_autocast_enabled("cpu"), torch.is_autocast_enabled("cuda")
     torch.set_autocast_enabled("cpu", False)
     torch.set_autocast_enabled("cuda", False)
     return was
@@ -59,17 +64,22 @@ def suspend():
 
 def resume(was):
     torch.set_autocast_enabled("cpu", was[0])
-    torch.set_autocast_enabled("cuda", was[2])
+    torch.set_autocast_enabled("cuda", was[1])
 
 
-# The aten calls the stand-ins see while one is recording: (op, arguments, keyword arguments) with each tensor as
-# _Seen (where it came from, and its metadata).
-_recording = None
-# For each recorded call, whether autocast was off for its device then (under autocast: inside autocast's own
-# kernel of an op, which casts and calls the op with autocast off).
-_recording_autocast_off = None
-_recording_elided = None  # the copies left out of the record (see __torch_dispatch__)
 _AUTOCAST_KEYS = {"cpu": torch._C.DispatchKey.AutocastCPU, "cuda": torch._C.DispatchKey.AutocastCUDA}
+
+
+class _Recording:
+    """The aten calls the stand-ins see while _recorded() runs a call."""
+
+    def __init__(self):
+        self.calls = []         # (op, arguments, keyword arguments), each tensor as a _Seen
+        self.autocast_off = []  # per call: autocast was off for its device (inside autocast's own kernel of an op)
+        self.elided = []        # the copies left out of `calls` (see _OnDevice.__torch_dispatch__)
+
+
+_recording = None  # the _Recording while one runs
 
 
 class _OnDevice(torch.Tensor):
@@ -117,13 +127,12 @@ class _OnDevice(torch.Tensor):
                 # A copy that changes nothing (CUDA autocast's softmax asks for float32 of a float32 tensor): the
                 # source stands for it, so that the record says what the values go through.
                 copy = _OnDevice(out, device, args[0].origin)
-                copy.elided_copy = True
-                _recording_elided.append(copy)
+                _recording.elided.append(copy)
                 return copy
-        k = len(_recording)
-        _recording.append((func, _seen(args), _seen(kwargs)))
-        _recording_autocast_off.append(torch._C._dispatch_tls_is_dispatch_key_excluded(_AUTOCAST_KEYS[device.type]))
-        made = iter(range(1 << 30))
+        k = len(_recording.calls)
+        _recording.calls.append((func, _seen(args), _seen(kwargs)))
+        _recording.autocast_off.append(torch._C._dispatch_tls_is_dispatch_key_excluded(_AUTOCAST_KEYS[device.type]))
+        made = itertools.count()
         return _wrap(out, device, lambda: ("call", k, next(made)))
 
 
@@ -190,22 +199,11 @@ def _to_meta(x):
 
 
 def _tensors(x):
-    if isinstance(x, torch.Tensor):
-        yield x
-    elif isinstance(x, (list, tuple)):
-        for i in x:
-            yield from _tensors(i)
-    elif isinstance(x, dict):
-        for i in x.values():
-            yield from _tensors(i)
+    return [t for t in pytree.tree_leaves(x) if isinstance(t, torch.Tensor)]
 
 
 def _dtypes(x):
-    if isinstance(x, torch.Tensor):
-        return [x.dtype]
-    if isinstance(x, (list, tuple)):
-        return [d for i in x for d in _dtypes(i)]
-    return []
+    return [t.dtype for t in _tensors(x)]
 
 
 def trace_meta(target, args, kwargs, device, meta_out):
@@ -223,20 +221,20 @@ def trace_meta(target, args, kwargs, device, meta_out):
 def _recorded(fn):
     """fn()'s result, the aten calls the stand-ins saw while it ran and whether autocast was off at each, with
     autocast's cast cache off (it skips a cast it made before, which would hide it from the record)."""
-    global _recording, _recording_autocast_off, _recording_elided
+    global _recording
     cache = torch.is_autocast_cache_enabled()
     torch.set_autocast_cache_enabled(False)
-    _recording, _recording_autocast_off, _recording_elided = [], [], []
+    _recording = record = _Recording()
     try:
         out = fn()
-        if _recording_elided and (any(func._schema.is_mutable for func, _, _ in _recording) or
-                                  any(getattr(t, "elided_copy", False) for t in _tensors(out))):
-            # A copy written to, or returned, is not its source: left out, the record would not show the difference.
-            raise _CopyMatters
-        return out, _recording, _recording_autocast_off
     finally:
-        _recording = _recording_autocast_off = _recording_elided = None
+        _recording = None
         torch.set_autocast_cache_enabled(cache)
+    if record.elided and (any(func._schema.is_mutable for func, _, _ in record.calls) or
+                          any(t is c for t in _tensors(out) for c in record.elided)):
+        # A copy written to, or returned, is not its source: left out, the record would not show the difference.
+        raise _CopyMatters
+    return out, record.calls, record.autocast_off
 
 
 class _CopyMatters(Exception):

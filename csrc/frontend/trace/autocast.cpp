@@ -12,7 +12,6 @@
 #include "cpython/gil_once.h"
 #include "frontend/trace/torch_refs.h"
 #include "frontend/trace/tracer.h"
-#include "support/config.h"
 #include "support/pystr.h"
 
 namespace fastcomp::frontend {
@@ -58,6 +57,17 @@ const AutocastRefs* autocast_refs() {
   });
 }
 
+// fastcomp._autocast.enter or .leave (`fn`, named `name`) with the four constants of `state`, as a node of the graph.
+void add_autocast_node(graph::Graph& graph, const PyRef& fn, const char* name, PyObject* state, std::string user_loc) {
+  graph::Node node;
+  node.kind = graph::NodeKind::Call;
+  node.target = fn;
+  node.target_name = name;
+  for (int i = 0; i < 4; ++i) node.args.push_back(graph::Arg::of_const(PyRef::borrow(PyTuple_GET_ITEM(state, i))));
+  node.user_loc = std::move(user_loc);
+  graph.add(std::move(node));
+}
+
 bool call_for_real(PyObject* fn, PyObject* args) {
   PyRef r = PyRef::steal(PyObject_CallObject(fn, args));
   if (!r) PyErr_Clear();
@@ -84,15 +94,8 @@ void Tracer::start_autocast() {
       throw Unsupported(BreakCode::UnsupportedValue, "autocast is enabled for a device other than cpu and cuda");
   }
   Guard g;
-  if (make_global_state_guard(A->state.get(), "fastcomp._autocast.state()", StateProbe::None, &g)) {
-    // CPU autocast on from the start, which stays by default: the trace keeps it from the first instruction rather
-    // than at the first op on a CPU tensor.
-    if (!keep_autocast_ && config().explicit_autocast == "cuda" && PyTuple_Check(g.expected.get()) &&
-        PyTuple_GET_ITEM(g.expected.get(), 0) == Py_True)
-      throw KeepAutocast("fastcomp.config.explicit_autocast is 'cuda': cpu autocast stays (its kernels may call "
-                         "other ops, which autocast casts in eager)");
+  if (make_global_state_guard(A->state.get(), "fastcomp._autocast.state()", StateProbe::None, &g))
     autocast_guard_ = std::move(g);
-  }
   else if (autocast_at_start_)
     throw Unsupported(BreakCode::UnsupportedValue, "autocast is enabled and its state cannot be read");
 }
@@ -166,13 +169,7 @@ ValueRef Tracer::enter_autocast(const ValueRef& ctx) {
                                             PyTuple_GET_ITEM(now.get(), 4)));
   autocast_read_ = true;
   if (keep_autocast_) {
-    graph::Node node;
-    node.kind = graph::NodeKind::Call;
-    node.target = A->enter;
-    node.target_name = "fastcomp._autocast.enter";
-    for (int i = 0; i < 4; ++i) node.args.push_back(graph::Arg::of_const(PyRef::borrow(PyTuple_GET_ITEM(region.get(), i))));
-    node.user_loc = user_loc();
-    graph_.add(std::move(node));
+    add_autocast_node(graph_, A->enter, "fastcomp._autocast.enter", region.get(), user_loc());
     graph_.under_autocast = true;
   }
   // Entered for real either way: what the trace asks of autocast inside the block (its casts, state queries)
@@ -190,15 +187,7 @@ ValueRef Tracer::leave_autocast(const Value& exit) {
   const AutocastRefs* A = autocast_refs();
   if (autocast_open_.empty() || autocast_open_.back().get() != exit.obj.get())
     throw Unsupported(BreakCode::UnsupportedValue, "torch.autocast blocks left in another order than entered");
-  if (keep_autocast_) {
-    graph::Node node;
-    node.kind = graph::NodeKind::Call;
-    node.target = A->leave;
-    node.target_name = "fastcomp._autocast.leave";
-    for (int i = 0; i < 4; ++i) node.args.push_back(graph::Arg::of_const(PyRef::borrow(PyTuple_GET_ITEM(exit.obj.get(), i))));
-    node.user_loc = user_loc();
-    graph_.add(std::move(node));
-  }
+  if (keep_autocast_) add_autocast_node(graph_, A->leave, "fastcomp._autocast.leave", exit.obj.get(), user_loc());
   autocast_open_.pop_back();
   call_for_real(A->leave.get(), exit.obj.get());
   return make_const_borrowed(Py_False);  // exceptions propagate, as autocast's __exit__ lets them

@@ -125,7 +125,6 @@ class Tracer {
                                                    const std::vector<ValueRef>& args,
                                                    const std::vector<std::pair<std::string, ValueRef>>& kwargs,
                                                    PyObject* meta_args, PyObject* meta_kwargs, PyObject* device);
-  bool keeps_autocast() const { return keep_autocast_; }
   // `meta_out` (the meta call's result, None where it raised) as the op gives it on `device` under the autocast state
   // now; null where autocast does not change its dtypes, no autocast is on, or the trace makes its casts explicit;
   // null with the Python error set where the op raises under autocast.

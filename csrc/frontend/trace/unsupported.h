@@ -45,6 +45,12 @@ struct Unsupported : std::runtime_error {
 
 struct Value;
 
+// The state at a graph break cannot be handed to CPython (a value the rest of the frame sees has no Python form):
+// the frame runs in CPython.
+struct NotResumable : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 // An op under autocast whose casts cannot be made explicit: the trace starts again, keeping autocast in the graph.
 // Not an Unsupported (nothing may catch it as a graph break on the way out).
 struct KeepAutocast : std::exception {

@@ -375,3 +375,24 @@ def test_explicit_autocast_off_keeps_autocast_everywhere():
     assert "fastcomp.config.explicit_autocast is 'off'" in cc.records[0]["backend"]
     with pytest.raises(ValueError, match="explicit_autocast"):
         fastcomp.config.explicit_autocast = "cpu"
+
+
+@explicit
+def test_casts_of_the_ops_own_kernel_after_autocasts_are_not_taken_for_autocasts():
+    """CUDA autocast casts sdpa's float32 mask to bf16; the math kernel below it then upcasts the bf16 query, key and
+    value to float32 itself. Only the first are autocast's (its policies cast an op's arguments to one dtype): the
+    explicit form casts the mask alone, and sdpa without autocast then makes the kernel's own casts. The stand-ins
+    report a CUDA device, so this holds on a machine without one (autocast switched on by hand there)."""
+    from fastcomp import _autocast
+
+    cuda, sdpa = torch.device("cuda"), torch._C._nn.scaled_dot_product_attention
+    q, mask = torch.empty(2, 4, 16, 8, device="meta", dtype=BF16), torch.empty(2, 4, 16, 16, device="meta")
+    options = {"attn_mask": mask, "dropout_p": 0.0, "scale": 0.5, "is_causal": False}
+    before = _autocast.state()
+    _autocast.enter("cuda", True, BF16, True)
+    try:
+        assert _autocast.explicit_casts(sdpa, (q, q, q), options, cuda) == [(("kwarg", "attn_mask"), BF16)]
+        assert _autocast.explicit_casts(sdpa, (q.float(), q, q), options, cuda) == [
+            (("kwarg", "attn_mask"), BF16), (("arg", 0), BF16)]
+    finally:
+        _autocast.leave("cuda", before[2], before[3], before[4])

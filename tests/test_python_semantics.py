@@ -697,3 +697,79 @@ def test_a_subclass_of_a_torch_module_calls_its_base_forward_unbound_and_through
     with CompileCounter() as cc, torch.no_grad():
         check(model, rand(2, 8, 5))
     assert (cc.graph_count, cc.break_count, cc.frame_count) == (1, 0, 1), [r["break_reason"] for r in cc.records]
+
+
+def test_zip_strict_traces_and_raises_as_cpython_does_for_unequal_lengths():
+    # torch's own nn.RNN/LSTM forward zips its weights with strict=True: one graph, no break. Unequal lengths raise
+    # CPython's ValueError (its message names the arguments), after the side effects of the items before.
+    def f(x, ws, bs):
+        return [x @ w + b for w, b in zip(ws, bs, strict=True)]
+
+    with CompileCounter() as cc:
+        check(f, rand(2, 3), lambda: [torch.randn(3, 3)] * 2, lambda: (torch.randn(3), torch.randn(3)))
+    assert (cc.graph_count, cc.break_count) == (1, 0), [r["break_reason"] for r in cc.records]
+
+    def g(x, a, b, c):
+        seen = []
+        try:
+            for row in zip(a, b, c, strict=True):
+                seen.append(x * sum(row))
+        except ValueError as e:
+            return seen, str(e)
+        return seen, ""
+
+    compiled = fastcomp.compile(g)
+    for lengths in ((2, 2, 2), (2, 1, 2), (2, 2, 1), (1, 2, 2), (1, 1, 3), (0, 0, 1)):
+        x = torch.randn(3)
+        args = [list(range(1, n + 1)) for n in lengths]
+        same(compiled(x, *args), g(x, *args))
+
+
+def test_calling_a_weak_reference_reads_its_referent_and_guards_on_it():
+    # The referent is read through a source of its own, on every call: a tensor behind a new ref is the graph's
+    # input like any other (same metadata: nothing to compile); gone (None), the guards fail and the call
+    # recompiles, giving eager's result.
+    import weakref
+
+    class Holder:
+        pass
+
+    holder, scale = Holder(), torch.randn(3)
+    holder.ref = weakref.ref(scale)
+
+    def f(x, h):
+        target = h.ref()
+        return x * 2 if target is None else x * target
+
+    compiled = fastcomp.compile(f)
+    with CompileCounter() as cc:
+        for _ in range(2):
+            x = torch.randn(3)
+            same(compiled(x, holder), f(x, holder))
+        assert cc.frame_count == 1
+        other = torch.randn(3)
+        holder.ref = weakref.ref(other)
+        x = torch.randn(3)
+        same(compiled(x, holder), x * other)
+        del other
+        same(compiled(x, holder), x * 2)
+    assert cc.frame_count == 2
+
+
+def test_torch_recurrent_modules_capture_whole_and_follow_a_replaced_weight():
+    # nn.LSTM/GRU's forward checks its flat weights through weak references (zip(..., strict=True) over them) and
+    # rebuilds them when a weight was replaced: one graph; after the replacement one compile of the call that
+    # rebuilds them (its guard on the ref fails) and one of the calls after it (the rebuilt refs).
+    for cls in (torch.nn.LSTM, torch.nn.GRU):
+        rnn = cls(4, 6, num_layers=2, batch_first=True).eval()
+        compiled = fastcomp.compile(rnn)
+        with CompileCounter() as cc, torch.no_grad():
+            for _ in range(2):
+                x = torch.randn(2, 5, 4)
+                same(compiled(x), rnn(x))
+            assert (cc.frame_count, cc.graph_count, cc.break_count) == (1, 1, 0), [r["break_reason"] for r in cc.records]
+            rnn.weight_hh_l1 = torch.nn.Parameter(torch.randn_like(rnn.weight_hh_l1))
+            for _ in range(3):
+                x = torch.randn(2, 5, 4)
+                same(compiled(x), rnn(x))
+        assert cc.frame_count == 3

@@ -321,6 +321,11 @@ def _worked_out(target, args, kwargs, device, other_sizes):
         place = _place_of(fargs[0]) if func is torch.ops.aten._to_copy.default and len(fargs) == 1 else None
         if place is None or set(fkwargs) != {"dtype"} or any(p == place for p, _ in casts):
             break
+        if casts and fkwargs["dtype"] != casts[0][1]:
+            # Every autocast policy casts an op's arguments to one dtype (the region's, float32 or the widest); a
+            # cast to another is the op's own kernel (sdpa's math path upcasting a bf16 query to float32 after
+            # autocast cast the mask to bf16).
+            break
         casts.append((place, fkwargs["dtype"]))
     rest = autocast_off[len(casts):]
     if other_sizes and len(rest) > 1 and not all(rest):

@@ -170,6 +170,7 @@ void GuardMemo::build(const GuardSet& set, const cpython::FrameView& frame, cons
       case SourceKind::Closure:
       case SourceKind::ClosureCell:
       case SourceKind::CellContents:  // a cell has no version: `nonlocal` stores change it
+      case SourceKind::WeakrefReferent:  // nor has a weak reference: its referent can go at any time
       case SourceKind::Attr: break;
     }
   }

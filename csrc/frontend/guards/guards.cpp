@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "cpython/type_dict.h"
+#include "cpython/weakref.h"
 #include "frontend/guards/guard_memo.h"
 #include "runtime/torch_shim.h"
 #include "runtime/torch_state.h"
@@ -61,6 +62,7 @@ PyObject* read_source(const Source& s, PyObject* base, const cpython::FrameView&
       return dict ? PyDict_GetItemWithError(dict, s.key.get()) : nullptr;
     }
     case SourceKind::CellContents: return PyCell_Check(base) ? PyCell_GET(base) : nullptr;
+    case SourceKind::WeakrefReferent: return PyWeakref_CheckRefExact(base) ? cpython::weakref_referent(base) : nullptr;
     case SourceKind::ObjDict: {
       PyObject** dictptr = _PyObject_GetDictPtr(base);
       return dictptr ? *dictptr : nullptr;

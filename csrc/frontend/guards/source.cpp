@@ -103,4 +103,8 @@ int SourceTable::cell_contents(int base) {
   return intern({SourceKind::CellContents, base, 0, {}, fmt::format("{}.cell_contents", sources_[base].name)});
 }
 
+int SourceTable::weakref_referent(int base) {
+  return intern({SourceKind::WeakrefReferent, base, 0, {}, fmt::format("{}()", sources_[base].name)});
+}
+
 }  // namespace fastcomp::frontend

@@ -28,6 +28,7 @@ enum class SourceKind : uint8_t {
   ClosureCell,   // the cell object of free-variable slot `index` (where a nonlocal assignment is written back)
   ClassDictItem, // base is a class: its own namespace's entry `key` (a class attribute, read without descriptors)
   CellContents,  // base is a cell object: its contents (what `cell_contents` gives, read without getattr)
+  WeakrefReferent,  // base is a weakref.ref: what calling it gives (its referent, None once that is gone)
 };
 
 struct Source {
@@ -53,6 +54,7 @@ class SourceTable {
   int closure_cell(int slot, const std::string& var_name);
   int class_dict_item(int base, PyObject* name);
   int cell_contents(int base);
+  int weakref_referent(int base);
 
   const Source& at(int id) const { return sources_[id]; }
   const std::string& name(int id) const { return sources_[id].name; }

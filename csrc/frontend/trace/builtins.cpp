@@ -291,11 +291,12 @@ ValueRef Tracer::call_builtin(PyObject* fn, std::vector<ValueRef>& args, Kwargs&
     }
     case B::zip: {
       only_kwargs({"strict"});
-      if (ValueRef strict = kwarg("strict"); strict && truthiness(strict))
-        throw Unsupported(BreakCode::UnsupportedCall, "zip(strict=True)");
+      ValueRef strict = kwarg("strict");
       std::vector<ValueRef> its;
       for (auto& a : args) its.push_back(make_iter(a, "zip"));
-      return make_iterator(IterKind::Zip, std::move(its));
+      ValueRef it = make_iterator(IterKind::Zip, std::move(its));
+      it->flag = strict && truthiness(strict);
+      return it;
     }
     case B::map: {
       if (args.size() < 2) throw type_error("map() must have at least two arguments.");

@@ -57,6 +57,18 @@ ValueRef Tracer::make_iter(const ValueRef& v, const char* what) {
   return make_iterator(IterKind::Snapshot, unpack(v, what));
 }
 
+// zip(strict=True) as CPython's zip_next: argument `ended` (0-based) ran out. A later one running out first means it
+// is shorter than those before it; the first running out, every other must be exhausted too (each is asked once more,
+// as CPython does, so their side effects happen).
+void Tracer::check_strict_zip_ended(const Value& zip, size_t ended) {
+  auto before = [](size_t i) { return i == 1 ? std::string(" 1") : fmt::format("s 1-{}", i); };
+  if (ended > 0)
+    throw value_error(fmt::format("zip() argument {} is shorter than argument{}", ended + 1, before(ended)));
+  for (size_t i = 1; i < zip.items.size(); ++i)
+    if (iter_next(zip.items[i]))
+      throw value_error(fmt::format("zip() argument {} is longer than argument{}", i + 1, before(i)));
+}
+
 ValueRef Tracer::iter_next(const ValueRef& it) {
   if (!it->is(VKind::Iterator)) throw Unsupported(BreakCode::UnsupportedValue, "next() of " + describe(*it));
   switch (it->iter) {
@@ -107,9 +119,12 @@ ValueRef Tracer::iter_next(const ValueRef& it) {
     case IterKind::Zip: {
       if (it->items.empty()) return nullptr;
       std::vector<ValueRef> row;
-      for (const ValueRef& sub : it->items) {
-        ValueRef v = iter_next(sub);
-        if (!v) return nullptr;
+      for (size_t i = 0; i < it->items.size(); ++i) {
+        ValueRef v = iter_next(it->items[i]);
+        if (!v) {
+          if (it->flag) check_strict_zip_ended(*it, i);
+          return nullptr;
+        }
         row.push_back(std::move(v));
       }
       return make_seq(VKind::Tuple, std::move(row));

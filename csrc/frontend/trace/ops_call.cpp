@@ -6,6 +6,7 @@
 
 #include "frontend/trace/torch_refs.h"
 #include "cpython/gil_once.h"
+#include "cpython/weakref.h"
 #include "frontend/trace/tracer.h"
 #include "support/pystr.h"
 
@@ -456,6 +457,13 @@ ValueRef Tracer::call_object(const ValueRef& fn, std::vector<ValueRef> args, Kwa
     }
   }
   if (PyType_Check(f)) return construct(fn, std::move(args), std::move(kwargs));
+  if (PyWeakref_CheckRefExact(f) && fn->source >= 0) {
+    // weakref.ref(): its referent now, read through a source of its own, so that a call after the referent was
+    // replaced or collected fails its guards (nn.RNN's forward compares its flat weights this way).
+    if (!kwargs.empty()) throw type_error("weakref() takes no keyword arguments");
+    if (!args.empty()) throw type_error(fmt::format("weakref expected 0 arguments, got {}", args.size()));
+    return wrap(cpython::weakref_referent(f), guards_.sources.weakref_referent(fn->source));
+  }
   if (ValueRef deferred; defer_if_logging(f, nullptr, "", args, kwargs, &deferred)) return deferred;
   if (module_is(f, "numpy")) throw Unsupported(BreakCode::NumpyCall, "call to " + qualified_name(f));
   if (PyFunction_Check(f)) {

@@ -259,7 +259,9 @@ graph::Arg Tracer::iterator_output(const ValueRef& it) {
     }
     case IterKind::Map: return rebuild_node(builtin("map"), "map", subs(0));
     case IterKind::Filter: return rebuild_node(builtin("filter"), "filter", subs(0));
-    case IterKind::Zip: return rebuild_node(builtin("zip"), "zip", subs(0));
+    case IterKind::Zip:
+      if (it->flag) throw Unsupported(BreakCode::UnsupportedValue, "a zip(strict=True) iterator that outlives the trace");
+      return rebuild_node(builtin("zip"), "zip", subs(0));
     case IterKind::Enumerate: return rebuild_node(builtin("enumerate"), "enumerate", {to_output_arg(it->items[0]), integer(it->pos)});
     case IterKind::Chain: {
       static cpython::GilOnce<PyObject> chain_type;

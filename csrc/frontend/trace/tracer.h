@@ -226,6 +226,7 @@ class Tracer {
 
   // iterators.cpp: the iterator protocol, lazily and in program order
   ValueRef make_iter(const ValueRef& v, const char* what);  // iter(v)
+  void check_strict_zip_ended(const Value& zip, size_t ended);  // raises zip(strict=True)'s ValueError
   ValueRef iter_next(const ValueRef& it);                   // next(it); null when exhausted
   std::vector<ValueRef> unpack(const ValueRef& seq, const char* what);  // iterate a value to its elements
   ValueRef start_generator(std::shared_ptr<TraceFrame> frame);  // a generator function's call: not run yet

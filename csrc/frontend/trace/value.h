@@ -52,7 +52,7 @@ enum class IterKind : uint8_t {
   Generator,  // a generator function's frame, `frame`, suspended at its last yield
   Map,        // map(items[0], *items[1:]): the function applied when the next item is asked for
   Filter,     // filter(items[0], items[1])
-  Zip,        // zip(*items)
+  Zip,        // zip(*items), strict=True where `flag`
   Enumerate,  // enumerate(items[0]); `pos` is the next count
   Chain,      // itertools.chain(*items), `pos` the iterator in use
 };
@@ -81,7 +81,7 @@ struct Value {
   size_t pos = 0;               // Iterator position
   IterKind iter = IterKind::Snapshot;   // Iterator
   std::shared_ptr<TraceFrame> frame;    // Iterator of a generator: its suspended frame (null once finished)
-  // GradCtx / CtxExit grad mode; Set: frozen; Const: an id() made up (see identity_of); Object: frozen (frozen.cpp)
+  // GradCtx / CtxExit grad mode; Set: frozen; Iterator of zip(): strict; Const: an id() made up (see identity_of); Object: frozen (frozen.cpp)
   bool flag = false;
   // Instance attributes. UserObject: its whole __dict__ (a Dict Value, so `obj.__dict__` stays live). Object
   // read from the frame: null until the trace assigns an attribute; then a Dict Value of the assigned (and,

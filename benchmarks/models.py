@@ -127,6 +127,16 @@ def prepare(name, batch, dtype, device):
     return model, {k: v.to(dtype) if v.is_floating_point() else v for k, v in kwargs.items()}
 
 
+def precision(dtype_name, device):
+    """(the dtype of the model and its float inputs, the context every call runs in) for a --dtypes entry: "f32",
+    "bf16" (model.to(bf16)), or "amp-bf16" (a float32 model and inputs, every call under torch.autocast to bf16)."""
+    import torch
+
+    dtype = {"f32": torch.float32, "bf16": torch.bfloat16, "amp-bf16": torch.float32}[dtype_name]
+    amp = torch.autocast(device, dtype=torch.bfloat16) if dtype_name == "amp-bf16" else contextlib.nullcontext()
+    return dtype, amp
+
+
 def compiled(model, mode):
     """`model` as one of MODES runs it."""
     reduce_overhead = "reduce-overhead" if "reduce" in mode else None
@@ -145,9 +155,7 @@ def child(cfg):
     import torch
 
     device, mode = cfg["device"], cfg["mode"]
-    # "amp-bf16": a float32 model and inputs, every call (the reference's too) under torch.autocast to bf16.
-    dtype = {"f32": torch.float32, "bf16": torch.bfloat16, "amp-bf16": torch.float32}[cfg["dtype"]]
-    amp = torch.autocast(device, dtype=torch.bfloat16) if cfg["dtype"] == "amp-bf16" else contextlib.nullcontext()
+    dtype, amp = precision(cfg["dtype"], device)  # under amp, the reference's calls too
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     model, kwargs = prepare(cfg["model"], cfg["batch"], dtype, device)
     result = {}

@@ -16,19 +16,19 @@ import sys
 import tempfile
 import time
 
-from benchmarks.models import MODES, compiled, prepare
+from benchmarks.models import MODES, compiled, precision, prepare
 
 
 def child(cfg):
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    dtype = {"f32": torch.float32, "bf16": torch.bfloat16}[cfg["dtype"]]
+    dtype, amp = precision(cfg["dtype"], "cuda")
     model, kwargs = prepare(cfg["model"], cfg["batch"], dtype, "cuda")
     mode = cfg["mode"]
     run = compiled(model, mode)
     calls = cfg["calls"]
-    with torch.no_grad():
+    with torch.no_grad(), amp:
         run(**kwargs)
         if mode.startswith("fastcomp"):  # the first call runs through torch while the kernels compile
             import fastcomp

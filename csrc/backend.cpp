@@ -128,7 +128,8 @@ BuiltExecutable rehearse(graph::Graph graph, bool cuda_graphs) {
   const codegen::DeviceLimits h100;
   plan::Program program =
       plan::lower(graph, {0, /*require_cuda=*/false, config().fused_attention, small_matmul(cuda_graphs),
-                          config().grouped_products, config().channels_last, codegen::attention_shared_limit(h100),
+                          config().grouped_products, config().combined_kernels, config().channels_last,
+                          codegen::attention_shared_limit(h100),
                           masked_attention(), rehearsed_sdp_kernel(&asked_sdp_kernel)});
   out.plan_text = plan_text(program, graph);
   runtime::CudaSource source = runtime::emit_plan(program, h100);
@@ -220,7 +221,7 @@ BuiltExecutable build_cuda_executable(graph::Graph graph, frontend::GuardSet& gu
   bool asked_sdp_kernel = false;
   try {
     program = plan::lower(graph, {device, /*require_cuda=*/true, config().fused_attention, small_matmul(cuda_graphs),
-                                  config().grouped_products, config().channels_last,
+                                  config().grouped_products, config().combined_kernels, config().channels_last,
                                   codegen::attention_shared_limit(runtime::device_limits(device)),
                                   masked_attention(), torch_sdp_kernel(&asked_sdp_kernel)});
   } catch (const plan::NotLowerable& e) {

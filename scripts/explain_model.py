@@ -3,7 +3,6 @@ torch calls, or why autocast was kept), under a dtype as `benchmarks.models` run
 
     python scripts/explain_model.py t5 llama --dtype amp-bf16 --batch 8"""
 import argparse
-import contextlib
 import os
 import sys
 
@@ -25,11 +24,9 @@ def main():
 
     import fastcomp
 
-    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
+    dtype, amp = models.precision(args.dtype, args.device)
     for name in args.models:
         model, kwargs = models.prepare(name, args.batch, dtype, args.device)
-        amp = (torch.autocast(args.device, dtype=torch.bfloat16) if args.dtype == "amp-bf16"
-               else contextlib.nullcontext())
         with torch.no_grad(), amp:
             report = fastcomp.explain(model, mode=args.mode)(**kwargs)
         print(f"== {name} {args.dtype} b{args.batch}: {report.graph_count} graphs, {report.graph_break_count} breaks")

@@ -261,6 +261,7 @@ KernelSource emit_cuda(const Kernel& kernel, const DeviceLimits& limits) {
                      : kernel.kind == Kernel::Kind::RowReduce    ? detail::emit_row_reduce(kernel, limits)
                      : kernel.kind == Kernel::Kind::ColumnReduce ? detail::emit_column_reduce(kernel, limits)
                      : kernel.kind == Kernel::Kind::Attention    ? detail::emit_attention(kernel, limits)
+                     : kernel.kind == Kernel::Kind::Combo        ? detail::emit_combo(kernel, limits)
                                                                  : detail::emit_small_matmul(kernel, limits);
   std::string params, args;
   for (size_t i = 0; i < src.size_params.size(); ++i) {

@@ -1,5 +1,5 @@
 // What emit_cuda.cpp shares with the per-kind emitters (emit_pointwise.cpp, emit_transposing_pointwise.cpp,
-// emit_row_reduce.cpp, emit_column_reduce.cpp, emit_attention.cpp, emit_small_matmul.cpp).
+// emit_row_reduce.cpp, emit_column_reduce.cpp, emit_attention.cpp, emit_small_matmul.cpp, emit_combo.cpp).
 #pragma once
 #include <fmt/format.h>
 
@@ -16,7 +16,10 @@
 namespace fastcomp::codegen::detail {
 
 // Each takes a validated kernel.
-KernelSource emit_pointwise(const Kernel& k, const DeviceLimits& limits);
+// As a combo's part (emit_combo.cpp): a __device__ function taking its block's index and its grid's size after
+// its operands, in blocks of the combo's size, never tiled through shared memory.
+KernelSource emit_pointwise(const Kernel& k, const DeviceLimits& limits, bool as_combo_part = false);
+KernelSource emit_combo(const Kernel& k, const DeviceLimits& limits);
 KernelSource emit_row_reduce(const Kernel& k, const DeviceLimits& limits);
 KernelSource emit_column_reduce(const Kernel& k, const DeviceLimits& limits);
 KernelSource emit_attention(const Kernel& k, const DeviceLimits& limits);

@@ -60,6 +60,10 @@ struct Plan {
   std::vector<Lane> lanes;      // per operand, when vec > 1
   Size n = 0;                   // elements
   SizeParams* params = nullptr; // the kernel's size parameters (dynamic shapes)
+  // The block's index in the grid and the grid's size as the loops read them: CUDA's own, or a combo part's
+  // parameters (its blocks are a range of the combo's grid).
+  std::string block_index = "blockIdx.x", grid_size = "gridDim.x";
+  std::string part_params, part_args;  // ", const unsigned fc_block, const unsigned fc_grid" for a part
 };
 
 // Whether every group of `vec` elements lies wholly inside or outside each range, for every size.
@@ -248,11 +252,11 @@ std::string vector_function(const Kernel& k, const Plan& p, const std::string& i
   }
   std::string body = fmt::format(
       "template <bool kVector>\n"
-      "__device__ __forceinline__ void {}_groups({}) {{\n"
+      "__device__ __forceinline__ void {}_groups({}{}) {{\n"
       "  {}\n"
-      "  const idx_t step = gridDim.x * blockDim.x;\n"
-      "  for (idx_t v0 = blockIdx.x * blockDim.x + threadIdx.x; v0 < {}; v0 += {} * step) {{\n",
-      k.name, kernel_params(k), idx_decl, n_groups, groups);
+      "  const idx_t step = {} * blockDim.x;\n"
+      "  for (idx_t v0 = {} * blockDim.x + threadIdx.x; v0 < {}; v0 += {} * step) {{\n",
+      k.name, kernel_params(k), p.part_params, idx_decl, p.grid_size, p.block_index, n_groups, groups);
   auto offset = [&](size_t o) {
     return offset_text(p.space, o, "i", "c", operand(k, o).storage_offset, *p.params);
   };
@@ -326,8 +330,8 @@ std::string vector_function(const Kernel& k, const Plan& p, const std::string& i
 // A grid-stride loop over elements [first, n), one at a time.
 std::string scalar_loop(const Kernel& k, const Plan& p, const Size& first) {
   std::string out = fmt::format(
-      "  for (idx_t i = {}blockIdx.x * blockDim.x + threadIdx.x; i < {}; i += gridDim.x * blockDim.x) {{\n",
-      first != 0 ? p.params->text(first) + " + " : "", p.params->text(p.n));
+      "  for (idx_t i = {}{} * blockDim.x + threadIdx.x; i < {}; i += {} * blockDim.x) {{\n",
+      first != 0 ? p.params->text(first) + " + " : "", p.block_index, p.params->text(p.n), p.grid_size);
   out += coordinate_decls(p.space, p.used, "i", "c", "    ", *p.params, p.range_dims);
   const size_t n_in = k.inputs.size();
   auto load = [&](int o) {
@@ -374,15 +378,22 @@ std::vector<T> permuted(const std::vector<T>& v, const std::vector<size_t>& orde
 
 }  // namespace
 
-KernelSource emit_pointwise(const Kernel& original, const DeviceLimits& limits) {
+KernelSource emit_pointwise(const Kernel& original, const DeviceLimits& limits, bool as_combo_part) {
   const std::vector<size_t> order = memory_order(original);
   Kernel walked = original;
   walked.shape = permuted(original.shape, order);
   for (Operand& o : walked.inputs) o.strides = permuted(o.strides, order);
   for (Operand& o : walked.outputs) o.strides = permuted(o.strides, order);
   const Kernel& k = walked;
-  if (std::optional<KernelSource> tiled = emit_transposing_pointwise(k, limits)) return *std::move(tiled);
+  if (!as_combo_part)
+    if (std::optional<KernelSource> tiled = emit_transposing_pointwise(k, limits)) return *std::move(tiled);
   Plan p;
+  if (as_combo_part) {
+    p.block_index = "fc_block";
+    p.grid_size = "fc_grid";
+    p.part_params = ", const unsigned fc_block, const unsigned fc_grid";
+    p.part_args = ", fc_block, fc_grid";
+  }
   SizeParams params;
   p.params = &params;
   std::vector<Strides> strides;
@@ -416,8 +427,10 @@ KernelSource emit_pointwise(const Kernel& original, const DeviceLimits& limits) 
   // element count the block is full size and the grid is sized per call by the same rule.
   const bool dynamic = !p.n.is_static();
   const int64_t items = ceil_div(p.n.hint(), p.vec);
-  const int block =
-      dynamic ? kBlock : static_cast<int>(std::min<int64_t>(kBlock, std::max<int64_t>(32, ceil_div(items, 32) * 32)));
+  // A combo's parts run in blocks of the combo's one size.
+  const int block = dynamic || as_combo_part
+                        ? kBlock
+                        : static_cast<int>(std::min<int64_t>(kBlock, std::max<int64_t>(32, ceil_div(items, 32) * 32)));
   const int64_t resident = int64_t{limits.sm_count} * std::max(1, limits.max_threads_per_sm / block);
   const int64_t blocks_needed = ceil_div(items, int64_t{block} * p.groups);
   const int64_t grid = dynamic ? resident * kWaves : std::max<int64_t>(1, std::min(blocks_needed, resident * kWaves));
@@ -438,12 +451,16 @@ KernelSource emit_pointwise(const Kernel& original, const DeviceLimits& limits) 
                                : std::string("one element per thread and step"),
                      wide ? "64-bit" : "32-bit");
   if (p.vec > 1) code += vector_function(k, p, idx_decl);
-  code += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}({}) {{\n  {}\n", block, k.name,
-                      kernel_params(k), idx_decl);
+  if (as_combo_part)
+    code += fmt::format("__device__ __forceinline__ void {}({}{}) {{\n  {}\n", k.name, kernel_params(k),
+                        p.part_params, idx_decl);
+  else
+    code += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}({}) {{\n  {}\n", block, k.name,
+                        kernel_params(k), idx_decl);
   if (p.vec > 1) {
     for (size_t o = 0; o < p.used.size(); ++o)
       if (p.used[o] && p.lanes[o] == Lane::Vector) add_vector_operand(src, k, o, p.vec);
-    code += fmt::format("  {}_groups<kVectorAccess>({});\n", k.name, kernel_args(k));
+    code += fmt::format("  {}_groups<kVectorAccess>({}{});\n", k.name, kernel_args(k), p.part_args);
   }
   const Size first_scalar = p.vec > 1 ? floordiv(p.n, p.vec) * p.vec : Size(0);
   if (first_scalar != p.n) code += scalar_loop(k, p, first_scalar);

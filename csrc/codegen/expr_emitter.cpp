@@ -371,6 +371,33 @@ void validate_small_matmul(const Kernel& k) {
   check(k.outputs[0], "D", true, true, false);
 }
 
+// Kernel::Kind::Combo's rules (kernel_ir.h).
+void validate_combo(const Kernel& k) {
+  if (k.parts.empty()) invalid(k, "a combo needs parts");
+  if (!k.shape.empty() || !k.exprs.empty() || !k.stores.empty()) invalid(k, "a combo computes only through its parts");
+  size_t n_in = 0, n_out = 0;
+  for (const Kernel& part : k.parts) {
+    if (part.kind != Kernel::Kind::Pointwise) invalid(k, "a combo's parts are pointwise kernels");
+    validate(part);
+    if (!all_static(part.shape)) invalid(k, "a combo's parts have static shapes");
+    for (size_t o = 0; o < part.inputs.size() + part.outputs.size(); ++o) {
+      const Operand& op = o < part.inputs.size() ? part.inputs[o] : part.outputs[o - part.inputs.size()];
+      if (!all_static(op.strides) || !op.storage_offset.is_static())
+        invalid(k, "a combo's parts have static strides and offsets");
+    }
+    for (size_t i = 0; i < part.inputs.size(); ++i)
+      if (n_in + i >= k.inputs.size() || k.inputs[n_in + i].dtype != part.inputs[i].dtype)
+        invalid(k, "a combo's inputs are its parts' inputs in order");
+    for (size_t i = 0; i < part.outputs.size(); ++i)
+      if (n_out + i >= k.outputs.size() || k.outputs[n_out + i].dtype != part.outputs[i].dtype)
+        invalid(k, "a combo's outputs are its parts' outputs in order");
+    n_in += part.inputs.size();
+    n_out += part.outputs.size();
+  }
+  if (n_in != k.inputs.size() || n_out != k.outputs.size())
+    invalid(k, "a combo's operands are its parts' inputs, then their outputs");
+}
+
 void validate(const Kernel& k) {
   if (k.name.empty() || !(std::isalpha(static_cast<unsigned char>(k.name[0])) || k.name[0] == '_'))
     invalid(k, "name must be a C identifier");
@@ -381,6 +408,7 @@ void validate(const Kernel& k) {
     if (!known_ge(n, 0)) invalid(k, "negative size");
   if (k.kind == Kernel::Kind::Attention) return validate_attention(k);
   if (k.kind == Kernel::Kind::SmallMatmul) return validate_small_matmul(k);
+  if (k.kind == Kernel::Kind::Combo) return validate_combo(k);
   if (k.kind == Kernel::Kind::RowReduce && (k.shape.empty() || k.shape.back() == 0))
     invalid(k, "a row-reduce kernel needs a non-empty last dimension");
   const bool column = k.kind == Kernel::Kind::ColumnReduce;

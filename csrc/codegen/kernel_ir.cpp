@@ -124,7 +124,35 @@ const char* expr_op_name(ExprOp op) {
 //   out<i> ...
 //   e<i> = <op> <dtype> [in<operand> [size=<n> stride=<n>] | <constant> | d<dim>=[<begin>,<end>) | e<arg> ...]
 //   store e<expr> -> out<output>
+std::vector<Operand*> operand_copies(Kernel& k, size_t i) {
+  const size_t n_in = k.inputs.size();
+  std::vector<Operand*> out{i < n_in ? &k.inputs[i] : &k.outputs[i - n_in]};
+  size_t at = i < n_in ? i : i - n_in;  // among the combo's inputs, or its outputs
+  for (Kernel& part : k.parts) {
+    std::vector<Operand>& ops = i < n_in ? part.inputs : part.outputs;
+    if (at < ops.size()) {
+      out.push_back(&ops[at]);
+      break;
+    }
+    at -= ops.size();
+  }
+  return out;
+}
+
+// A combo: "kernel <name> combo of <n>" and its parts' texts, each line indented once more.
 std::string Kernel::to_string() const {
+  if (kind == Kind::Combo) {
+    std::string out = fmt::format("kernel {} combo of {}\n", name, parts.size());
+    for (const Kernel& part : parts) {
+      const std::string text = part.to_string();
+      for (size_t at = 0; at < text.size();) {
+        const size_t end = text.find('\n', at);
+        out += "  " + text.substr(at, end - at + 1);
+        at = end + 1;
+      }
+    }
+    return out;
+  }
   const char* kind_text = kind == Kind::Pointwise      ? "pointwise"
                           : kind == Kind::RowReduce    ? "row_reduce"
                           : kind == Kind::ColumnReduce ? "column_reduce"

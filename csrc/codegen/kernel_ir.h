@@ -15,6 +15,8 @@
 //    and a softmax kernel) as one. See Kernel::kind.
 //  - SmallMatmul: D = A @ W^T (+ bias) for a few rows of A (F.linear at a small batch, W5's MLP): a lane per
 //    output column, a few rows a block, warps splitting K (emit_small_matmul.cpp). See Kernel::kind.
+//  - Combo: independent pointwise kernels launched as one, each on a range of the grid's blocks (emit_combo.cpp;
+//    the casts of a model's weights under autocast). See Kernel::kind.
 //
 // Value semantics (what emit_cuda guarantees, matching eager torch): an f16/bf16 value is computed in fp32 and
 // rounded to its dtype where it is produced, as eager rounds every op's result; integer values wrap in their
@@ -129,7 +131,12 @@ struct Kernel {
   // for every operand). Input 0 is A with strides [a_m, 0, 1], input 1 is W with strides [0, w_n, 1] (K
   // contiguous in both: F.linear's x and weight), an optional input 2 is the bias with strides [0, b_n, 0], and
   // output 0 is D with strides [d_m, d_n, 0]. No exprs or stores.
-  enum class Kind : uint8_t { Pointwise, RowReduce, ColumnReduce, Attention, SmallMatmul } kind = Kind::Pointwise;
+  //
+  // Combo: `parts` are static Pointwise kernels that share no output, run as one launch: the first blocks run part
+  // 0, the next ones part 1, and so on, each as its own launch would. `inputs` are the parts' inputs in order, then
+  // `outputs` their outputs in order (a kernel step passes them so); `shape`, exprs and stores are empty.
+  enum class Kind : uint8_t { Pointwise, RowReduce, ColumnReduce, Attention, SmallMatmul, Combo } kind = Kind::Pointwise;
+  std::vector<Kernel> parts;       // Combo only
   enum class AttentionRounding : uint8_t {
     EveryStep,      // as F.multi_head_attention_forward's ops: q * scale, the scores, softmax's output rounded
     Probabilities,  // as scaled_dot_product_attention's fused kernels: only the probabilities, before @ v
@@ -222,6 +229,10 @@ inline int64_t attention_shared_limit(const DeviceLimits& limits) {
 // SmallMatmul kernels take at most this many rows of A: each lane keeps a running sum per row (and column) in
 // registers.
 constexpr int64_t kSmallMatmulMaxRows = 32;
+
+/** Operand i of `k` (inputs then outputs, as a kernel step's arguments) and, in a combo, the same operand of the
+ *  part it belongs to: what a change of the operand's addressing must change alike. */
+std::vector<Operand*> operand_copies(Kernel& k, size_t i);
 
 /** Emits the CUDA C of one kernel. Kernel parameters: one pointer per input then per output, in order.
  *  Throws std::invalid_argument when the kernel breaks the rules above (bad indices, types or strides). */

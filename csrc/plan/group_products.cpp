@@ -13,8 +13,32 @@ bool plain_product(const MatmulStep& s) {
 
 bool input(const Program& p, int buffer) { return p.buffers[p.buffers[buffer].root].kind == Buffer::Kind::Input; }
 
-// Whether `other` may run as another batch of `first`: the same product of the same A by another B.
-bool groupable(const Program& p, const MatmulStep& first, const MatmulStep& other) {
+// Whether `buffer` holds its final value before step `position`: a graph input, or written only by kernels and
+// products before it (a weight cast to the region's dtype under autocast, hoisted by combine_kernels.h).
+bool ready_before(const Program& p, int buffer, size_t position) {
+  if (input(p, buffer)) return true;
+  const int root = p.buffers[buffer].root;
+  if (p.buffers[root].kind != Buffer::Kind::Alloc) return false;
+  bool written = false;
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    const Step& s = p.steps[i];
+    bool writes = false;
+    if (s.kind == Step::Kind::Kernel) {
+      const KernelStep& k = p.kernel_steps[s.index];
+      for (size_t a = p.kernels[k.kernel].inputs.size(); a < k.args.size(); ++a)
+        writes |= p.buffers[k.args[a]].root == root;
+    } else if (s.kind == Step::Kind::Matmul) {
+      writes = p.buffers[p.matmul_steps[s.index].d].root == root;
+    }
+    if (writes && i >= position) return false;
+    written |= writes;
+  }
+  return written;
+}
+
+// Whether `other` may run as another batch of `first` (at step `position`): the same product of the same A by
+// another B.
+bool groupable(const Program& p, const MatmulStep& first, const MatmulStep& other, size_t position) {
   if (!plain_product(first) || !plain_product(other) || first.dtype != other.dtype ||
       first.epilogue != other.epilogue)
     return false;
@@ -24,9 +48,10 @@ bool groupable(const Program& p, const MatmulStep& first, const MatmulStep& othe
       !(first.a_col_stride == other.a_col_stride))
     return false;
   if (!(first.b_row_stride == other.b_row_stride && first.b_col_stride == other.b_col_stride)) return false;
-  if (!input(p, first.b) || !input(p, other.b)) return false;
-  // Biases (F.linear's, contiguous: lower_matmul.cpp) must be graph inputs too, ready before any product runs.
-  if (first.bias >= 0 && (!input(p, first.bias) || !input(p, other.bias))) return false;
+  if (!ready_before(p, first.b, position) || !ready_before(p, other.b, position)) return false;
+  // Biases (F.linear's, contiguous: lower_matmul.cpp) must be ready before the first product runs too.
+  if (first.bias >= 0 && (!ready_before(p, first.bias, position) || !ready_before(p, other.bias, position)))
+    return false;
   for (const MatmulStep* s : {&first, &other}) {
     const Buffer& out = p.buffers[s->d];
     if (out.kind != Buffer::Kind::Alloc || !(s->d_row_stride == s->n)) return false;
@@ -51,8 +76,7 @@ void move_into(Program& p, int d, int root, const Size& offset) {
     codegen::Kernel& k = p.kernels[step.kernel];
     for (size_t i = 0; i < step.args.size(); ++i) {
       if (!moved[step.args[i]]) continue;
-      codegen::Operand& op = i < k.inputs.size() ? k.inputs[i] : k.outputs[i - k.inputs.size()];
-      op.storage_offset = op.storage_offset + offset;
+      for (codegen::Operand* op : codegen::operand_copies(k, i)) op->storage_offset = op->storage_offset + offset;
     }
   }
 }
@@ -102,7 +126,7 @@ void group_shared_operand_products(Program& program) {
       if (program.steps[j].kind == Step::Kind::Extern) break;
       if (program.steps[j].kind != Step::Kind::Matmul) continue;
       if (groupable(program, program.matmul_steps[program.steps[i].index],
-                    program.matmul_steps[program.steps[j].index]))
+                    program.matmul_steps[program.steps[j].index], i))
         group.push_back(j);
     }
     if (group.size() > 1) fuse(program, group);

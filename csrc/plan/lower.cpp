@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "plan/channels_last.h"
+#include "plan/combine_kernels.h"
 #include "plan/group_products.h"
 #include "plan/lowering.h"
 #include "support/pystr.h"
@@ -678,6 +679,8 @@ Program Lowerer::run() {
   }
   program_.node_buffer.assign(graph_.nodes.size(), -1);
   for (size_t i = 0; i < values_.size(); ++i) program_.node_buffer[i] = values_[i].buffer;
+  // Combined first: the casts of weights, hoisted, are ready for the products that read them.
+  if (options_.combined_kernels) combine_input_kernels(program_, graph_);
   if (options_.grouped_products) group_shared_operand_products(program_);
   return std::move(program_);
 }

@@ -41,6 +41,9 @@ struct LowerOptions {
   bool small_matmul = true;
   // Products of one A and shape as one batched cuBLASLt call (group_products.h; fastcomp.config.grouped_products).
   bool grouped_products = true;
+  // Pointwise kernels of graph inputs alone as one combo kernel, run early (combine_kernels.h;
+  // fastcomp.config.combined_kernels).
+  bool combined_kernels = true;
   // Values between 2-d convolutions planned channels-last where nothing observes their layout (channels_last.h;
   // fastcomp.config.channels_last).
   bool channels_last = true;

@@ -21,6 +21,7 @@ struct Config {
   bool fused_attention = true;      // nn.MultiheadAttention's heads as one kernel where they fit (plan::LowerOptions)
   bool small_matmul = true;         // F.linear of a few rows as a kernel of its own, not cuBLASLt (plan::LowerOptions)
   bool grouped_products = true;     // products of one A as one batched cuBLASLt call (plan/group_products.h)
+  bool combined_kernels = true;     // pointwise kernels of graph inputs alone as one, run early (plan/combine_kernels.h)
   bool channels_last = true;        // values between convolutions planned NHWC where unobserved (plan/channels_last.h)
   std::string explicit_autocast = "cuda";  // devices whose ops under autocast become explicit casts: cuda, all, off
   GuardMemoUse guard_memo = GuardMemoUse::Auto;

@@ -38,6 +38,8 @@ Environment variables give the start-up values:
   cuBLASLt for every product.
 - ``FASTCOMP_GROUPED_PRODUCTS`` (on/off, default on): products of the same activation and shape (``x @ Wg`` and
   ``x @ Wu``; q/k/v projections) run as one batched cuBLASLt call; off keeps a call each.
+- ``FASTCOMP_COMBINED_KERNELS`` (on/off, default on): pointwise kernels that read only graph inputs (the casts of
+  weights under autocast) run as one kernel, before the first of them; off keeps a kernel each where it was.
 
 - ``FASTCOMP_GUARD_MEMO`` (auto, always or off; default auto): after a call whose guards pass, the next call's
   check reuses every value it read through dicts that have not changed since (module ``__dict__``s, parameters,
@@ -85,6 +87,9 @@ _SETTINGS = {
     "small_matmul": ("FASTCOMP_SMALL_MATMUL", True),
     # Products of the same activation and shape as one batched cuBLASLt call (csrc/plan/group_products.h).
     "grouped_products": ("FASTCOMP_GROUPED_PRODUCTS", True),
+    # Pointwise kernels of graph inputs alone (weight casts under autocast) as one combo kernel, run early
+    # (csrc/plan/combine_kernels.h).
+    "combined_kernels": ("FASTCOMP_COMBINED_KERNELS", True),
     # Values between 2-d convolutions in channels-last memory order where nothing observes their layout
     # (csrc/plan/channels_last.h): cuDNN then runs its NHWC kernels without transposing around each convolution.
     "channels_last": ("FASTCOMP_CHANNELS_LAST", True),

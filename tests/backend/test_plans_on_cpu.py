@@ -256,3 +256,30 @@ def test_max_pool_configurations_compute_what_torch_does(k, s, p, d, ceil, shape
         got, want = fastcomp.compile(fn)(x), fn(x)
     torch.testing.assert_close(got, want, equal_nan=True)
     assert check_runs(observer, expect_runnable=True) == 1
+
+
+@pytest.mark.parametrize("combined", [True, False], ids=["combined", "apart"])
+def test_weight_casts_under_autocast_are_one_combo_kernel_and_their_products_one_call(combined, observer):
+    """Under autocast (casts explicit) q, k and v cast the activation, their weights and their biases to bf16 on
+    every call: nine kernels that read graph inputs alone. Combined (combine_kernels.h), the three casts of the
+    activation are one, and the seven left run as one combo kernel before the first product, whose A is then one
+    buffer and whose B's and biases are ready, for one batched call; apart, each cast runs before its product and
+    the products stay three calls. Either way the plan computes what the torch runner does."""
+    from tests.backend.test_lowering import _SeparateProjections
+
+    torch.manual_seed(0)
+    compiled = fastcomp.compile(_SeparateProjections().eval())
+    with fastcomp.config.patch(small_matmul=False, explicit_autocast="all", combined_kernels=combined), \
+            torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        for _ in range(2):
+            compiled(torch.randn(40, 32))
+    assert check_runs(observer, expect_runnable=True) == 2
+    plan = observer.runs[0][0]
+    combos = [line for line in plan["program"].splitlines() if "combo of" in line]
+    products = [s for s in plan["steps"] if s["kind"] == "matmul"]
+    if combined:
+        assert combos == ["// k0: combo of 7 pointwise kernels, 7 blocks"], combos
+        assert plan["steps"][0]["kind"] == "kernel" and plan["steps"][0]["name"] == "k0"
+        assert len(products) == 3 and len(products[0]["b_next"]) == len(products[0]["bias_next"]) == 2, products
+    else:
+        assert not combos and len(products) == 5 and not any(s["b_next"] for s in products), products

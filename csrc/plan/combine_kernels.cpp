@@ -1,0 +1,139 @@
+#include "plan/combine_kernels.h"
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace fastcomp::plan {
+namespace {
+
+using codegen::Kernel;
+using codegen::Operand;
+
+// Static, and walking memory in the kernel's own order: each stride 0, or the contiguous one of the kernel's shape.
+bool in_iteration_order(const Sizes& shape, const Operand& o) {
+  if (!o.storage_offset.is_static() || o.valid.dim >= 0) return false;
+  const Sizes contiguous = contiguous_strides(shape);
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (!o.strides[d].is_static()) return false;
+    const int64_t s = o.strides[d].hint();
+    if (shape[d].hint() != 1 && s != 0 && s != contiguous[d].hint()) return false;
+  }
+  return true;
+}
+
+int64_t output_bytes(const Kernel& k) {
+  int64_t elements = 1, bytes = 0;
+  for (const Size& s : k.shape) elements *= s.hint();
+  for (const Operand& o : k.outputs) bytes += elements * codegen::dtype_size(o.dtype);
+  return bytes;
+}
+
+}  // namespace
+
+void combine_input_kernels(Program& p, const graph::Graph& graph) {
+  for (const ExternStep& e : p.extern_steps)
+    if (!e.as_view && graph::writes_an_argument(graph.nodes[e.node])) return;  // it may write a graph input
+  std::vector<int> writers(p.buffers.size(), 0);  // per root: the kernel and product steps writing it
+  for (const KernelStep& ks : p.kernel_steps)
+    for (size_t i = p.kernels[ks.kernel].inputs.size(); i < ks.args.size(); ++i) ++writers[p.buffers[ks.args[i]].root];
+  for (const MatmulStep& m : p.matmul_steps) ++writers[p.buffers[m.d].root];
+
+  auto movable = [&](const KernelStep& ks) {
+    const Kernel& k = p.kernels[ks.kernel];
+    if (k.kind != Kernel::Kind::Pointwise || !codegen::all_static(k.shape) || k.outputs.empty()) return false;
+    for (size_t i = 0; i < ks.args.size(); ++i) {
+      const bool is_input = i < k.inputs.size();
+      const Buffer& b = p.buffers[ks.args[i]];
+      if (!in_iteration_order(k.shape, is_input ? k.inputs[i] : k.outputs[i - k.inputs.size()])) return false;
+      if (is_input && (p.buffers[b.root].kind != Buffer::Kind::Input || writers[b.root] > 0)) return false;
+      if (!is_input && (b.kind != Buffer::Kind::Alloc || b.root != ks.args[i] || writers[b.root] != 1)) return false;
+    }
+    return true;
+  };
+
+  // A movable kernel the same as an earlier one (the same code on the same inputs: an activation cast for each of
+  // q, k and v, a weight cast for each of its uses) is left out; its outputs become the earlier one's.
+  std::vector<bool> dropped(p.steps.size(), false);
+  std::map<std::pair<std::string, std::vector<int>>, size_t> first_of;  // (code, inputs) -> step position
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    if (p.steps[i].kind != Step::Kind::Kernel || !movable(p.kernel_steps[p.steps[i].index])) continue;
+    const KernelStep& ks = p.kernel_steps[p.steps[i].index];
+    Kernel unnamed = p.kernels[ks.kernel];
+    unnamed.name = "k";
+    const size_t n_in = unnamed.inputs.size();
+    auto [it, added] =
+        first_of.emplace(std::make_pair(unnamed.to_string(), std::vector<int>(ks.args.begin(), ks.args.begin() + n_in)), i);
+    if (added) continue;
+    const KernelStep& first = p.kernel_steps[p.steps[it->second].index];
+    for (size_t a = n_in; a < ks.args.size(); ++a) {
+      p.buffers[ks.args[a]].kind = Buffer::Kind::View;
+      for (Buffer& b : p.buffers)  // it and the views of it
+        if (b.root == ks.args[a]) b.root = first.args[a];
+    }
+    dropped[i] = true;
+  }
+
+  // Groups of movable kernel steps (positions in p.steps), in order.
+  std::vector<std::vector<size_t>> groups(1);
+  int64_t bytes = 0;
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    if (dropped[i] || p.steps[i].kind != Step::Kind::Kernel || !movable(p.kernel_steps[p.steps[i].index])) continue;
+    const int64_t b = output_bytes(p.kernels[p.kernel_steps[p.steps[i].index].kernel]);
+    if (!groups.back().empty() && (groups.back().size() == kMaxComboParts || bytes + b > kMaxComboBytes)) {
+      groups.emplace_back();
+      bytes = 0;
+    }
+    groups.back().push_back(i);
+    bytes += b;
+  }
+  std::vector<int> group_of(p.steps.size(), -1);  // the group a combined step belongs to
+  for (size_t g = 0; g < groups.size(); ++g)
+    if (groups[g].size() > 1)
+      for (size_t i : groups[g]) group_of[i] = static_cast<int>(g);
+
+  // The program again, each group's kernels as one combo at its first part's step.
+  std::vector<Kernel> kernels;
+  std::vector<KernelStep> kernel_steps;
+  std::vector<Step> steps;
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    const Step& s = p.steps[i];
+    if (s.kind != Step::Kind::Kernel) {
+      steps.push_back(s);
+      continue;
+    }
+    const int g = group_of[i];
+    if (dropped[i] || (g >= 0 && groups[g][0] != i)) continue;  // the same as another, or in its group's combo
+    KernelStep step;
+    if (g < 0) {
+      step = p.kernel_steps[s.index];
+      kernels.push_back(std::move(p.kernels[step.kernel]));
+    } else {
+      Kernel combo;
+      combo.kind = Kernel::Kind::Combo;
+      combo.name = p.kernels[p.kernel_steps[s.index].kernel].name;
+      std::vector<int> outputs;
+      for (size_t at : groups[g]) {
+        const KernelStep& part_step = p.kernel_steps[p.steps[at].index];
+        Kernel& part = p.kernels[part_step.kernel];
+        const size_t n_in = part.inputs.size();
+        combo.inputs.insert(combo.inputs.end(), part.inputs.begin(), part.inputs.end());
+        combo.outputs.insert(combo.outputs.end(), part.outputs.begin(), part.outputs.end());
+        step.args.insert(step.args.end(), part_step.args.begin(), part_step.args.begin() + n_in);
+        outputs.insert(outputs.end(), part_step.args.begin() + n_in, part_step.args.end());
+        combo.parts.push_back(std::move(part));
+      }
+      step.args.insert(step.args.end(), outputs.begin(), outputs.end());
+      kernels.push_back(std::move(combo));
+    }
+    step.kernel = static_cast<int>(kernels.size()) - 1;
+    kernel_steps.push_back(std::move(step));
+    steps.push_back({Step::Kind::Kernel, static_cast<int>(kernel_steps.size()) - 1});
+  }
+  p.kernels = std::move(kernels);
+  p.kernel_steps = std::move(kernel_steps);
+  p.steps = std::move(steps);
+}
+
+}  // namespace fastcomp::plan

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "frontend/trace/torch_refs.h"
+#include "graph/repeated_casts.h"
 #include "plan/lower.h"
 #include "rehearsal_plan.h"
 #include "sdpa_choice.h"
@@ -205,6 +206,7 @@ BuiltExecutable build_executable_for(graph::Graph graph, frontend::GuardSet& gua
 }  // namespace
 
 BuiltExecutable build_executable(graph::Graph graph, frontend::GuardSet& guards, bool cuda_graphs) {
+  graph::share_repeated_casts(graph);
   const bool suspends_autocast = graph.suspends_autocast;
   BuiltExecutable built = build_executable_for(std::move(graph), guards, cuda_graphs);
   if (suspends_autocast) {

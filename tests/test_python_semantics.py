@@ -773,3 +773,24 @@ def test_torch_recurrent_modules_capture_whole_and_follow_a_replaced_weight():
                 x = torch.randn(2, 5, 4)
                 same(compiled(x), rnn(x))
         assert cc.frame_count == 3
+
+
+def test_repeated_casts_of_one_tensor_stay_separate_tensors_where_one_is_written_or_returned():
+    # The backend computes repeated casts of one tensor once (graph/repeated_casts.h), never where that shows:
+    # a cast written in place after the other, or both returned (two tensors in eager).
+    def written(x):
+        a, b = x.to(torch.float64), x.to(torch.float64)
+        b.add_(1)
+        return a * 2, b
+
+    def returned(x):
+        return x.to(torch.float64), x.to(torch.float64) * 3, x.to(torch.float64)
+
+    for fn in (written, returned):
+        compiled = fastcomp.compile(fn)
+        for _ in range(2):
+            x = torch.randn(4)
+            out, expected = compiled(x), fn(x)
+            same(out, expected)
+        if fn is returned:
+            assert out[0] is not out[2] and out[0].data_ptr() != out[2].data_ptr()

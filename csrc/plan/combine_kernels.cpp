@@ -53,12 +53,30 @@ void combine_input_kernels(Program& p, const graph::Graph& graph) {
     return true;
   };
 
-  // A movable kernel the same as an earlier one (the same code on the same inputs: an activation cast for each of
-  // q, k and v, a weight cast for each of its uses) is left out; its outputs become the earlier one's.
+  // Whether a pointwise kernel's values are the same wherever it runs after its inputs exist: each input is a graph
+  // input nothing writes or a buffer one step writes (before it, as it reads it), each output its own buffer that
+  // only it writes, of which torch sees no object (a second kernel's object would be another tensor in eager).
+  auto repeatable = [&](const KernelStep& ks) {
+    const Kernel& k = p.kernels[ks.kernel];
+    if (k.kind != Kernel::Kind::Pointwise || k.outputs.empty()) return false;
+    for (size_t i = 0; i < ks.args.size(); ++i) {
+      const Buffer& b = p.buffers[ks.args[i]];
+      const Buffer& root = p.buffers[b.root];
+      if (i < k.inputs.size() && (root.kind == Buffer::Kind::Input ? writers[b.root] > 0 : writers[b.root] > 1))
+        return false;
+      if (i >= k.inputs.size() && (b.kind != Buffer::Kind::Alloc || b.root != ks.args[i] || writers[b.root] != 1 ||
+                                   (b.node >= 0 && p.node_object[b.node])))
+        return false;
+    }
+    return true;
+  };
+
+  // A kernel the same as an earlier one (the same code on the same inputs: the activation cast to bf16 once for each
+  // of q, k and v, a weight cast for each of its uses) is left out; its outputs become the earlier one's.
   std::vector<bool> dropped(p.steps.size(), false);
   std::map<std::pair<std::string, std::vector<int>>, size_t> first_of;  // (code, inputs) -> step position
   for (size_t i = 0; i < p.steps.size(); ++i) {
-    if (p.steps[i].kind != Step::Kind::Kernel || !movable(p.kernel_steps[p.steps[i].index])) continue;
+    if (p.steps[i].kind != Step::Kind::Kernel || !repeatable(p.kernel_steps[p.steps[i].index])) continue;
     const KernelStep& ks = p.kernel_steps[p.steps[i].index];
     Kernel unnamed = p.kernels[ks.kernel];
     unnamed.name = "k";

@@ -4,8 +4,9 @@
 // of dozens of a few microseconds each, and products that share an A find their cast B's ready for one batched
 // call (group_products.h).
 //
-// Such a kernel that computes what an earlier one did (the same code on the same inputs: the activation cast once
-// for each of q, k and v) is left out, its outputs views of the earlier one's.
+// First, a pointwise kernel that computes what an earlier one did (the same code on the same inputs, written once:
+// an activation cast to the region's dtype once for each of q, k and v) is left out, its outputs views of the
+// earlier one's; then the products of one activation share one A.
 //
 // Moving a kernel earlier keeps its output alive longer: a combo makes at most kMaxComboBytes of outputs, and the
 // next candidates start another combo where the last one stopped.

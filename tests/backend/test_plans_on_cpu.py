@@ -283,3 +283,34 @@ def test_weight_casts_under_autocast_are_one_combo_kernel_and_their_products_one
         assert len(products) == 3 and len(products[0]["b_next"]) == len(products[0]["bias_next"]) == 2, products
     else:
         assert not combos and len(products) == 5 and not any(s["b_next"] for s in products), products
+
+
+class _NormedProjections(torch.nn.Module):
+    """LLaMA's attention inputs: an RMS norm, then q, k and v projections without biases."""
+
+    def __init__(self, d=32):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(d))
+        self.q, self.k, self.v = (torch.nn.Linear(d, d, bias=False) for _ in range(3))
+
+    def forward(self, x):
+        h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+        return self.q(h) + self.k(h) * self.v(h)
+
+
+def test_an_activation_cast_once_for_each_product_is_cast_once_and_the_products_are_one_call(observer):
+    """Under autocast each projection casts the normed activation to bf16: three casts of one tensor, which the
+    graph computes once (graph/repeated_casts.h); the three products then share one A and run as one batched
+    call, their weights' casts in one combo kernel before it."""
+    torch.manual_seed(0)
+    compiled = fastcomp.compile(_NormedProjections().eval())
+    with fastcomp.config.patch(small_matmul=False, explicit_autocast="all"), torch.no_grad(), \
+            torch.autocast("cpu", dtype=torch.bfloat16):
+        for _ in range(2):
+            compiled(torch.randn(40, 32))
+    assert check_runs(observer, expect_runnable=True) == 2
+    plan = observer.runs[0][0]
+    products = [s for s in plan["steps"] if s["kind"] == "matmul"]
+    assert len(products) == 1 and len(products[0]["b_next"]) == 2, products
+    assert [line.split(": ")[1] for line in plan["program"].splitlines() if "combo of" in line] == [
+        "combo of 3 pointwise kernels, 3 blocks"]

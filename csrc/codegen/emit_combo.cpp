@@ -5,6 +5,8 @@
 // the plan hoists together (plan/combine_kernels.h) into one.
 #include <fmt/format.h>
 
+#include <map>
+
 #include "codegen/emit_internal.h"
 
 namespace fastcomp::codegen::detail {
@@ -17,6 +19,9 @@ KernelSource emit_combo(const Kernel& k, const DeviceLimits& limits) {
   KernelSource src = source_for(k, kComboBlock, 0);
   const size_t n_in = k.inputs.size();
   std::string parts, dispatch;
+  // Parts of the same code but for their name (a weight's cast in every layer) share the first one's function, so
+  // that NVRTC compiles it once, as share_identical_kernels does for kernels.
+  std::map<std::string, std::string> function_of;
   size_t in_base = 0, out_base = 0;
   for (size_t i = 0; i < k.parts.size(); ++i) {
     Kernel part = k.parts[i];
@@ -24,7 +29,8 @@ KernelSource emit_combo(const Kernel& k, const DeviceLimits& limits) {
     const KernelSource ps = emit_pointwise(part, limits, /*as_combo_part=*/true);
     if (ps.block != kComboBlock || ps.shared_bytes != 0 || !ps.size_params.empty())
       throw std::invalid_argument("kernel " + k.name + ": a combo part must be a static pointwise kernel");
-    parts += ps.code;
+    auto [same, added] = function_of.emplace(renamed(ps.code, part.name, "fc_part"), part.name);
+    if (added) parts += ps.code;
     src.needs_fp16 |= ps.needs_fp16;
     src.needs_bf16 |= ps.needs_bf16;
     const size_t part_in = part.inputs.size();
@@ -38,7 +44,7 @@ KernelSource emit_combo(const Kernel& k, const DeviceLimits& limits) {
     for (size_t j = 0; j < part.outputs.size(); ++j) args += fmt::format("out{}, ", out_base + j);
     const bool last = i + 1 == k.parts.size();
     dispatch += fmt::format("  {}{}({}b - {}u, {}u);{}\n", last ? "" : fmt::format("if (b < {}u) {{ ", src.grid + ps.grid),
-                            part.name, args, src.grid, ps.grid, last ? "" : " return; }");
+                            same->second, args, src.grid, ps.grid, last ? "" : " return; }");
     src.grid += ps.grid;
     in_base += part_in;
     out_base += part.outputs.size();

@@ -352,8 +352,7 @@ std::vector<ProgramPart> split_program(const std::vector<KernelSource>& kernels,
   return out;
 }
 
-namespace {
-// `code` with every use of identifier `name` (alone or as the prefix of a helper, `name_rows`) replaced by `as`.
+namespace detail {
 std::string renamed(const std::string& code, const std::string& name, const std::string& as) {
   auto ident = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
   std::string out;
@@ -366,13 +365,13 @@ std::string renamed(const std::string& code, const std::string& name, const std:
   }
   return out.append(code, at);
 }
-}  // namespace
+}  // namespace detail
 
 int share_identical_kernels(std::vector<KernelSource>& kernels) {
   std::map<std::string, std::string> first;  // code under a placeholder name -> the kernel that has it
   int shared = 0;
   for (KernelSource& k : kernels) {
-    auto [it, added] = first.emplace(renamed(k.code, k.name, "fc_kernel"), k.name);
+    auto [it, added] = first.emplace(detail::renamed(k.code, k.name, "fc_kernel"), k.name);
     if (added) continue;
     k.code = "// " + k.name + ": the same code as " + it->second + "\n";
     k.name = it->second;

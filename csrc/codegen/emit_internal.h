@@ -74,6 +74,9 @@ KernelSource source_for(const Kernel& k, int block, int64_t grid);
 bool wide_indices(const Kernel& k, int64_t loop_reach);
 std::string index_type_decl(bool wide);  // "using idx_t = int32_t;"
 
+// `code` with every use of identifier `name` (alone or as the prefix of a helper, `name_rows`) replaced by `as`.
+std::string renamed(const std::string& code, const std::string& name, const std::string& as);
+
 // Replaces every `marker` in `text` with `with` (which may not contain the marker).
 void replace_all(std::string& text, const std::string& marker, const std::string& with);
 

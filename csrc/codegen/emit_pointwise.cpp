@@ -452,7 +452,9 @@ KernelSource emit_pointwise(const Kernel& original, const DeviceLimits& limits, 
                      wide ? "64-bit" : "32-bit");
   if (p.vec > 1) code += vector_function(k, p, idx_decl);
   if (as_combo_part)
-    code += fmt::format("__device__ __forceinline__ void {}({}{}) {{\n  {}\n", k.name, kernel_params(k),
+    // Not inlined: the combo calls it once a block, and parts of one code (every layer's cast) share one copy of
+    // its machine code, as kernels of one code do (NVRTC's time grows with the code it compiles).
+    code += fmt::format("__device__ __noinline__ void {}({}{}) {{\n  {}\n", k.name, kernel_params(k),
                         p.part_params, idx_decl);
   else
     code += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}({}) {{\n  {}\n", block, k.name,

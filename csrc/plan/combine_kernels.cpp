@@ -39,6 +39,9 @@ void combine_input_kernels(Program& p, const graph::Graph& graph) {
   for (const KernelStep& ks : p.kernel_steps)
     for (size_t i = p.kernels[ks.kernel].inputs.size(); i < ks.args.size(); ++i) ++writers[p.buffers[ks.args[i]].root];
   for (const MatmulStep& m : p.matmul_steps) ++writers[p.buffers[m.d].root];
+  // An input written in place may share its storage with another input (a view passed beside its base).
+  for (size_t b = 0; b < p.buffers.size(); ++b)
+    if (p.buffers[b].kind == Buffer::Kind::Input && writers[b] > 0) return;
 
   auto movable = [&](const KernelStep& ks) {
     const Kernel& k = p.kernels[ks.kernel];

@@ -18,8 +18,8 @@
 
 namespace fastcomp::plan {
 
-/** Combines such kernels in `program`: static pointwise kernels whose inputs are graph inputs no step writes
- *  (and no extern step that writes an argument anywhere), whose outputs are buffers of their own, and that read and
+/** Combines such kernels in `program`: static pointwise kernels whose inputs are graph inputs (in a program where
+ *  no step writes a graph input, and no extern step writes any argument), whose outputs are buffers of their own, and that read and
  *  write in their iteration order (no transposing read: a part is never tiled). Each combo runs where its first
  *  part did. */
 void combine_input_kernels(Program& program, const graph::Graph& graph);

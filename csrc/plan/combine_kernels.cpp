@@ -56,17 +56,19 @@ void combine_input_kernels(Program& p, const graph::Graph& graph) {
     return true;
   };
 
-  // Whether a pointwise kernel's values are the same wherever it runs after its inputs exist: each input is a graph
-  // input nothing writes or a buffer one step writes (before it, as it reads it), each output its own buffer that
-  // only it writes, of which torch sees no object (a second kernel's object would be another tensor in eager).
+  // Whether a pointwise kernel's values are the same wherever it runs after its inputs exist: each input a graph
+  // input or extern result that no kernel or product writes, or a buffer its one writer made; each output its own
+  // buffer that only it writes, of which torch sees no object (a second kernel's object would be another tensor in
+  // eager).
   auto repeatable = [&](const KernelStep& ks) {
     const Kernel& k = p.kernels[ks.kernel];
     if (k.kind != Kernel::Kind::Pointwise || k.outputs.empty()) return false;
     for (size_t i = 0; i < ks.args.size(); ++i) {
       const Buffer& b = p.buffers[ks.args[i]];
       const Buffer& root = p.buffers[b.root];
-      if (i < k.inputs.size() && (root.kind == Buffer::Kind::Input ? writers[b.root] > 0 : writers[b.root] > 1))
-        return false;
+      // An Alloc's one writer made it before anything read it; an input's or an extern result's writer would
+      // change it between two reads.
+      if (i < k.inputs.size() && writers[b.root] > (root.kind == Buffer::Kind::Alloc ? 1 : 0)) return false;
       if (i >= k.inputs.size() && (b.kind != Buffer::Kind::Alloc || b.root != ks.args[i] || writers[b.root] != 1 ||
                                    (b.node >= 0 && p.node_object[b.node])))
         return false;

@@ -11,12 +11,8 @@
 
 namespace fastcomp::codegen::detail {
 
-namespace {
-constexpr int kComboBlock = 256;  // emit_pointwise's block size for parts
-}
-
 KernelSource emit_combo(const Kernel& k, const DeviceLimits& limits) {
-  KernelSource src = source_for(k, kComboBlock, 0);
+  KernelSource src = source_for(k, 0, 0);  // the parts' block size, which emit_pointwise fixes for parts
   const size_t n_in = k.inputs.size();
   std::string parts, dispatch;
   // Parts of the same code but for their name (a weight's cast in every layer) share the first one's function, so
@@ -27,8 +23,9 @@ KernelSource emit_combo(const Kernel& k, const DeviceLimits& limits) {
     Kernel part = k.parts[i];
     part.name = fmt::format("{}_part{}", k.name, i);
     const KernelSource ps = emit_pointwise(part, limits, /*as_combo_part=*/true);
-    if (ps.block != kComboBlock || ps.shared_bytes != 0 || !ps.size_params.empty())
+    if ((i > 0 && ps.block != src.block) || ps.shared_bytes != 0 || !ps.size_params.empty())
       throw std::invalid_argument("kernel " + k.name + ": a combo part must be a static pointwise kernel");
+    src.block = ps.block;
     auto [same, added] = function_of.emplace(renamed(ps.code, part.name, "fc_part"), part.name);
     if (added) parts += ps.code;
     src.needs_fp16 |= ps.needs_fp16;
@@ -52,7 +49,7 @@ KernelSource emit_combo(const Kernel& k, const DeviceLimits& limits) {
   src.code = fmt::format("// {}: combo of {} pointwise kernels, {} blocks\n", k.name, k.parts.size(), src.grid) +
              parts +
              fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}({}) {{\n  const unsigned b = blockIdx.x;\n",
-                         kComboBlock, k.name, kernel_params(k)) +
+                         src.block, k.name, kernel_params(k)) +
              dispatch + "}\n";
   return src;
 }

@@ -7,39 +7,28 @@
 namespace fastcomp::graph {
 namespace {
 
-// The constant arguments of a cast as a key: their reprs (dtypes, devices, bools), in order.
+// Appends repr(value) and a separator; false where the repr fails.
+bool append_repr(PyObject* value, std::string* key) {
+  PyObject* r = PyObject_Repr(value);
+  if (!r) {
+    PyErr_Clear();
+    return false;
+  }
+  *key += PyUnicode_AsUTF8(r);
+  *key += '\x1f';
+  Py_DECREF(r);
+  return true;
+}
+
+// The constant arguments of a cast as a key: their reprs (dtypes, devices, bools), in order, then the keyword
+// names and values.
 bool constant_key(const Node& n, std::string* key) {
   if (n.args.empty() || n.args[0].kind != Arg::Kind::Node) return false;
-  for (size_t i = 1; i < n.args.size(); ++i) {
-    if (n.args[i].kind != Arg::Kind::Const) return false;
-    PyObject* r = PyObject_Repr(n.args[i].value.get());
-    if (!r) {
-      PyErr_Clear();
-      return false;
-    }
-    *key += PyUnicode_AsUTF8(r);
-    *key += '\x1f';
-    Py_DECREF(r);
-  }
-  if (n.kwnames) {
-    PyObject* r = PyObject_Repr(n.kwnames.get());
-    if (!r) {
-      PyErr_Clear();
-      return false;
-    }
-    *key += PyUnicode_AsUTF8(r);
-    Py_DECREF(r);
-    for (const Arg& a : n.kwargs) {
-      if (a.kind != Arg::Kind::Const) return false;
-      PyObject* v = PyObject_Repr(a.value.get());
-      if (!v) {
-        PyErr_Clear();
-        return false;
-      }
-      *key += std::string("\x1f") + PyUnicode_AsUTF8(v);
-      Py_DECREF(v);
-    }
-  }
+  for (size_t i = 1; i < n.args.size(); ++i)
+    if (n.args[i].kind != Arg::Kind::Const || !append_repr(n.args[i].value.get(), key)) return false;
+  if (n.kwnames && !append_repr(n.kwnames.get(), key)) return false;
+  for (const Arg& a : n.kwargs)
+    if (a.kind != Arg::Kind::Const || !append_repr(a.value.get(), key)) return false;
   return true;
 }
 

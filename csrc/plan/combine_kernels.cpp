@@ -36,13 +36,17 @@ void combine_input_kernels(Program& p, const graph::Graph& graph) {
   for (const ExternStep& e : p.extern_steps)
     if (!e.as_view && graph::writes_an_argument(graph.nodes[e.node])) return;  // it may write a graph input
   std::vector<int> writers(p.buffers.size(), 0);  // per root: the kernel and product steps writing it
-  for (const KernelStep& ks : p.kernel_steps)
-    for (size_t i = p.kernels[ks.kernel].inputs.size(); i < ks.args.size(); ++i) ++writers[p.buffers[ks.args[i]].root];
-  for (const MatmulStep& m : p.matmul_steps) ++writers[p.buffers[m.d].root];
+  for (const Step& s : p.steps)
+    for (int b : written_buffers(p, s)) ++writers[p.buffers[b].root];
   // An input written in place may share its storage with another input (a view passed beside its base).
   for (size_t b = 0; b < p.buffers.size(); ++b)
     if (p.buffers[b].kind == Buffer::Kind::Input && writers[b] > 0) return;
 
+  // An output the kernel alone writes, a buffer of its own.
+  auto own_output = [&](int arg) {
+    const Buffer& b = p.buffers[arg];
+    return b.kind == Buffer::Kind::Alloc && b.root == arg && writers[arg] == 1;
+  };
   auto movable = [&](const KernelStep& ks) {
     const Kernel& k = p.kernels[ks.kernel];
     if (k.kind != Kernel::Kind::Pointwise || !codegen::all_static(k.shape) || k.outputs.empty()) return false;
@@ -51,7 +55,7 @@ void combine_input_kernels(Program& p, const graph::Graph& graph) {
       const Buffer& b = p.buffers[ks.args[i]];
       if (!in_iteration_order(k.shape, is_input ? k.inputs[i] : k.outputs[i - k.inputs.size()])) return false;
       if (is_input && (p.buffers[b.root].kind != Buffer::Kind::Input || writers[b.root] > 0)) return false;
-      if (!is_input && (b.kind != Buffer::Kind::Alloc || b.root != ks.args[i] || writers[b.root] != 1)) return false;
+      if (!is_input && !own_output(ks.args[i])) return false;
     }
     return true;
   };
@@ -69,9 +73,7 @@ void combine_input_kernels(Program& p, const graph::Graph& graph) {
       // An Alloc's one writer made it before anything read it; an input's or an extern result's writer would
       // change it between two reads.
       if (i < k.inputs.size() && writers[b.root] > (root.kind == Buffer::Kind::Alloc ? 1 : 0)) return false;
-      if (i >= k.inputs.size() && (b.kind != Buffer::Kind::Alloc || b.root != ks.args[i] || writers[b.root] != 1 ||
-                                   (b.node >= 0 && p.node_object[b.node])))
-        return false;
+      if (i >= k.inputs.size() && (!own_output(ks.args[i]) || (b.node >= 0 && p.node_object[b.node]))) return false;
     }
     return true;
   };
@@ -90,11 +92,7 @@ void combine_input_kernels(Program& p, const graph::Graph& graph) {
         first_of.emplace(std::make_pair(unnamed.to_string(), std::vector<int>(ks.args.begin(), ks.args.begin() + n_in)), i);
     if (added) continue;
     const KernelStep& first = p.kernel_steps[p.steps[it->second].index];
-    for (size_t a = n_in; a < ks.args.size(); ++a) {
-      p.buffers[ks.args[a]].kind = Buffer::Kind::View;
-      for (Buffer& b : p.buffers)  // it and the views of it
-        if (b.root == ks.args[a]) b.root = first.args[a];
-    }
+    for (size_t a = n_in; a < ks.args.size(); ++a) make_view_of(p, ks.args[a], first.args[a], Size(0));
     dropped[i] = true;
   }
 

@@ -21,17 +21,11 @@ bool ready_before(const Program& p, int buffer, size_t position) {
   if (p.buffers[root].kind != Buffer::Kind::Alloc) return false;
   bool written = false;
   for (size_t i = 0; i < p.steps.size(); ++i) {
-    const Step& s = p.steps[i];
-    bool writes = false;
-    if (s.kind == Step::Kind::Kernel) {
-      const KernelStep& k = p.kernel_steps[s.index];
-      for (size_t a = p.kernels[k.kernel].inputs.size(); a < k.args.size(); ++a)
-        writes |= p.buffers[k.args[a]].root == root;
-    } else if (s.kind == Step::Kind::Matmul) {
-      writes = p.buffers[p.matmul_steps[s.index].d].root == root;
+    for (int b : written_buffers(p, p.steps[i])) {
+      if (p.buffers[b].root != root) continue;
+      if (i >= position) return false;
+      written = true;
     }
-    if (writes && i >= position) return false;
-    written |= writes;
   }
   return written;
 }
@@ -60,27 +54,6 @@ bool groupable(const Program& p, const MatmulStep& first, const MatmulStep& othe
   return first.m.hint() * first.n.hint() <= kGroupMaxOutputElements;
 }
 
-// Makes buffer `d` (an Alloc) and the views of it views of `root` at `offset` elements further. Kernels get their
-// operands' root pointers and add the offsets lowering gave them, so those offsets move too.
-void move_into(Program& p, int d, int root, const Size& offset) {
-  std::vector<bool> moved(p.buffers.size(), false);
-  for (size_t i = 0; i < p.buffers.size(); ++i) {
-    Buffer& b = p.buffers[i];
-    if (b.root != d) continue;
-    moved[i] = true;
-    b.root = root;
-    b.offset = b.offset + offset;
-  }
-  p.buffers[d].kind = Buffer::Kind::View;
-  for (const KernelStep& step : p.kernel_steps) {
-    codegen::Kernel& k = p.kernels[step.kernel];
-    for (size_t i = 0; i < step.args.size(); ++i) {
-      if (!moved[step.args[i]]) continue;
-      for (codegen::Operand* op : codegen::operand_copies(k, i)) op->storage_offset = op->storage_offset + offset;
-    }
-  }
-}
-
 // Runs the products at positions `group` (ascending; the first stays) as batches of the first one.
 void fuse(Program& p, const std::vector<size_t>& group) {
   MatmulStep& first = p.matmul_steps[p.steps[group[0]].index];
@@ -94,10 +67,10 @@ void fuse(Program& p, const std::vector<size_t>& group) {
   const int root = static_cast<int>(p.buffers.size());
   all.root = root;
   p.buffers.push_back(all);
-  move_into(p, first.d, root, Size(0));
+  make_view_of(p, first.d, root, Size(0));
   for (int i = 1; i < n; ++i) {
     const MatmulStep& other = p.matmul_steps[p.steps[group[i]].index];
-    move_into(p, other.d, root, slot * Size(i));
+    make_view_of(p, other.d, root, slot * Size(i));
     first.b_next.push_back(other.b);
     if (other.bias >= 0) first.bias_next.push_back(other.bias);
   }

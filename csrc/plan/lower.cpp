@@ -664,19 +664,7 @@ Program Lowerer::run() {
     else steps.push_back(s);
   }
   program_.steps = std::move(steps);
-  if (program_.is_dynamic()) {
-    std::vector<bool> live(graph_.symbols.size(), false);
-    auto mark = [&](const Size& s) {
-      if (!s.is_static())
-        for (int i : graph::sym_symbols(s.expr())) live[i] = true;
-    };
-    for (const Buffer& b : program_.buffers) {
-      for (const Size& s : b.sizes) mark(s);
-      for (const Size& s : b.strides) mark(s);
-    }
-    for (size_t i = 0; i < live.size(); ++i)
-      if (live[i]) program_.live_symbols.push_back(static_cast<int>(i));
-  }
+  program_.live_symbols = symbols_in_use(program_);
   program_.node_buffer.assign(graph_.nodes.size(), -1);
   for (size_t i = 0; i < values_.size(); ++i) program_.node_buffer[i] = values_[i].buffer;
   // Combined first: the casts of weights, hoisted, are ready for the products that read them.

@@ -22,6 +22,48 @@ const char* epilogue_name(MatmulStep::Epilogue e) {
 
 }  // namespace
 
+std::vector<int> symbols_in_use(const Program& p) {
+  std::vector<bool> live(p.symbols.size(), false);
+  auto mark = [&](const Size& s) {
+    if (!s.is_static())
+      for (int i : graph::sym_symbols(s.expr())) live[i] = true;
+  };
+  for (const Buffer& b : p.buffers) {
+    for (const Size& s : b.sizes) mark(s);
+    for (const Size& s : b.strides) mark(s);
+  }
+  std::vector<int> out;
+  for (size_t i = 0; i < live.size(); ++i)
+    if (live[i]) out.push_back(static_cast<int>(i));
+  return out;
+}
+
+std::vector<int> written_buffers(const Program& p, const Step& step) {
+  if (step.kind == Step::Kind::Matmul) return {p.matmul_steps[step.index].d};
+  if (step.kind != Step::Kind::Kernel) return {};
+  const KernelStep& k = p.kernel_steps[step.index];
+  return std::vector<int>(k.args.begin() + static_cast<std::ptrdiff_t>(p.kernels[k.kernel].inputs.size()), k.args.end());
+}
+
+void make_view_of(Program& p, int buffer, int root, const Size& offset) {
+  std::vector<bool> moved(p.buffers.size(), false);
+  for (size_t i = 0; i < p.buffers.size(); ++i) {
+    Buffer& b = p.buffers[i];
+    if (b.root != buffer) continue;
+    moved[i] = true;
+    b.root = root;
+    b.offset = b.offset + offset;
+  }
+  p.buffers[buffer].kind = Buffer::Kind::View;
+  for (const KernelStep& step : p.kernel_steps) {
+    codegen::Kernel& k = p.kernels[step.kernel];
+    for (size_t i = 0; i < step.args.size(); ++i) {
+      if (!moved[step.args[i]]) continue;
+      for (codegen::Operand* op : codegen::operand_copies(k, i)) op->storage_offset = op->storage_offset + offset;
+    }
+  }
+}
+
 bool is_contiguous(const Sizes& sizes, const Sizes& strides) {
   Size expected = 1;
   for (size_t d = sizes.size(); d-- > 0;) {

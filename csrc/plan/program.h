@@ -121,4 +121,14 @@ struct Program {
   std::string to_string(const graph::Graph& graph) const;  // fusion.txt: buffers, then steps in order
 };
 
+// The symbols the plan's buffer sizes and strides mention, in order (Program::live_symbols).
+std::vector<int> symbols_in_use(const Program& program);
+
+// The buffers a kernel step or a product writes: a kernel's outputs, a product's D (an extern step: none known).
+std::vector<int> written_buffers(const Program& program, const Step& step);
+
+// Makes buffer `buffer` (an Alloc) and the views of it views of `root` at `offset` elements further. Kernels get
+// their operands' root pointers and add the offsets lowering gave them, so those offsets move too.
+void make_view_of(Program& program, int buffer, int root, const Size& offset);
+
 }  // namespace fastcomp::plan

@@ -84,6 +84,7 @@ Lowerer::Lowerer(const graph::Graph& graph, const LowerOptions& options,
   for (const graph::Node& n : graph_.nodes) {
     for (const auto& a : n.args) mark_uses(a, n.id, last_use_);
     for (const auto& a : n.kwargs) mark_uses(a, n.id, last_use_);
+    writes_arguments_ = writes_arguments_ || graph::writes_an_argument(n);
   }
   mark_uses(graph_.output, static_cast<int>(graph_.nodes.size()), last_use_);
 }
@@ -167,6 +168,7 @@ bool Lowerer::lazy_fits(const Value& v, graph::NodeId id, const Sizes& out_shape
   const Cluster& c = *clusters_[v.cluster];
   const Sizes& space = c.space();
   *row = false;
+  if (v.reshaped) return false;  // pointwise_on_reshaped's alone
   if (!v.row) return out_shape == space;
   // A per-row value of logical shape [..., 1] (keepdim) or [...] is either broadcast along its rows (the op
   // covers the whole space) or combined with other per-row values (the op has the value's own shape). A
@@ -188,6 +190,10 @@ int Lowerer::materialize(graph::NodeId id) {
   Value& v = values_[id];
   if (v.buffer >= 0) return v.buffer;
   if (v.cluster < 0) throw std::logic_error(fmt::format("lower: %{} has neither a buffer nor an expression", id));
+  if (v.reshape_of >= 0) {  // a view in torch, and so in the plan: of its base's buffer, whose layout is contiguous
+    add_view(graph_.nodes[id], materialize(v.reshape_of));
+    return v.buffer;
+  }
   const graph::TensorMeta& meta = graph_.nodes[id].meta;
   Buffer b;
   b.kind = Buffer::Kind::Alloc;
@@ -199,6 +205,8 @@ int Lowerer::materialize(graph::NodeId id) {
   const int c = cluster_of(v.cluster);
   Sizes in_space = strides_in_space(b.sizes, b.strides, b.sizes, v.row, *clusters_[c]);
   if (!v.row) in_space = b.strides;
+  // Contiguous in its own shape (defer_reshape and pointwise_on_reshaped make sure) is contiguous in the space's.
+  if (v.reshaped) in_space = contiguous_strides(clusters_[c]->space());
   const int id_b = add_buffer(b);
   clusters_[c]->store(v.expr, id_b, b.dtype, in_space, 0);
   buffer_producer_[id_b] = c;
@@ -277,7 +285,54 @@ void Lowerer::add_view(const graph::Node& n, int base) {
   values_[n.id].buffer = add_buffer(b);
 }
 
+bool Lowerer::defer_reshape(const graph::Node& n, graph::NodeId input) {
+  // Without in-place writes, nothing can tell the deferred view from torch's until its buffer exists, and then
+  // it is a view of its base's buffer (materialize).
+  if (writes_arguments_ || graph_.is_dynamic() || n.type != graph::ValueType::Tensor) return false;
+  const Value& in = values_[input];
+  if (!in.tensor || in.cluster < 0 || in.row || in.buffer >= 0) return false;
+  const int c = cluster_of(in.cluster);
+  if (clusters_[c]->sealed() || node_dtype(n.id) != node_dtype(input)) return false;
+  const Sizes sizes = meta_sizes(n.meta), in_sizes = meta_sizes(graph_.nodes[input].meta);
+  // The input as the cluster computes it (its own shape, or a reshape already), laid out contiguously wherever it
+  // is stored; the view contiguous over the same elements from the same offset.
+  if (!in.reshaped && clusters_[c]->space() != in_sizes) return false;
+  if (!is_contiguous(in_sizes, node_strides(input)) || !is_contiguous(in_sizes, meta_strides(graph_.nodes[input].meta)) ||
+      !is_contiguous(sizes, meta_strides(n.meta)) || codegen::product(sizes) != codegen::product(in_sizes) ||
+      n.meta.storage_offset != graph_.nodes[input].meta.storage_offset)
+    return false;
+  Value& v = values_[n.id];
+  v.tensor = true;
+  v.cluster = c;
+  v.expr = in.expr;
+  v.reshaped = sizes != clusters_[c]->space();
+  v.reshape_of = input;
+  return true;
+}
+
+bool Lowerer::pointwise_on_reshaped(const graph::Node& n, const std::vector<Operand>& operands, const PointwiseFn& fn) {
+  graph::NodeId x = -1;
+  for (const Operand& o : operands) {
+    if (o.kind != Operand::Kind::Node) continue;
+    if (o.broadcast_dim >= 0 || (x >= 0 && o.node != x)) return false;
+    x = o.node;
+  }
+  if (x < 0 || !values_[x].reshaped || values_[x].cluster < 0) return false;
+  const int c = cluster_of(values_[x].cluster);
+  const Sizes out = meta_sizes(n.meta);
+  if (clusters_[c]->sealed() || out != meta_sizes(graph_.nodes[x].meta) || !is_contiguous(out, node_strides(n.id)))
+    return false;
+  Cluster& cl = *clusters_[c];
+  std::vector<int> exprs;
+  for (const Operand& o : operands)
+    exprs.push_back(o.kind == Operand::Kind::Scalar ? cl.constant(o.scalar_dtype, o.scalar) : values_[x].expr);
+  bind_lazy(n, c, fn(cl, exprs), false);
+  values_[n.id].reshaped = true;
+  return true;
+}
+
 void Lowerer::pointwise(const graph::Node& n, const std::vector<Operand>& operands, const PointwiseFn& fn) {
+  if (pointwise_on_reshaped(n, operands, fn)) return;
   const Sizes out = meta_sizes(n.meta);
   // Pick the cluster: the first lazy operand's (others of the same space merge into it); operands that do not
   // fit come from buffers. Reading a buffer seals its producer, which may be the chosen cluster: then retry
@@ -509,7 +564,7 @@ int Lowerer::collapsed_copy(const Cluster& src, int expr, Cluster& dst, size_t f
 
 const Cluster* Lowerer::lazy_cluster(graph::NodeId id) {
   Value& v = values_[id];
-  if (v.cluster < 0 || v.row) return nullptr;
+  if (v.cluster < 0 || v.row || v.reshaped) return nullptr;
   v.cluster = cluster_of(v.cluster);
   const Cluster* c = clusters_[v.cluster].get();
   return c->sealed() ? nullptr : c;

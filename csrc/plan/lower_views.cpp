@@ -148,6 +148,7 @@ bool lower_view_op(Lowerer& L, const graph::Node& n, const std::string& op) {
   if (op == "contiguous" && n.args.size() > 1) return false;  // a memory_format
   if (L.graph().is_dynamic() && offset_moves(op) && (L.node(input).meta.is_dynamic() || n.meta.is_dynamic()))
     return L.decline(op + " of a dynamic tensor: its storage offset may depend on the sizes");
+  if (L.defer_reshape(n, input)) return true;
   const int b = base_buffer(L, input);
   if (b < 0) return false;
   if (reshape) {

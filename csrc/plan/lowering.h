@@ -25,6 +25,12 @@ struct Value {
   // A tuple lowering built item by item (multi_head_attention_forward): each item's buffer, -1 for an item that
   // never exists at run time (lowering made sure nothing reads it).
   std::vector<int> items;
+  // `expr` is over its cluster's space, which is another shape of the same elements in row-major order (a view
+  // that reshapes a lazy value, or an op on such a view alone): defer_reshape. Only pointwise ops with no other
+  // tensor operand extend it; everything else reads its buffer.
+  bool reshaped = false;
+  // A reshaped view: the node it views, whose buffer its own buffer views (torch's aliasing kept); -1 otherwise.
+  graph::NodeId reshape_of = -1;
 };
 
 // One argument of a pointwise op as lowering sees it.
@@ -179,6 +185,11 @@ class Lowerer {
   bool decline(std::string why);
   // `n` is a view of `base`'s buffer with n's own meta layout.
   void add_view(const graph::Node& n, int base_buffer);
+  // View `n` of `input` reshapes a lazy contiguous value of an open cluster into another contiguous shape of its
+  // elements (GPT-2's `x.view(-1, x.size(-1))` of a layer norm or GELU before the cast autocast puts in front of
+  // its product): n stays an expression of that cluster (Value::reshaped) rather than a view of a buffer, so the
+  // ops on n alone join the kernel that computes `input`. False (nothing done) where it does not apply.
+  bool defer_reshape(const graph::Node& n, graph::NodeId input);
   // The expression loading `buffer` into cluster `c` for an op of shape `out_shape` (broadcast: trailing
   // dimensions line up, size-1 ones read at stride 0; row: a per-row op).
   int load_buffer(Cluster& c, int buffer, const Sizes& out_shape, bool row) const;
@@ -258,6 +269,9 @@ class Lowerer {
   Sizes strides_in_space(const Sizes& sizes, const Sizes& strides, const Sizes& out_shape, bool row,
                          const Cluster& c) const;
   bool lazy_fits(const Value& v, graph::NodeId id, const Sizes& out_shape, bool* row) const;
+  // pointwise() of node n whose tensor operands are all one reshaped value with an open cluster: n is computed
+  // there and is reshaped too. False when that does not apply.
+  bool pointwise_on_reshaped(const graph::Node& n, const std::vector<Operand>& operands, const PointwiseFn& fn);
   // Clusters a and b may become one kernel (ranges need a pointwise one; reductions of one kind and dimensions).
   bool can_merge(int a, int b) const;
 
@@ -271,6 +285,7 @@ class Lowerer {
   std::vector<int> kernel_step_of_;    // per cluster: its index in program_.kernel_steps once sealed
   std::vector<int> buffer_producer_;   // per buffer: the cluster that stores it, or -1
   std::vector<int> last_use_;          // per node: the last node using it (graph size: the output)
+  bool writes_arguments_ = false;      // some node writes an argument in place (no reshape is deferred then)
   std::string declined_;               // decline()'s reason for the node being lowered
   // mixed_reduce's first kernels: (x, trailing dims) -> (cluster, x's expression in it)
   std::map<std::pair<graph::NodeId, int>, std::pair<int, int>> mixed_rows_;

@@ -516,3 +516,22 @@ def test_max_pool_propagates_nan_and_keeps_minus_inf_on_the_gpu(channels_last, m
             assert got.stride() == want.stride()
     assert (cc.graph_count, cc.break_count) == (1, 0)
     assert plan_counts(cc.records[0]) == (3, 0, 0), cc.records[0]["plan"]
+
+
+def test_a_deferred_reshaping_view_returned_beside_its_base_is_a_view_of_it():
+    """A view of a lazy value stays an expression of its kernel (Lowerer::defer_reshape) until a buffer is needed:
+    then it is a view of its base's buffer, so returned beside its base it shares its memory, as in eager."""
+    def f(x):
+        h = x * 2
+        v = h.view(-1)
+        return v, h, (v + 1).to(torch.bfloat16)
+
+    x = torch.randn(4, 33, device="cuda")
+    with CompileCounter() as cc, torch.no_grad():
+        v, h, c = fastcomp.compile(f)(x)
+    ev, eh, ec = f(x)
+    assert_same(v, ev), assert_same(h, eh), assert_same(c, ec)
+    assert v.data_ptr() == h.data_ptr() and v._base is not None
+    v.add_(1)
+    assert torch.equal(h.view(-1), v)
+    assert plan_counts(cc.records[0])[0] == 1, cc.records[0]["plan"]

@@ -314,3 +314,63 @@ def test_an_activation_cast_once_for_each_product_is_cast_once_and_the_products_
     assert len(products) == 1 and len(products[0]["b_next"]) == 2, products
     assert [line.split(": ")[1] for line in plan["program"].splitlines() if "combo of" in line] == [
         "combo of 3 pointwise kernels, 3 blocks"]
+
+
+class _Conv1DMLP(torch.nn.Module):
+    """GPT-2's MLP: a layer norm, then `addmm` on a 2-d view of it, gelu_new, `addmm` on a 2-d view of that. Under
+    autocast the products cast the views to bf16."""
+
+    def __init__(self, d=32):
+        super().__init__()
+        self.ln = torch.nn.LayerNorm(d)
+        self.w1, self.b1 = torch.nn.Parameter(torch.randn(d, 4 * d) / 8), torch.nn.Parameter(torch.randn(4 * d))
+        self.w2, self.b2 = torch.nn.Parameter(torch.randn(4 * d, d) / 8), torch.nn.Parameter(torch.randn(d))
+
+    def forward(self, x):
+        h = self.ln(x)
+        h = torch.addmm(self.b1, h.view(-1, h.size(-1)), self.w1).view(h.size()[:-1] + (self.w1.size(-1),))
+        g = 0.5 * h * (1.0 + torch.tanh(0.7978845608 * (h + 0.044715 * torch.pow(h, 3.0))))
+        return torch.addmm(self.b2, g.view(-1, g.size(-1)), self.w2)
+
+
+def test_a_cast_of_a_reshaping_view_joins_the_kernel_of_what_it_views(observer):
+    """The cast autocast puts before each product reads a 2-d view of the layer norm's or the GELU's result: it is
+    computed in their kernels (Lowerer::defer_reshape), so the plan is the norm, the weights' casts, a product,
+    the GELU, a product: no kernel of its own for either cast, and no float32 copy of either activation."""
+    torch.manual_seed(0)
+    compiled = fastcomp.compile(_Conv1DMLP().eval())
+    with fastcomp.config.patch(small_matmul=False, explicit_autocast="all"), torch.no_grad(), \
+            torch.autocast("cpu", dtype=torch.bfloat16):
+        for _ in range(2):
+            compiled(torch.randn(2, 8, 32))
+    assert check_runs(observer, expect_runnable=True) == 2
+    plan = observer.runs[0][0]
+    assert [s["kind"] for s in plan["steps"]] == ["kernel", "kernel", "matmul", "kernel", "matmul"], plan["steps"]
+    assert not any(b["dtype"] == "f32" and b["sizes"] in ([2, 8, 32], [2, 8, 128], [16, 32], [16, 128]) for b in plan["buffers"]
+                   if b["kind"] == "alloc"), plan["buffers"]
+
+
+def _view_summed_and_cast(x):
+    h = torch.tanh(x)
+    v = h.view(-1, x.size(-1))
+    return v.sum(0), (v * 2).to(torch.float16).float(), h.exp()
+
+
+def _views_of_views(x):
+    h = x.sigmoid().unsqueeze(0)
+    return (h.reshape(-1) + 1).view(4, -1).flatten().cos() * 3
+
+
+def _view_of_a_reshaped_result(x):
+    g = torch.relu(x).view(-1) * 2
+    return torch.softmax(g.view(x.size(0), -1), -1), g.view(2, -1).amax(-1)
+
+
+@pytest.mark.parametrize("fn", [_view_summed_and_cast, _views_of_views, _view_of_a_reshaped_result],
+                         ids=lambda f: f.__name__)
+def test_reshaped_lazy_values_compute_what_torch_does(fn, observer):
+    """A reshaping view of a lazy value read by a reduction, a chain of views, a view of a value computed on one:
+    each reader gets its buffer or joins the kernel, and the plan computes what torch does."""
+    with torch.no_grad():
+        fastcomp.compile(fn)(torch.randn(8, 6, 16))
+    assert check_runs(observer, expect_runnable=True) == 1

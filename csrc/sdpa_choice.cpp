@@ -1,7 +1,10 @@
 #include "sdpa_choice.h"
 
+#include <algorithm>
+#include <optional>
 #include <vector>
 
+#include "cpython/gil_once.h"
 #include "cpython/pyref.h"
 #include "frontend/trace/torch_refs.h"
 
@@ -118,7 +121,55 @@ SdpKernel rehearse_choice() {
   return SdpKernel::Unknown;
 }
 
+// ((sizes...), (strides...)) of a traced tensor, as fastcomp._attention_bias takes layouts.
+PyRef layout(const graph::TensorMeta& m) {
+  PyRef sizes = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(m.sizes.size())));
+  PyRef strides = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(m.strides.size())));
+  for (size_t i = 0; i < m.sizes.size(); ++i) PyTuple_SET_ITEM(sizes.get(), i, PyLong_FromLongLong(m.sizes[i]));
+  for (size_t i = 0; i < m.strides.size(); ++i) PyTuple_SET_ITEM(strides.get(), i, PyLong_FromLongLong(m.strides[i]));
+  return PyRef::steal(PyTuple_Pack(2, sizes.get(), strides.get()));
+}
+
+std::optional<plan::SdpMaskBias> ask_torch_for_bias(const plan::SdpQuery& q) {
+  const int64_t bytes = storage_bytes(*q.q, 2) + storage_bytes(*q.k, 2) + storage_bytes(*q.v, 2) +
+                        storage_bytes(*q.mask, 4);  // the mask, and the bias made of it
+  if (bytes > kMaxStandInBytes || !q.q->device) return std::nullopt;
+  static cpython::GilOnce<PyObject> probe;
+  PyObject* fn = probe.get([] { return cpython::import_attr("fastcomp._attention_bias", "cudnn_bias_of_bool_mask"); });
+  if (!fn) return PyErr_Clear(), std::nullopt;
+  PyRef lq = layout(*q.q), lk = layout(*q.k), lv = layout(*q.v), lm = layout(*q.mask);
+  PyRef scale = PyRef::steal(PyFloat_FromDouble(q.scale));
+  if (!lq || !lk || !lv || !lm || !scale) return PyErr_Clear(), std::nullopt;
+  PyObject* argv[] = {lq.get(), lk.get(), lv.get(), lm.get(), q.q->dtype.get(), q.q->device.get(), scale.get(),
+                      q.causal ? Py_True : Py_False, q.gqa ? Py_True : Py_False};
+  PyRef got = PyRef::steal(PyObject_Vectorcall(fn, argv, 9, nullptr));
+  if (!got) return PyErr_Clear(), std::nullopt;  // torch raised on the stand-ins: its call will tell the user
+  plan::SdpMaskBias bias;
+  PyObject* strides = nullptr;
+  if (got.get() == Py_None || !PyArg_ParseTuple(got.get(), "ddO!", &bias.where_true, &bias.where_false, &PyTuple_Type,
+                                                &strides))
+    return PyErr_Clear(), std::nullopt;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(strides); ++i) bias.strides.push_back(PyLong_AsLongLong(PyTuple_GET_ITEM(strides, i)));
+  if (PyErr_Occurred() || bias.strides.size() != q.mask->sizes.size()) return PyErr_Clear(), std::nullopt;
+  return bias;
+}
+
 }  // namespace
+
+plan::SdpMaskBiasQuery torch_sdp_mask_bias() { return ask_torch_for_bias; }
+
+plan::SdpMaskBiasQuery rehearsed_sdp_mask_bias() {
+  return [](const plan::SdpQuery& q) -> std::optional<plan::SdpMaskBias> {
+    plan::SdpMaskBias bias{0.0, -65504.0, {}};
+    bias.strides.resize(q.mask->sizes.size());
+    int64_t step = 1;
+    for (size_t d = q.mask->sizes.size(); d-- > 0;) {
+      bias.strides[d] = step;
+      step *= std::max<int64_t>(q.mask->sizes[d], 1);
+    }
+    return bias;
+  };
+}
 
 plan::SdpKernelQuery torch_sdp_kernel(bool* asked) {
   return [asked](const plan::SdpQuery& q) {

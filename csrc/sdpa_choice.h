@@ -20,6 +20,14 @@ plan::SdpKernelQuery torch_sdp_kernel(bool* asked);
  *  `*asked` when it is called. */
 plan::SdpKernelQuery rehearsed_sdp_kernel(bool* asked);
 
+/** On a CUDA device: the bias torch's F.scaled_dot_product_attention makes of a boolean mask for cuDNN, read from
+ *  its own decomposition on stand-ins of the traced layouts (fastcomp/_attention_bias.py); nullopt where it cannot
+ *  be seen exactly. Ask only for a head torch runs on cuDNN (torch_sdp_kernel). */
+plan::SdpMaskBiasQuery torch_sdp_mask_bias();
+
+/** Rehearsal: a model of torch 2.5 to 2.11 on an H100 (where(mask, 0, -65504) in the query's dtype, contiguous). */
+plan::SdpMaskBiasQuery rehearsed_sdp_mask_bias();
+
 /** Guards the settings torch's choice depends on (which kernels are enabled, their priority order, whether the math
  *  path may compute half heads in half): a graph whose lowering asked adds them. */
 void add_sdp_setting_guards(frontend::GuardSet& guards);

@@ -7,6 +7,7 @@
 // never fails on an unfamiliar op.
 #pragma once
 #include <functional>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -28,6 +29,15 @@ struct SdpQuery {
   bool gqa;
 };
 using SdpKernelQuery = std::function<SdpKernel(const SdpQuery&)>;
+
+// The additive bias torch makes of a boolean mask for cuDNN's attention (F.scaled_dot_product_attention converts
+// one on every call): its value where the mask is True and where it is False, in the query's dtype, and its strides
+// (its sizes are the mask's).
+struct SdpMaskBias {
+  double where_true = 0, where_false = 0;
+  std::vector<int64_t> strides;
+};
+using SdpMaskBiasQuery = std::function<std::optional<SdpMaskBias>(const SdpQuery&)>;
 
 struct LowerOptions {
   int device = 0;            // CUDA ordinal of the graph's tensors
@@ -57,6 +67,10 @@ struct LowerOptions {
   // where torch runs cuDNN's (a row the mask leaves no key: the mean of the values) or the answer is unknown
   // (unset: always).
   SdpKernelQuery sdp_kernel;
+  // A masked f16 or bf16 head torch runs on cuDNN takes its boolean mask as the bias torch would make of it, made
+  // by a kernel of the plan (one for every head on that mask; lower_attention.cpp). Unset, or nullopt: torch's
+  // call converts it.
+  SdpMaskBiasQuery sdp_mask_bias;
 };
 
 // The largest product (m * n * k multiply-adds) lowering gives a small-matmul kernel: up to here a cuBLASLt call

@@ -283,31 +283,52 @@ bool lower_self_attention(Lowerer& L, const graph::Node& n) {
 // kernels round (scores and softmax in f32, the probabilities in the dtype for the product with v), or, where torch
 // runs a masked f16 or bf16 head on its math path (LowerOptions::sdp_kernel), as that path (everything in f32, the
 // output rounded). Anything else stays the extern call (torch's flash, memory-efficient, cuDNN or math path).
-bool lower_scaled_dot_product_attention(Lowerer& L, const graph::Node& n) {
-  if (!L.options().fused_attention || n.type != graph::ValueType::Tensor) return false;
+// F.scaled_dot_product_attention's arguments where lowering can read them: q, k and v tensors, the mask a tensor or
+// absent, no dropout, and is_causal, scale and enable_gqa constants.
+struct SdpaArgs {
+  const graph::Arg *q = nullptr, *k = nullptr, *v = nullptr, *mask = nullptr;  // mask: null for none
+  size_t mask_slot = 0;  // the mask's argument slot (ExternStep::passed)
+  bool causal = false, gqa = false;
+  std::optional<double> scale;  // nullopt: torch's default, 1 / sqrt(D)
+};
+
+std::optional<SdpaArgs> sdpa_args(const graph::Node& n) {
   CallArgs args(n);
   if (!args.only_keywords({"query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa"}))
-    return false;
-  const graph::Arg* q = tensor_arg(args.get(0, "query"));
-  const graph::Arg* k = tensor_arg(args.get(1, "key"));
-  const graph::Arg* v = tensor_arg(args.get(2, "value"));
+    return std::nullopt;
+  SdpaArgs a;
+  a.q = tensor_arg(args.get(0, "query"));
+  a.k = tensor_arg(args.get(1, "key"));
+  a.v = tensor_arg(args.get(2, "value"));
   const graph::Arg* mask_arg = args.get(3, "attn_mask");
-  const graph::Arg* mask = is_none(mask_arg) ? nullptr : tensor_arg(mask_arg);
-  if (!q || !k || !v || (!is_none(mask_arg) && !mask)) return false;
-  if (const graph::Arg* p = args.get(4, "dropout_p"); p && const_number(p) != 0.0) return false;
-  bool causal = false;
+  a.mask = is_none(mask_arg) ? nullptr : tensor_arg(mask_arg);
+  if (!a.q || !a.k || !a.v || (!is_none(mask_arg) && !a.mask)) return std::nullopt;
+  if (a.mask) a.mask_slot = args.slot_of(a.mask);
+  if (const graph::Arg* p = args.get(4, "dropout_p"); p && const_number(p) != 0.0) return std::nullopt;
   if (const graph::Arg* c = args.get(5, "is_causal")) {
     const std::optional<bool> b = const_bool(c);
-    if (!b) return false;
-    causal = *b;
+    if (!b) return std::nullopt;
+    a.causal = *b;
   }
-  if (causal && mask) return false;
-  bool gqa = false;
   if (const graph::Arg* g = args.get(7, "enable_gqa")) {
     const std::optional<bool> b = const_bool(g);
-    if (!b) return false;
-    gqa = *b;
+    if (!b) return std::nullopt;
+    a.gqa = *b;
   }
+  if (const graph::Arg* sc = args.get(6, "scale"); !is_none(sc)) {
+    a.scale = const_number(sc);
+    if (!a.scale) return std::nullopt;
+  }
+  return a;
+}
+
+bool lower_scaled_dot_product_attention(Lowerer& L, const graph::Node& n) {
+  if (!L.options().fused_attention || n.type != graph::ValueType::Tensor) return false;
+  const std::optional<SdpaArgs> call = sdpa_args(n);
+  if (!call) return false;
+  const graph::Arg *q = call->q, *k = call->k, *v = call->v, *mask = call->mask;
+  const bool causal = call->causal, gqa = call->gqa;
+  if (causal && mask) return false;
   const DType t = L.node_dtype(n.id);
   if (t != DType::F32 && t != DType::F16 && t != DType::BF16) return false;
   // A row the mask leaves no key: LowerOptions::masked_attention; in f16 and bf16 see sdp_kernel below.
@@ -328,12 +349,7 @@ bool lower_scaled_dot_product_attention(Lowerer& L, const graph::Node& n) {
   if (T * D * S == 0 || shape[0].hint() * H == 0 ||
       codegen::attention_shared_bytes(S, D) > L.options().attention_shared_limit)
     return false;
-  double scale = 1.0 / std::sqrt(double(D));
-  if (const graph::Arg* sc = args.get(6, "scale"); !is_none(sc)) {
-    const std::optional<double> x = const_number(sc);
-    if (!x) return false;
-    scale = *x;
-  }
+  const double scale = call->scale.value_or(1.0 / std::sqrt(double(D)));
   const Sizes out_strides = meta_strides(n.meta);
   if (!is_dense(shape, out_strides)) return false;
   // The mask broadcasts to the scores [B, H, T, S] by torch's rules (trailing dimensions line up, size-1 and
@@ -387,6 +403,51 @@ bool lower_scaled_dot_product_attention(Lowerer& L, const graph::Node& n) {
 }
 
 }  // namespace
+
+// F.scaled_dot_product_attention with a boolean mask on an f16 or bf16 head that torch runs on cuDNN (and so
+// lower_scaled_dot_product_attention leaves to it): torch converts the mask to an additive bias inside every call,
+// in three launches (a scalar tensor's fill, the fill value's, a `where`: 20 us a call for GPT-2's four layers at
+// batch 8 on an H100, against 5 for torch.compile's one kernel). The plan makes that bias itself, the very tensor
+// torch would (SdpMaskBias: its values and layout, learnt from torch), in one kernel that every head on the mask
+// shares (combine_kernels' dedup of identical kernels), and passes it for the mask; torch's call takes a bias of the
+// query's dtype as it is.
+void Lowerer::pass_attention_bias(const graph::Node& n, ExternStep* step) {
+  if (!options_.sdp_kernel || !options_.sdp_mask_bias || n.type != graph::ValueType::Tensor ||
+      called_op_name(n) != "scaled_dot_product_attention")
+    return;
+  const std::optional<SdpaArgs> call = sdpa_args(n);
+  if (!call || !call->mask || step->passed_buffer(call->mask_slot) >= 0) return;
+  const graph::NodeId mask = call->mask->node;
+  const DType t = node_dtype(n.id);
+  if ((t != DType::F16 && t != DType::BF16) || !value(mask).tensor || node_dtype(mask) != DType::Bool ||
+      node_dtype(call->q->node) != t || graph_.nodes[mask].meta.is_dynamic() || graph_.nodes[call->q->node].meta.is_dynamic() ||
+      graph_.nodes[call->k->node].meta.is_dynamic() || graph_.nodes[call->v->node].meta.is_dynamic())
+    return;
+  const graph::TensorMeta& qm = graph_.nodes[call->q->node].meta;
+  const double scale = call->scale.value_or(qm.sizes.empty() ? 1.0 : 1.0 / std::sqrt(double(qm.sizes.back())));
+  const SdpQuery query{&qm, &graph_.nodes[call->k->node].meta, &graph_.nodes[call->v->node].meta,
+                       &graph_.nodes[mask].meta, call->causal, scale, call->gqa};
+  if (options_.sdp_kernel(query) != SdpKernel::Cudnn) return;
+  const std::optional<SdpMaskBias> bias = options_.sdp_mask_bias(query);
+  if (!bias) return;
+  const int mask_buffer = buffer_for(mask);
+  const Buffer m = buffer(mask_buffer);
+  Buffer b;
+  b.kind = Buffer::Kind::Alloc;
+  b.dtype = t;
+  b.sizes = m.sizes;
+  b.strides = codegen::to_sizes(bias->strides);
+  if (!is_dense(b.sizes, b.strides)) return;
+  const int out = add_buffer(b);
+  add_kernel(m.sizes, {mask_buffer}, [&](Cluster& c) {
+    // The values rounded to the dtype as torch rounds a Python float scalar (to float, then to nearest even).
+    auto value = [&](double x) { return c.cast(c.constant(DType::F32, x), t); };
+    const int where = c.op(ExprOp::Where, t, {c.load(m.root, DType::Bool, m.strides, m.offset),
+                                              value(bias->where_true), value(bias->where_false)});
+    c.store(where, out, t, b.strides, 0);
+  });
+  step->passed.push_back({call->mask_slot, out});
+}
 
 bool lower_attention_op(Lowerer& L, const graph::Node& n, const std::string& op) {
   if (op == "multi_head_attention_forward") return lower_self_attention(L, n);

@@ -68,8 +68,8 @@ void Lowerer::copy_operands_channels_last(const graph::Node& n, ExternStep* step
     for (size_t d = 0; d < 4; ++d) sizes.push_back(in.sizes[d].hint()), strides.push_back(in.strides[d].hint());
     return maps_as_channels_last(sizes, strides) ? -1 : layout_copy(b, codegen::to_sizes(nhwc_strides(sizes)));
   };
-  step->input_copy = nhwc_copy(n.args[0]);
-  step->weight_copy = nhwc_copy(n.args[1]);
+  for (size_t slot : {0, 1})
+    if (const int copy = nhwc_copy(n.args[slot]); copy >= 0) step->passed.push_back({slot, copy});
 }
 
 }  // namespace fastcomp::plan::detail

@@ -52,9 +52,9 @@ void Lowerer::ensure_object(graph::NodeId id) {
 }
 
 void Lowerer::ensure_argument_objects(const graph::Node& n, const ExternStep& step) {
-  for (size_t i = 0; i < n.args.size(); ++i)
-    if (static_cast<int>(i) != step.bias_at && step.argument_copy(i) < 0) ensure_objects(n.args[i]);
-  for (const auto& a : n.kwargs) ensure_objects(a);
+  for (size_t i = 0; i < n.args.size() + n.kwargs.size(); ++i)
+    if (static_cast<int>(i) != step.bias_at && step.passed_buffer(i) < 0)
+      ensure_objects(i < n.args.size() ? n.args[i] : n.kwargs[i - n.args.size()]);
 }
 
 void Lowerer::add_extern_step(ExternStep step) {
@@ -129,6 +129,7 @@ void Lowerer::add_extern(const graph::Node& n) {
   }
   ExternStep step{n.id, std::move(declined_)};
   copy_operands_channels_last(n, &step);
+  pass_attention_bias(n, &step);
   ensure_argument_objects(n, step);
   add_extern_step(std::move(step));
   declined_.clear();

@@ -67,6 +67,9 @@ class CallArgs {
   // The argument at `position` or keyword `name`, or null when absent.
   const graph::Arg* get(size_t position, const char* name) const;
   size_t positional() const { return node_.args.size(); }
+  // The argument slot (ExternStep::passed) of `a`, an argument get() returned: its position, or for a keyword
+  // argument the positional count plus its index among the keywords.
+  size_t slot_of(const graph::Arg* a) const;
   // Keyword names other than `allowed` present on the call.
   bool only_keywords(std::initializer_list<const char*> allowed) const;
 
@@ -233,6 +236,9 @@ class Lowerer {
   // Convolution `n`'s step reads NHWC copies of its input and weight when n is planned channels-last and they are
   // not (lower_convolution.cpp).
   void copy_operands_channels_last(const graph::Node& n, ExternStep* step);
+  // Attention call `n` left to torch passes a bias made by a kernel of the plan for its boolean mask, where torch
+  // would convert the mask for cuDNN on every call (lower_attention.cpp).
+  void pass_attention_bias(const graph::Node& n, ExternStep* step);
   // Whether node x's value can be replaced by another from node `at` on: nothing else shares its memory.
   bool only_the_graph_holds(graph::NodeId x, graph::NodeId at) const;
   bool trailing_reduce(const graph::Node& n, graph::NodeId x, const RowFn& fn, int k,

@@ -30,6 +30,11 @@ const graph::Arg* CallArgs::get(size_t position, const char* name) const {
   return nullptr;
 }
 
+size_t CallArgs::slot_of(const graph::Arg* a) const {
+  if (a >= node_.args.data() && a < node_.args.data() + node_.args.size()) return a - node_.args.data();
+  return node_.args.size() + (a - node_.kwargs.data());
+}
+
 bool CallArgs::only_keywords(std::initializer_list<const char*> allowed) const {
   if (!node_.kwnames) return true;
   for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(node_.kwnames.get()); ++i) {

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "support/pystr.h"
+
 namespace fastcomp::plan {
 namespace {
 
@@ -154,12 +156,18 @@ std::string Program::to_string(const graph::Graph& graph) const {
       case Step::Kind::Extern: {
         const ExternStep& e = extern_steps[s.index];
         const graph::Node& n = graph.nodes[e.node];
-        // A convolution: "on b3" (its input's copy), "with weight b4" (its weight's), "without its bias -> b5".
-        if (e.input_copy >= 0 || e.weight_copy >= 0 || e.result >= 0)
-          out += fmt::format("extern %{} = {}{}{}{}\n", n.id, n.target_name,
-                             e.input_copy >= 0 ? fmt::format(" on b{}", e.input_copy) : "",
-                             e.weight_copy >= 0 ? fmt::format(" with weight b{}", e.weight_copy) : "",
+        // Buffers passed for arguments ("taking b3 as 0, b4 as 1", "taking b9 as attn_mask"), and a
+        // convolution's call "without its bias -> b5".
+        if (!e.passed.empty() || e.result >= 0) {
+          std::string passed;
+          for (const ExternStep::PassedBuffer& p : e.passed) {
+            const std::string name = p.slot < n.args.size() ? std::to_string(p.slot)
+                                                            : utf8(PyTuple_GET_ITEM(n.kwnames.get(), p.slot - n.args.size()));
+            passed += fmt::format("{}b{} as {}", passed.empty() ? " taking " : ", ", p.buffer, name);
+          }
+          out += fmt::format("extern %{} = {}{}{}\n", n.id, n.target_name, passed,
                              e.result >= 0 ? fmt::format(" without its bias -> b{}", e.result) : "");
+        }
         else if (e.as_view)
           out += fmt::format("extern %{} = as_strided(b{})  # {}\n", n.id, node_buffer[n.id], n.target_name);
         else

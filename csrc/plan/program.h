@@ -85,12 +85,22 @@ struct ExternStep {
   // `result` (an Extern buffer of no node); the node's value is that plus the bias, added by the kernel reading it
   // (lower_convolution.cpp). -1: the node's own call, its result the node's object and buffer.
   int bias_at = -1, result = -1;
-  // A convolution planned channels-last (channels_last.h) whose input or weight is not: that argument (0 or 1) is
-  // passed as buffer `input_copy` or `weight_copy`, an NHWC copy lowering made. -1: the argument itself.
-  int input_copy = -1, weight_copy = -1;
+  // Arguments passed as a buffer lowering made instead of the node's own value: a convolution planned
+  // channels-last (channels_last.h) takes NHWC copies of an input or weight that is not; an attention call left to
+  // cuDNN takes its boolean mask as the additive bias torch would make of it (lower_attention.cpp). `slot` counts
+  // the positional arguments, then the keyword ones in the node's order.
+  struct PassedBuffer {
+    size_t slot;
+    int buffer;
+  };
+  std::vector<PassedBuffer> passed;
 
-  // The buffer passed for positional argument `i` instead of the node's own argument; -1 where there is none.
-  int argument_copy(size_t i) const { return i == 0 ? input_copy : i == 1 ? weight_copy : -1; }
+  // The buffer passed in argument slot `slot` instead of the node's own argument; -1 where there is none.
+  int passed_buffer(size_t slot) const {
+    for (const PassedBuffer& p : passed)
+      if (p.slot == slot) return p.buffer;
+    return -1;
+  }
 };
 
 struct Step {

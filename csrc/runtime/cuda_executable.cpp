@@ -502,11 +502,12 @@ class CudaExecutable final : public Executable {
     const graph::Node& node = graph_.nodes[id];
     std::vector<PyObject*> argv{nullptr};
     std::vector<PyRef> temps;
-    for (size_t i = 0; i < node.args.size(); ++i)
-      argv.push_back(static_cast<int>(i) == e.bias_at                  ? Py_None
-                     : e.argument_copy(i) >= 0                           ? tensors[e.argument_copy(i)]
-                                                                         : borrow_arg(node.args[i], objects, temps, symbols));
-    for (const auto& a : node.kwargs) argv.push_back(borrow_arg(a, objects, temps, symbols));
+    for (size_t i = 0; i < node.args.size() + node.kwargs.size(); ++i) {
+      const graph::Arg& a = i < node.args.size() ? node.args[i] : node.kwargs[i - node.args.size()];
+      argv.push_back(static_cast<int>(i) == e.bias_at   ? Py_None
+                     : e.passed_buffer(i) >= 0          ? tensors[e.passed_buffer(i)]
+                                                        : borrow_arg(a, objects, temps, symbols));
+    }
     for (size_t i = 1; i < argv.size(); ++i)
       if (!argv[i]) return false;
     PyObject* out = PyObject_Vectorcall(node.target.get(), argv.data() + 1,

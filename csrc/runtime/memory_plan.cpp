@@ -80,11 +80,10 @@ MemoryPlan plan_memory(const plan::Program& program, const graph::Graph& graph) 
       const graph::Node& n = graph.nodes[e.node];
       for (const auto& a : n.args) node_use(a, step), buffers_of(a, step);
       for (const auto& a : n.kwargs) node_use(a, step), buffers_of(a, step);
-      for (int copy : {e.input_copy, e.weight_copy})  // its tensor is the convolution's input or weight
-        if (copy >= 0) {
-          use(copy, step);
-          extern_reads[program.buffers[copy].root] = true;
-        }
+      for (const plan::ExternStep::PassedBuffer& p : e.passed) {  // its tensor is passed for an argument
+        use(p.buffer, step);
+        extern_reads[program.buffers[p.buffer].root] = true;
+      }
       const int b = e.result >= 0 ? e.result : program.node_buffer[n.id];
       if (b >= 0 && program.buffers[b].kind == Buffer::Kind::Extern) use(b, step);
     }

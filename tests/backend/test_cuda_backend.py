@@ -535,3 +535,26 @@ def test_a_deferred_reshaping_view_returned_beside_its_base_is_a_view_of_it():
     v.add_(1)
     assert torch.equal(h.view(-1), v)
     assert plan_counts(cc.records[0])[0] == 1, cc.records[0]["plan"]
+
+
+def test_a_boolean_mask_passed_to_cudnn_as_the_plans_bias_gives_eager_bits():
+    """A masked bf16 head torch runs on cuDNN takes the bias a kernel of the plan made of its boolean mask (the
+    values and layout read from torch's own conversion, fastcomp/_attention_bias.py): the very tensor torch makes,
+    so the result is eager's to the bit, padded rows (no key at all) included."""
+    from tests.backend.test_lowering import _two_heads_on_one_causal_mask
+
+    def padded(q, k, v, keep):
+        mask = keep[:, None, None, :] & keep[:, None, :, None]
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask.expand(-1, q.size(1), -1, -1))
+
+    q, k, v = (torch.randn(4, 12, 128, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    keep = torch.rand(4, 128, device="cuda") > 0.3
+    if torch._fused_sdp_choice(q, k, v, keep[:, None, None, :].expand(4, 12, 128, 128)) != 3:
+        pytest.skip("torch does not run this head on cuDNN here")
+    for fn, args in ((_two_heads_on_one_causal_mask, (q, k, v)), (padded, (q, k, v, keep))):
+        with CompileCounter() as cc, torch.no_grad():
+            out = fastcomp.compile(fn)(*args)
+            fastcomp.wait_for_compiles()
+            out = fastcomp.compile(fn)(*args)
+        assert torch.equal(out, fn(*args))
+        assert re.search(r"taking b\d+ as attn_mask", cc.records[0]["plan"]), cc.records[0]["plan"]

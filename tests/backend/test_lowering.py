@@ -435,8 +435,8 @@ def test_values_between_convolutions_are_planned_channels_last():
     record = compile_and_check(conv_chains.basic_block, conv_chains.inputs())
     plan = record["plan"]
     assert [nhwc in r for r in _conv_results(plan)] == [True, True], plan
-    assert re.search(r"^extern %\d+ = torch.conv2d on b\d+ with weight b\d+$", plan, re.M), plan
-    assert len(re.findall(r"^extern %\d+ = torch.conv2d.* with weight b\d+$", plan, re.M)) == 2, plan
+    assert re.search(r"^extern %\d+ = torch.conv2d taking b\d+ as 0, b\d+ as 1$", plan, re.M), plan
+    assert len(re.findall(r"^extern %\d+ = torch.conv2d.* b\d+ as 1$", plan, re.M)) == 2, plan
     # the input's copy, the batch norm and ReLU between the convolutions; the residual sum and ReLU are the
     # global average pooling's prologue (one row-reduce kernel reading the second convolution's NHWC result)
     assert len(re.findall(r"^b\d+ = alloc f32\[2, 8, 10, 10\] " + re.escape(nhwc), plan, re.M)) == 2, plan
@@ -482,3 +482,45 @@ def test_masked_half_attention_rounds_as_the_kernel_torch_picks(dtype):
             record = compile_and_check(masked_attention, (q, k, v, mask))
         assert plan_counts(record) == counts, (backends, record["plan"])
         assert text in record["plan"], (backends, record["plan"])
+
+
+def _two_heads_on_one_causal_mask(q, k, v):
+    """GPT-2's attention under transformers' sdpa path: a boolean causal mask built once, expanded to the batch,
+    passed to every layer's F.scaled_dot_product_attention."""
+    t = q.size(2)
+    i = torch.arange(t, device=q.device)
+    mask = (i[None, None, None, :] <= i[None, None, :, None]).expand(q.size(0), -1, t, t)
+    a = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.125)
+    return torch.nn.functional.scaled_dot_product_attention(a, k, v, attn_mask=mask)
+
+
+@contextlib.contextmanager
+def _sdp_kernels(mem_efficient, math):
+    saved = torch.backends.cuda.mem_efficient_sdp_enabled(), torch.backends.cuda.math_sdp_enabled()
+    torch.backends.cuda.enable_mem_efficient_sdp(mem_efficient)
+    torch.backends.cuda.enable_math_sdp(math)
+    try:
+        yield
+    finally:
+        torch.backends.cuda.enable_mem_efficient_sdp(saved[0])
+        torch.backends.cuda.enable_math_sdp(saved[1])
+
+
+def test_a_boolean_mask_torch_runs_on_cudnn_is_passed_as_one_bias_the_plan_makes():
+    """Where torch runs a masked bf16 head on cuDNN (rehearsal's model: the first kernel enabled in its priority
+    order), the call stays torch's, but its boolean mask is passed as the additive bias torch would make of it:
+    one kernel of the plan, shared by both heads on the mask, instead of three launches inside each call."""
+    q, k, v = (torch.randn(2, 4, 16, 8, dtype=torch.bfloat16) for _ in range(3))
+    with _sdp_kernels(mem_efficient=False, math=False):
+        record = compile_and_check(_two_heads_on_one_causal_mask, (q, k, v))
+    plan = record["plan"]
+    takes = re.findall(r"^extern %\d+ = torch._C._nn.scaled_dot_product_attention taking b(\d+) as attn_mask$", plan,
+                       re.M)
+    assert len(takes) == 2, plan
+    bias = re.search(rf"^b{takes[0]} = alloc bf16\[2, 1, 16, 16\]$", plan, re.M)
+    assert bias and re.search(rf"^b{takes[1]} = view b{takes[0]} bf16\[2, 1, 16, 16\]$", plan, re.M), plan
+    assert plan.count("= where bf16") == 1 and "constant f32 -65504" in plan, plan
+    # Where torch's kernel takes the mask itself (the memory-efficient one), nothing is passed. (Rehearsal adds no
+    # guards on the SDPA settings: other sizes make the second compile.)
+    record = compile_and_check(_two_heads_on_one_causal_mask, tuple(t[:1] for t in (q, k, v)))
+    assert " taking " not in record["plan"], record["plan"]

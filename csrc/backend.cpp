@@ -131,7 +131,8 @@ BuiltExecutable rehearse(graph::Graph graph, bool cuda_graphs) {
       plan::lower(graph, {0, /*require_cuda=*/false, config().fused_attention, small_matmul(cuda_graphs),
                           config().grouped_products, config().combined_kernels, config().channels_last,
                           codegen::attention_shared_limit(h100),
-                          masked_attention(), rehearsed_sdp_kernel(&asked_sdp_kernel), rehearsed_sdp_mask_bias()});
+                          masked_attention(), rehearsed_sdp_kernel(&asked_sdp_kernel),
+                          config().attention_mask_bias ? rehearsed_sdp_mask_bias() : nullptr});
   out.plan_text = plan_text(program, graph);
   runtime::CudaSource source = runtime::emit_plan(program, h100);
   out.cuda_source = source.program;
@@ -225,7 +226,8 @@ BuiltExecutable build_cuda_executable(graph::Graph graph, frontend::GuardSet& gu
     program = plan::lower(graph, {device, /*require_cuda=*/true, config().fused_attention, small_matmul(cuda_graphs),
                                   config().grouped_products, config().combined_kernels, config().channels_last,
                                   codegen::attention_shared_limit(runtime::device_limits(device)),
-                                  masked_attention(), torch_sdp_kernel(&asked_sdp_kernel), torch_sdp_mask_bias()});
+                                  masked_attention(), torch_sdp_kernel(&asked_sdp_kernel),
+                                  config().attention_mask_bias ? torch_sdp_mask_bias() : nullptr});
   } catch (const plan::NotLowerable& e) {
     return torch_runner(std::move(graph), e.what());
   }

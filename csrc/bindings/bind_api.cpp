@@ -90,8 +90,8 @@ void bind_api(py::module_& m) {
       [](int recompile_limit, bool error_on_recompile, bool suppress_errors, bool cuda_backend,
          bool background_compile, const std::string& dump_dir, bool automatic_dynamic_on_disk, int nvrtc_threads,
          const std::string& nvrtc_fast_compile, bool matmul_tuning, bool fused_attention, bool small_matmul,
-         bool grouped_products, bool combined_kernels, bool channels_last, const std::string& guard_memo,
-         const std::string& explicit_autocast) {
+         bool grouped_products, bool combined_kernels, bool attention_mask_bias, bool channels_last,
+         const std::string& guard_memo, const std::string& explicit_autocast) {
         if (explicit_autocast != "cuda" && explicit_autocast != "all" && explicit_autocast != "off")
           throw py::value_error("fastcomp.config.explicit_autocast must be 'cuda', 'all' or 'off', not '" +
                                 explicit_autocast + "'");
@@ -115,6 +115,7 @@ void bind_api(py::module_& m) {
         config().small_matmul = small_matmul;
         config().grouped_products = grouped_products;
         config().combined_kernels = combined_kernels;
+        config().attention_mask_bias = attention_mask_bias;
         config().channels_last = channels_last;
         config().explicit_autocast = explicit_autocast;
         config().guard_memo = guard_memo == "off" ? GuardMemoUse::Off
@@ -124,7 +125,7 @@ void bind_api(py::module_& m) {
       py::arg("recompile_limit"), py::arg("error_on_recompile"), py::arg("suppress_errors"), py::arg("cuda_backend"),
       py::arg("background_compile"), py::arg("dump_dir"), py::arg("automatic_dynamic_on_disk"), py::arg("nvrtc_threads"), py::arg("nvrtc_fast_compile"),
       py::arg("matmul_tuning"), py::arg("fused_attention"), py::arg("small_matmul"), py::arg("grouped_products"),
-      py::arg("combined_kernels"), py::arg("channels_last"), py::arg("guard_memo"), py::arg("explicit_autocast"));
+      py::arg("combined_kernels"), py::arg("attention_mask_bias"), py::arg("channels_last"), py::arg("guard_memo"), py::arg("explicit_autocast"));
   m.def(
       "wait_for_compiles", [](double timeout_s) { return runtime::wait_for_compiles(timeout_s); },
       py::arg("timeout_s") = -1.0, "block until background kernel compiles finish; False on timeout");

@@ -92,7 +92,13 @@ void combine_input_kernels(Program& p, const graph::Graph& graph) {
         first_of.emplace(std::make_pair(unnamed.to_string(), std::vector<int>(ks.args.begin(), ks.args.begin() + n_in)), i);
     if (added) continue;
     const KernelStep& first = p.kernel_steps[p.steps[it->second].index];
-    for (size_t a = n_in; a < ks.args.size(); ++a) make_view_of(p, ks.args[a], first.args[a], Size(0));
+    for (size_t a = n_in; a < ks.args.size(); ++a) {
+      make_view_of(p, ks.args[a], first.args[a], Size(0));
+      // An extern step takes a passed buffer as its own tensor (a view has none at run time): the first's.
+      for (ExternStep& e : p.extern_steps)
+        for (ExternStep::PassedBuffer& passed : e.passed)
+          if (passed.buffer == ks.args[a]) passed.buffer = first.args[a];
+    }
     dropped[i] = true;
   }
 

@@ -725,6 +725,12 @@ Program Lowerer::run() {
   // Combined first: the casts of weights, hoisted, are ready for the products that read them.
   if (options_.combined_kernels) combine_input_kernels(program_, graph_);
   if (options_.grouped_products) group_shared_operand_products(program_);
+  // An extern step's passed buffers are handed to torch as tensors, which only a buffer of its own has at run time.
+  for (const ExternStep& e : program_.extern_steps)
+    for (const ExternStep::PassedBuffer& passed : e.passed)
+      if (program_.buffers[passed.buffer].root != passed.buffer)
+        throw NotLowerable(fmt::format("%{} would be passed b{}, a view, for argument {}", e.node, passed.buffer,
+                                       passed.slot));
   return std::move(program_);
 }
 

@@ -509,7 +509,12 @@ class CudaExecutable final : public Executable {
                                                         : borrow_arg(a, objects, temps, symbols));
     }
     for (size_t i = 1; i < argv.size(); ++i)
-      if (!argv[i]) return false;
+      if (!argv[i]) {
+        if (!PyErr_Occurred())  // a passed buffer without a tensor of its own: a bug of the plan, said so
+          PyErr_SetString(PyExc_RuntimeError, fmt::format("fastcomp: argument {} of %{} ({}) has no tensor at run "
+                                                          "time", i - 1, id, node.target_name).c_str());
+        return false;
+      }
     PyObject* out = PyObject_Vectorcall(node.target.get(), argv.data() + 1,
                                         node.args.size() | PY_VECTORCALL_ARGUMENTS_OFFSET, node.kwnames.get());
     if (!out) return false;

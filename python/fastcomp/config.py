@@ -40,6 +40,9 @@ Environment variables give the start-up values:
   ``x @ Wu``; q/k/v projections) run as one batched cuBLASLt call; off keeps a call each.
 - ``FASTCOMP_COMBINED_KERNELS`` (on/off, default on): pointwise kernels that read only graph inputs (the casts of
   weights under autocast) run as one kernel, before the first of them; off keeps a kernel each where it was.
+- ``FASTCOMP_ATTENTION_MASK_BIAS`` (on/off, default off): an attention call torch runs on cuDNN with a boolean mask
+  takes the additive bias torch would make of the mask, made once by a kernel of the plan (one for every head on
+  the mask) instead of three launches inside each call. Off until it has been checked on a GPU.
 
 - ``FASTCOMP_GUARD_MEMO`` (auto, always or off; default auto): after a call whose guards pass, the next call's
   check reuses every value it read through dicts that have not changed since (module ``__dict__``s, parameters,
@@ -90,6 +93,9 @@ _SETTINGS = {
     # Pointwise kernels of graph inputs alone (weight casts under autocast) as one combo kernel, run early
     # (csrc/plan/combine_kernels.h).
     "combined_kernels": ("FASTCOMP_COMBINED_KERNELS", True),
+    # A boolean mask of an attention call torch runs on cuDNN passed as the bias torch would make of it, made by a
+    # kernel of the plan (csrc/plan/lower_attention.cpp, python/fastcomp/_attention_bias.py).
+    "attention_mask_bias": ("FASTCOMP_ATTENTION_MASK_BIAS", False),
     # Values between 2-d convolutions in channels-last memory order where nothing observes their layout
     # (csrc/plan/channels_last.h): cuDNN then runs its NHWC kernels without transposing around each convolution.
     "channels_last": ("FASTCOMP_CHANNELS_LAST", True),

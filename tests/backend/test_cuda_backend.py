@@ -552,7 +552,7 @@ def test_a_boolean_mask_passed_to_cudnn_as_the_plans_bias_gives_eager_bits():
     if torch._fused_sdp_choice(q, k, v, keep[:, None, None, :].expand(4, 12, 128, 128)) != 3:
         pytest.skip("torch does not run this head on cuDNN here")
     for fn, args in ((_two_heads_on_one_causal_mask, (q, k, v)), (padded, (q, k, v, keep))):
-        with CompileCounter() as cc, torch.no_grad():
+        with CompileCounter() as cc, torch.no_grad(), fastcomp.config.patch(attention_mask_bias=True):
             out = fastcomp.compile(fn)(*args)
             fastcomp.wait_for_compiles()
             out = fastcomp.compile(fn)(*args)

@@ -511,16 +511,22 @@ def test_a_boolean_mask_torch_runs_on_cudnn_is_passed_as_one_bias_the_plan_makes
     order), the call stays torch's, but its boolean mask is passed as the additive bias torch would make of it:
     one kernel of the plan, shared by both heads on the mask, instead of three launches inside each call."""
     q, k, v = (torch.randn(2, 4, 16, 8, dtype=torch.bfloat16) for _ in range(3))
-    with _sdp_kernels(mem_efficient=False, math=False):
+    with _sdp_kernels(mem_efficient=False, math=False), fastcomp.config.patch(attention_mask_bias=True):
         record = compile_and_check(_two_heads_on_one_causal_mask, (q, k, v))
-    plan = record["plan"]
-    takes = re.findall(r"^extern %\d+ = torch._C._nn.scaled_dot_product_attention taking b(\d+) as attn_mask$", plan,
-                       re.M)
-    assert len(takes) == 2, plan
-    bias = re.search(rf"^b{takes[0]} = alloc bf16\[2, 1, 16, 16\]$", plan, re.M)
-    assert bias and re.search(rf"^b{takes[1]} = view b{takes[0]} bf16\[2, 1, 16, 16\]$", plan, re.M), plan
-    assert plan.count("= where bf16") == 1 and "constant f32 -65504" in plan, plan
-    # Where torch's kernel takes the mask itself (the memory-efficient one), nothing is passed. (Rehearsal adds no
-    # guards on the SDPA settings: other sizes make the second compile.)
-    record = compile_and_check(_two_heads_on_one_causal_mask, tuple(t[:1] for t in (q, k, v)))
+        plan = record["plan"]
+        takes = re.findall(r"^extern %\d+ = torch._C._nn.scaled_dot_product_attention taking b(\d+) as attn_mask$",
+                           plan, re.M)
+        # Both take the one bias buffer (the second kernel, the same as the first, left out), not a view of it: a
+        # view has no tensor of its own to pass.
+        assert len(takes) == 2 and takes[0] == takes[1], plan
+        assert re.search(rf"^b{takes[0]} = alloc bf16\[2, 1, 16, 16\]$", plan, re.M), plan
+        assert plan.count("= where bf16") == 1 and "constant f32 -65504" in plan, plan
+        # Where torch's kernel takes the mask itself (the memory-efficient one), nothing is passed. (Rehearsal adds
+        # no guards on the SDPA settings: other sizes make the second compile.)
+        with _sdp_kernels(mem_efficient=True, math=True):
+            record = compile_and_check(_two_heads_on_one_causal_mask, tuple(t[:1] for t in (q, k, v)))
+        assert " taking " not in record["plan"], record["plan"]
+    # Off (the default until it is checked on a GPU), torch's call converts the mask.
+    with _sdp_kernels(mem_efficient=False, math=False):
+        record = compile_and_check(_two_heads_on_one_causal_mask, tuple(t[:, :2] for t in (q, k, v)))
     assert " taking " not in record["plan"], record["plan"]

@@ -153,6 +153,22 @@ bool is_cast(const graph::Node& n, const std::string& op) {
   return dtype_of(dtype->value.get()).has_value();
 }
 
+// x.to(device=d, dtype=t) (LLaMA's rotary `inv_freq.to(device=x.device, dtype=torch.float32)`) where d is x's own
+// device: a cast, as is_cast's forms; without copy=True or a memory_format (neither keyword is taken).
+bool is_cast_on_its_device(Lowerer& L, const graph::Node& n, const std::string& op) {
+  if (op != "to" || n.target_name != "Tensor.to" || n.args.size() != 1 || n.args[0].kind != graph::Arg::Kind::Node)
+    return false;
+  CallArgs args(n);
+  if (!args.only_keywords({"device", "dtype", "non_blocking"})) return false;
+  const graph::Arg* dtype = args.get(1, "dtype");
+  if (!dtype || dtype->kind != graph::Arg::Kind::Const || !dtype_of(dtype->value.get())) return false;
+  const graph::TensorMeta& in = L.node(n.args[0].node).meta;
+  if (!in.device || !n.meta.device) return false;
+  const int same = PyObject_RichCompareBool(in.device.get(), n.meta.device.get(), Py_EQ);
+  if (same != 1) return PyErr_Clear(), false;
+  return true;
+}
+
 // F.batch_norm in inference (training=False, running statistics given): per channel (dimension 1) the affine map
 // (x - mean) * rsqrt(var + eps) * weight + bias, computed in f32 as torch's kernels do and rounded once, fused
 // like any pointwise op (with the ReLU and the residual sum after it).
@@ -238,7 +254,7 @@ bool lower_pointwise_op(Lowerer& L, const graph::Node& n, const std::string& op)
   bool ok = true;
   auto first = [&] { return operand_of(L, args.get(0, "input"), &ok); };
 
-  if (is_cast(n, op) || op == "clone" || op == "contiguous" ||
+  if (is_cast(n, op) || is_cast_on_its_device(L, n, op) || op == "clone" || op == "contiguous" ||
       (op == "dropout" && const_bool(args.get(2, "training")) == false)) {
     if (op == "clone" && !args.only_keywords({})) return false;
     std::vector<Operand> ops{first()};

@@ -234,6 +234,9 @@ case("contiguous_copy", lambda x: x.t().contiguous(), shapes=((3, 1025), (64, 40
 # A move to where the tensor already is gives it back (GPT-2's position_embeds.to(inputs_embeds.device)).
 case("to_its_own_device_and_dtype", lambda x: x.to(x.device) * 2 + x.to(x.dtype).cuda(x.device) if x.is_cuda
      else x.to(x.device) * 2 + x.to(x.dtype).cpu(), shapes=((3, 1025), (64, 4096)))
+# A move to its own device with a dtype is a cast (LLaMA's inv_freq.to(device=x.device, dtype=torch.float32)).
+case("to_its_own_device_with_a_dtype", lambda x: (x.to(device=x.device, dtype=torch.float32).sin() * 2).to(
+     device=x.device, dtype=torch.bfloat16, non_blocking=True), shapes=((3, 1025), (64, 4096)))
 
 
 # Tensors made from nothing are constants the consumer's kernel computes; an empty one (a cache's first keys) is an

@@ -1,6 +1,5 @@
 #include "sdpa_choice.h"
 
-#include <algorithm>
 #include <optional>
 #include <vector>
 
@@ -47,13 +46,19 @@ SdpKernel unless_math_in_half(SdpKernel k) {
   return reduced.get() == Py_False ? k : SdpKernel::Unknown;
 }
 
-// An uninitialised tensor of `m`'s sizes, strides, dtype and device (the traced values of symbolic sizes).
-PyRef stand_in(const graph::TensorMeta& m) {
+// ((sizes...), (strides...)) of a traced tensor (the traced values of symbolic sizes): torch.empty_strided's
+// arguments, and how fastcomp._attention_bias takes layouts.
+PyRef layout(const graph::TensorMeta& m) {
   PyRef sizes = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(m.sizes.size())));
   PyRef strides = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(m.strides.size())));
   for (size_t i = 0; i < m.sizes.size(); ++i) PyTuple_SET_ITEM(sizes.get(), i, PyLong_FromLongLong(m.sizes[i]));
   for (size_t i = 0; i < m.strides.size(); ++i) PyTuple_SET_ITEM(strides.get(), i, PyLong_FromLongLong(m.strides[i]));
-  PyRef args = PyRef::steal(PyTuple_Pack(2, sizes.get(), strides.get()));
+  return PyRef::steal(PyTuple_Pack(2, sizes.get(), strides.get()));
+}
+
+// An uninitialised tensor of `m`'s layout, dtype and device.
+PyRef stand_in(const graph::TensorMeta& m) {
+  PyRef args = layout(m);
   PyRef kwargs = PyRef::steal(Py_BuildValue("{s:O,s:O}", "dtype", m.dtype.get(), "device", m.device.get()));
   PyRef t = args && kwargs ? PyRef::steal(PyObject_Call(frontend::torch_refs().empty_strided.get(), args.get(),
                                                         kwargs.get()))
@@ -121,15 +126,6 @@ SdpKernel rehearse_choice() {
   return SdpKernel::Unknown;
 }
 
-// ((sizes...), (strides...)) of a traced tensor, as fastcomp._attention_bias takes layouts.
-PyRef layout(const graph::TensorMeta& m) {
-  PyRef sizes = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(m.sizes.size())));
-  PyRef strides = PyRef::steal(PyTuple_New(static_cast<Py_ssize_t>(m.strides.size())));
-  for (size_t i = 0; i < m.sizes.size(); ++i) PyTuple_SET_ITEM(sizes.get(), i, PyLong_FromLongLong(m.sizes[i]));
-  for (size_t i = 0; i < m.strides.size(); ++i) PyTuple_SET_ITEM(strides.get(), i, PyLong_FromLongLong(m.strides[i]));
-  return PyRef::steal(PyTuple_Pack(2, sizes.get(), strides.get()));
-}
-
 std::optional<plan::SdpMaskBias> ask_torch_for_bias(const plan::SdpQuery& q) {
   const int64_t bytes = storage_bytes(*q.q, 2) + storage_bytes(*q.k, 2) + storage_bytes(*q.v, 2) +
                         storage_bytes(*q.mask, 4);  // the mask, and the bias made of it
@@ -161,12 +157,8 @@ plan::SdpMaskBiasQuery torch_sdp_mask_bias() { return ask_torch_for_bias; }
 plan::SdpMaskBiasQuery rehearsed_sdp_mask_bias() {
   return [](const plan::SdpQuery& q) -> std::optional<plan::SdpMaskBias> {
     plan::SdpMaskBias bias{0.0, -65504.0, {}};
-    bias.strides.resize(q.mask->sizes.size());
-    int64_t step = 1;
-    for (size_t d = q.mask->sizes.size(); d-- > 0;) {
-      bias.strides[d] = step;
-      step *= std::max<int64_t>(q.mask->sizes[d], 1);
-    }
+    for (const codegen::Size& s : plan::contiguous_strides(codegen::to_sizes(q.mask->sizes)))
+      bias.strides.push_back(s.hint());
     return bias;
   };
 }

@@ -285,52 +285,6 @@ void Lowerer::add_view(const graph::Node& n, int base) {
   values_[n.id].buffer = add_buffer(b);
 }
 
-bool Lowerer::defer_reshape(const graph::Node& n, graph::NodeId input) {
-  // Without in-place writes, nothing can tell the deferred view from torch's until its buffer exists, and then
-  // it is a view of its base's buffer (materialize).
-  if (writes_arguments_ || graph_.is_dynamic() || n.type != graph::ValueType::Tensor) return false;
-  const Value& in = values_[input];
-  if (!in.tensor || in.cluster < 0 || in.row || in.buffer >= 0) return false;
-  const int c = cluster_of(in.cluster);
-  if (clusters_[c]->sealed() || node_dtype(n.id) != node_dtype(input)) return false;
-  const Sizes sizes = meta_sizes(n.meta), in_sizes = meta_sizes(graph_.nodes[input].meta);
-  // The input as the cluster computes it (its own shape, or a reshape already), laid out contiguously wherever it
-  // is stored; the view contiguous over the same elements from the same offset.
-  if (!in.reshaped && clusters_[c]->space() != in_sizes) return false;
-  if (!is_contiguous(in_sizes, node_strides(input)) || !is_contiguous(in_sizes, meta_strides(graph_.nodes[input].meta)) ||
-      !is_contiguous(sizes, meta_strides(n.meta)) || codegen::product(sizes) != codegen::product(in_sizes) ||
-      n.meta.storage_offset != graph_.nodes[input].meta.storage_offset)
-    return false;
-  Value& v = values_[n.id];
-  v.tensor = true;
-  v.cluster = c;
-  v.expr = in.expr;
-  v.reshaped = sizes != clusters_[c]->space();
-  v.reshape_of = input;
-  return true;
-}
-
-bool Lowerer::pointwise_on_reshaped(const graph::Node& n, const std::vector<Operand>& operands, const PointwiseFn& fn) {
-  graph::NodeId x = -1;
-  for (const Operand& o : operands) {
-    if (o.kind != Operand::Kind::Node) continue;
-    if (o.broadcast_dim >= 0 || (x >= 0 && o.node != x)) return false;
-    x = o.node;
-  }
-  if (x < 0 || !values_[x].reshaped || values_[x].cluster < 0) return false;
-  const int c = cluster_of(values_[x].cluster);
-  const Sizes out = meta_sizes(n.meta);
-  if (clusters_[c]->sealed() || out != meta_sizes(graph_.nodes[x].meta) || !is_contiguous(out, node_strides(n.id)))
-    return false;
-  Cluster& cl = *clusters_[c];
-  std::vector<int> exprs;
-  for (const Operand& o : operands)
-    exprs.push_back(o.kind == Operand::Kind::Scalar ? cl.constant(o.scalar_dtype, o.scalar) : values_[x].expr);
-  bind_lazy(n, c, fn(cl, exprs), false);
-  values_[n.id].reshaped = true;
-  return true;
-}
-
 void Lowerer::pointwise(const graph::Node& n, const std::vector<Operand>& operands, const PointwiseFn& fn) {
   if (pointwise_on_reshaped(n, operands, fn)) return;
   const Sizes out = meta_sizes(n.meta);

@@ -289,7 +289,10 @@ struct SdpaArgs {
   const graph::Arg *q = nullptr, *k = nullptr, *v = nullptr, *mask = nullptr;  // mask: null for none
   size_t mask_slot = 0;  // the mask's argument slot (ExternStep::passed)
   bool causal = false, gqa = false;
-  std::optional<double> scale;  // nullopt: torch's default, 1 / sqrt(D)
+  std::optional<double> scale;  // nullopt: torch's default
+
+  // The scale of heads of size `d`: the given one, or 1 / sqrt(d).
+  double scale_for(int64_t d) const { return scale.value_or(1.0 / std::sqrt(double(d))); }
 };
 
 std::optional<SdpaArgs> sdpa_args(const graph::Node& n) {
@@ -349,7 +352,7 @@ bool lower_scaled_dot_product_attention(Lowerer& L, const graph::Node& n) {
   if (T * D * S == 0 || shape[0].hint() * H == 0 ||
       codegen::attention_shared_bytes(S, D) > L.options().attention_shared_limit)
     return false;
-  const double scale = call->scale.value_or(1.0 / std::sqrt(double(D)));
+  const double scale = call->scale_for(D);
   const Sizes out_strides = meta_strides(n.meta);
   if (!is_dense(shape, out_strides)) return false;
   // The mask broadcasts to the scores [B, H, T, S] by torch's rules (trailing dimensions line up, size-1 and
@@ -424,7 +427,8 @@ void Lowerer::pass_attention_bias(const graph::Node& n, ExternStep* step) {
       graph_.nodes[call->k->node].meta.is_dynamic() || graph_.nodes[call->v->node].meta.is_dynamic())
     return;
   const graph::TensorMeta& qm = graph_.nodes[call->q->node].meta;
-  const double scale = call->scale.value_or(qm.sizes.empty() ? 1.0 : 1.0 / std::sqrt(double(qm.sizes.back())));
+  if (qm.sizes.empty()) return;
+  const double scale = call->scale_for(qm.sizes.back());
   const SdpQuery query{&qm, &graph_.nodes[call->k->node].meta, &graph_.nodes[call->v->node].meta,
                        &graph_.nodes[mask].meta, call->causal, scale, call->gqa};
   if (options_.sdp_kernel(query) != SdpKernel::Cudnn) return;

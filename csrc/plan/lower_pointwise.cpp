@@ -162,11 +162,7 @@ bool is_cast_on_its_device(Lowerer& L, const graph::Node& n, const std::string& 
   if (!args.only_keywords({"device", "dtype", "non_blocking"})) return false;
   const graph::Arg* dtype = args.get(1, "dtype");
   if (!dtype || dtype->kind != graph::Arg::Kind::Const || !dtype_of(dtype->value.get())) return false;
-  const graph::TensorMeta& in = L.node(n.args[0].node).meta;
-  if (!in.device || !n.meta.device) return false;
-  const int same = PyObject_RichCompareBool(in.device.get(), n.meta.device.get(), Py_EQ);
-  if (same != 1) return PyErr_Clear(), false;
-  return true;
+  return same_device(L.node(n.args[0].node).meta, n.meta);
 }
 
 // F.batch_norm in inference (training=False, running statistics given): per channel (dimension 1) the affine map

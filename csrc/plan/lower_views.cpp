@@ -1,6 +1,7 @@
 // Views as index arithmetic: a view, permute, transpose, expand, slice, split, ... of a buffer is another
 // layout of the same storage, taken from the node's metadata (torch computed it on meta tensors). No kernel
-// and no copy; a consumer kernel reads the storage with the view's strides.
+// and no copy; a consumer kernel reads the storage with the view's strides. A reshape of a value still an
+// expression of an open kernel stays one (Lowerer::defer_reshape), so ops on it alone join that kernel.
 #include "plan/lowering.h"
 
 namespace fastcomp::plan::detail {
@@ -92,13 +93,57 @@ bool gives_input_back(const Lowerer& L, const graph::Node& n, const std::string&
   if (!args.only_keywords({"device", "dtype", "non_blocking"}) || args.positional() > 3) return false;
   const graph::TensorMeta& in = L.node(n.args[0].node).meta;
   const graph::TensorMeta& out = n.meta;
-  if (!in.device || !out.device || in.dtype.get() != out.dtype.get()) return false;
-  const int same_device = PyObject_RichCompareBool(in.device.get(), out.device.get(), Py_EQ);
-  if (same_device != 1) return PyErr_Clear(), false;
+  if (in.dtype.get() != out.dtype.get() || !same_device(in, out)) return false;
   return in.sizes == out.sizes && in.strides == out.strides && in.storage_offset == out.storage_offset;
 }
 
 }  // namespace
+
+bool Lowerer::defer_reshape(const graph::Node& n, graph::NodeId input) {
+  // Without in-place writes, nothing can tell the deferred view from torch's until its buffer exists, and then
+  // it is a view of its base's buffer (materialize).
+  if (writes_arguments_ || graph_.is_dynamic() || n.type != graph::ValueType::Tensor) return false;
+  const Value& in = values_[input];
+  if (!in.tensor || in.cluster < 0 || in.row || in.buffer >= 0) return false;
+  const int c = cluster_of(in.cluster);
+  if (clusters_[c]->sealed() || node_dtype(n.id) != node_dtype(input)) return false;
+  const Sizes sizes = meta_sizes(n.meta), in_sizes = meta_sizes(graph_.nodes[input].meta);
+  // The input as the cluster computes it (its own shape, or a reshape already), laid out contiguously wherever it
+  // is stored; the view contiguous over the same elements from the same offset.
+  if (!in.reshaped && clusters_[c]->space() != in_sizes) return false;
+  if (!is_contiguous(in_sizes, node_strides(input)) || !is_contiguous(in_sizes, meta_strides(graph_.nodes[input].meta)) ||
+      !is_contiguous(sizes, meta_strides(n.meta)) || codegen::product(sizes) != codegen::product(in_sizes) ||
+      n.meta.storage_offset != graph_.nodes[input].meta.storage_offset)
+    return false;
+  Value& v = values_[n.id];
+  v.tensor = true;
+  v.cluster = c;
+  v.expr = in.expr;
+  v.reshaped = sizes != clusters_[c]->space();
+  v.reshape_of = input;
+  return true;
+}
+
+bool Lowerer::pointwise_on_reshaped(const graph::Node& n, const std::vector<Operand>& operands, const PointwiseFn& fn) {
+  graph::NodeId x = -1;
+  for (const Operand& o : operands) {
+    if (o.kind != Operand::Kind::Node) continue;
+    if (o.broadcast_dim >= 0 || (x >= 0 && o.node != x)) return false;
+    x = o.node;
+  }
+  if (x < 0 || !values_[x].reshaped || values_[x].cluster < 0) return false;
+  const int c = cluster_of(values_[x].cluster);
+  const Sizes out = meta_sizes(n.meta);
+  if (clusters_[c]->sealed() || out != meta_sizes(graph_.nodes[x].meta) || !is_contiguous(out, node_strides(n.id)))
+    return false;
+  Cluster& cl = *clusters_[c];
+  std::vector<int> exprs;
+  for (const Operand& o : operands)
+    exprs.push_back(o.kind == Operand::Kind::Scalar ? cl.constant(o.scalar_dtype, o.scalar) : values_[x].expr);
+  bind_lazy(n, c, fn(cl, exprs), false);
+  values_[n.id].reshaped = true;
+  return true;
+}
 
 bool lower_view_op(Lowerer& L, const graph::Node& n, const std::string& op) {
   if (n.args.empty() || n.args[0].kind != graph::Arg::Kind::Node) return false;

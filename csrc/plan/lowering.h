@@ -84,6 +84,9 @@ std::optional<bool> const_bool(const graph::Arg* a);
 bool is_none(const graph::Arg* a);
 std::optional<std::vector<int64_t>> const_int_list(const graph::Arg* a);  // an int or a list/tuple of ints
 
+// Whether two traced tensors are on one device (false where either device is unknown).
+bool same_device(const graph::TensorMeta& a, const graph::TensorMeta& b);
+
 // The codegen element type of a torch.dtype, or nullopt (complex, float8, ...).
 std::optional<DType> dtype_of(PyObject* torch_dtype);
 bool is_floating(DType t);

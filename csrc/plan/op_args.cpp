@@ -46,6 +46,13 @@ bool CallArgs::only_keywords(std::initializer_list<const char*> allowed) const {
   return true;
 }
 
+bool same_device(const graph::TensorMeta& a, const graph::TensorMeta& b) {
+  if (!a.device || !b.device) return false;
+  const int same = PyObject_RichCompareBool(a.device.get(), b.device.get(), Py_EQ);
+  if (same < 0) PyErr_Clear();
+  return same == 1;
+}
+
 std::optional<double> const_number(const graph::Arg* a) {
   if (!a || a->kind != graph::Arg::Kind::Const) return std::nullopt;
   PyObject* v = a->value.get();

@@ -107,9 +107,9 @@ CompiledFrame compile_frame(const cpython::FrameView& frame, const CompileOption
   bool writes = false;
   for (const auto& node : trace.graph.nodes) {
     if (node.kind == graph::NodeKind::Call && !node.rebuilds) out.ops.push_back(node.target_name);
-    writes |= node.kind == graph::NodeKind::Call && graph::writes_an_argument(node);
+    writes |= node.kind == graph::NodeKind::Call && graph::has_write_effects(node);
   }
-  out.reruns_when_graph_raises = !out.side_effects.empty() && !writes;
+  out.reruns_when_graph_raises = !writes;
   const auto build_start = Clock::now();
   BuiltExecutable built = build_executable(std::move(trace.graph), out.guards, options.mode == "reduce-overhead");
   FC_LOG(compile, debug, "built the executable of {} in {:.2f} ms: {}", utf8(code->co_qualname), ms_since(build_start),

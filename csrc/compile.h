@@ -37,9 +37,10 @@ struct CompiledFrame {
   // Written into objects from outside the frame after the graph runs (see frontend/trace/side_effects.h). With a
   // plain return and effects, the executable's output is (result, new values...).
   std::vector<frontend::SideEffect> side_effects;
-  // The graph changes no tensor in place, so when it raises (an op whose meta function accepted what its kernel
-  // rejects) nothing has happened yet: CPython runs the frame instead, and the side effects before the failing
-  // line happen, in order, before the same exception (set only where there are side effects to keep).
+  // The graph changes no tensor in place, so when it raises nothing has happened yet: CPython runs the frame
+  // instead. Where the graph was right to raise (an op whose meta function accepted what its kernel rejects), the
+  // user gets eager's exception from their own line, after the side effects before it; where CPython runs the
+  // frame without raising, the graph was wrong (see CacheEntry::runs_eagerly).
   bool reruns_when_graph_raises = false;
   std::string user_error;                           // the user's code raised while tracing
   std::string graph_text;

@@ -262,8 +262,40 @@ cpython::FrameOutcome run_break(const frontend::ResumePlan& plan, PyObject* outs
   return result ? cpython::FrameOutcome::result(result) : cpython::FrameOutcome::error();
 }
 
+// The graph of `entry` (compiled for `code`) raised `error` and wrote nothing: CPython runs the frame instead. If
+// that raises too, the user gets eager's exception from their own line; if not, the graph was wrong for these
+// inputs, which is fastcomp's bug: it warns once for the code (or, with suppress_errors off, raises InternalError
+// in place of the frame's result), and the entry runs its frames in CPython from then on. `entry` is null for
+// explain(), which keeps nothing.
+cpython::FrameOutcome rerun_in_cpython(std::shared_ptr<runtime::CacheEntry> entry, PyCodeObject* code,
+                                       std::string error) {
+  PyRef hold_code = PyRef::borrow(reinterpret_cast<PyObject*>(code));
+  return cpython::FrameOutcome::run_default_then([entry, hold_code, error](bool raised) {
+    if (raised) return true;
+    PyCodeObject* code = reinterpret_cast<PyCodeObject*>(hold_code.get());
+    if (entry) entry->runs_eagerly = true;
+    const std::string msg = fmt::format(
+        "fastcomp internal error: the compiled graph of {} raised {}, where running it in CPython does not. {} "
+        "This is a bug of fastcomp: please report it, with the files FASTCOMP_DUMP_DIR=<dir> writes for this "
+        "function.",
+        where(code), error,
+        entry ? "Calls of it that its guards accept run in CPython from now on." : "This call ran in CPython.");
+    log::emit(log::Topic::compile, log::Level::info, msg);
+    if (!config().suppress_errors) {
+      raise("InternalError", msg);
+      return false;
+    }
+    runtime::CodeCache& cache = runtime::code_cache(code);
+    if (!cache.warned_run_failure) {
+      cache.warned_run_failure = true;
+      warn(msg);
+    }
+    return true;
+  });
+}
+
 cpython::FrameOutcome run_compiled(const CompiledFrame& c, const frontend::GuardScratch& scratch,
-                                   const cpython::FrameView& frame) {
+                                   const cpython::FrameView& frame, std::shared_ptr<runtime::CacheEntry> entry) {
   if (!c.executable) return cpython::FrameOutcome::run_default();
   std::shared_ptr<const frontend::ResumePlan> plan = c.resume;  // the cache may change while the break runs
   // The objects side effects write to, held across the run: code the graph calls may compile (and reuse `scratch`).
@@ -274,10 +306,9 @@ cpython::FrameOutcome run_compiled(const CompiledFrame& c, const frontend::Guard
     for (PyObject* o : targets) hold.push_back(PyRef::borrow(o));
   }
   PyObject* out = c.executable->run(scratch.inputs.data(), scratch.inputs.size());
-  if (!out && c.reruns_when_graph_raises) {
-    PyErr_Clear();
-    return cpython::FrameOutcome::run_default();
-  }
+  // Only exceptions of programs: a KeyboardInterrupt or SystemExit is not a reason to run the frame again.
+  if (!out && c.reruns_when_graph_raises && PyErr_ExceptionMatches(PyExc_Exception))
+    return rerun_in_cpython(std::move(entry), frame.code(), take_error_message());
   if (!out) return cpython::FrameOutcome::error();
   if (!c.side_effects.empty()) {
     if (!frontend::apply_side_effects(c.side_effects, out, targets)) {
@@ -294,9 +325,10 @@ cpython::FrameOutcome run_compiled(const CompiledFrame& c, const frontend::Guard
   return run_break(*plan, out, scratch, frame);
 }
 
-cpython::FrameOutcome run_entry(runtime::CacheEntry& entry, const frontend::GuardScratch& scratch,
-                                const cpython::FrameView& frame) {
-  return run_compiled(entry.compiled, scratch, frame);
+cpython::FrameOutcome run_entry(const std::shared_ptr<runtime::CacheEntry>& entry,
+                                const frontend::GuardScratch& scratch, const cpython::FrameView& frame) {
+  if (entry->runs_eagerly) return cpython::FrameOutcome::run_default();
+  return run_compiled(entry->compiled, scratch, frame, entry);
 }
 
 // The frame's arguments that are nn.Modules, by slot and address.
@@ -351,7 +383,7 @@ cpython::FrameOutcome dispatch(const cpython::FrameView& frame, DispatchContext&
       if (!frontend::check_guards(e->compiled.guards, frame, scratch, nullptr)) continue;
       auto at = std::find(cache.entries.begin(), cache.entries.end(), e);
       if (at != cache.entries.end()) std::rotate(cache.entries.begin(), at, at + 1);
-      return run_entry(*e, scratch, frame);
+      return run_entry(e, scratch, frame);
     }
   }
 
@@ -456,10 +488,10 @@ cpython::FrameOutcome dispatch(const cpython::FrameView& frame, DispatchContext&
     if (!c.executable) return cpython::FrameOutcome::run_default();
     if (!frontend::check_guards(c.guards, frame, scratch, nullptr)) return cpython::FrameOutcome::run_default();
     // explain() drops the entry when this returns; the break code keeps what it needs.
-    return run_compiled(c, scratch, frame);
+    return run_compiled(c, scratch, frame, nullptr);
   }
   cache.entries.insert(cache.entries.begin(), entry);
-  runtime::CacheEntry& e = *entry;
+  const runtime::CacheEntry& e = *entry;
   if (!e.compiled.executable) return cpython::FrameOutcome::run_default();
   if (!frontend::check_guards(e.compiled.guards, frame, scratch, nullptr)) {
     // The guards of a fresh trace must accept the frame they came from.
@@ -474,7 +506,7 @@ cpython::FrameOutcome dispatch(const cpython::FrameView& frame, DispatchContext&
     warn(msg + "; running it eagerly");
     return cpython::FrameOutcome::run_default();
   }
-  return run_entry(e, scratch, frame);
+  return run_entry(entry, scratch, frame);
 }
 
 // Whether a frame that is not the compiled function's own is compiled as a frame of its own: user code called

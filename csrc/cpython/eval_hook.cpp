@@ -57,7 +57,25 @@ PyObject* eval_frame_shim(PyThreadState* tstate, _PyInterpreterFrame* frame, int
     // The evaluator must not start with an exception pending (it could clear or chain it); a handler that
     // leaves one behind has a bug, which we report rather than hide.
     if (PyErr_Occurred()) PyErr_WriteUnraisable(reinterpret_cast<PyObject*>(view.code()));
-    return previous_eval_frame(tstate, frame, throw_flag);
+    if (!outcome.after_default) return previous_eval_frame(tstate, frame, throw_flag);
+    PyObject* result = previous_eval_frame(tstate, frame, throw_flag);
+    PyObject *type = nullptr, *value = nullptr, *tb = nullptr;
+    if (!result) PyErr_Fetch(&type, &value, &tb);  // the frame's own exception, kept across the callback
+    bool keep;
+    {
+      SuspendHook suspend;
+      keep = outcome.after_default(result == nullptr);
+    }
+    if (keep) {
+      if (!result) PyErr_Restore(type, value, tb);
+      return result;
+    }
+    Py_XDECREF(result);  // the callback's exception replaces the frame's outcome
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_SystemError, "fastcomp: a frame callback failed without an exception");
+    return nullptr;
   }
   PyObject* result = outcome.kind == FrameOutcome::Result ? outcome.value : nullptr;
   if (result == nullptr && !PyErr_Occurred()) {

@@ -3,6 +3,8 @@
 #pragma once
 #include <Python.h>
 
+#include <functional>
+
 #include "cpython/frame.h"
 
 namespace fastcomp::cpython {
@@ -14,6 +16,15 @@ struct FrameOutcome {
   static FrameOutcome run_default() { return {}; }
   static FrameOutcome result(PyObject* v) { return {Result, v}; }
   static FrameOutcome error() { return {Error, nullptr}; }  // a Python exception is set
+  // RunDefault, then `after(raised)` once the evaluator is done with the frame (whether it raised), with the hook
+  // suspended and the frame's result or exception kept aside. Returning false (with an exception set) turns the
+  // frame's outcome into that exception.
+  static FrameOutcome run_default_then(std::function<bool(bool raised)> after) {
+    FrameOutcome o;
+    o.after_default = std::move(after);
+    return o;
+  }
+  std::function<bool(bool raised)> after_default;
 };
 
 // Called for each frame the hook intercepts: a handler is set, this thread holds a HookScope and no

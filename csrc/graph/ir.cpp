@@ -67,6 +67,39 @@ bool writes_an_argument(const graph::Node& n) {
   return functional_inplace_position(n) >= 0;
 }
 
+namespace {
+
+// The argument given at `position` or as keyword `name`; null when it is not given.
+const Arg* argument(const Node& n, size_t position, std::string_view name) {
+  if (n.args.size() > position) return &n.args[position];
+  if (n.kwnames)
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(n.kwnames.get()); ++i)
+      if (utf8(PyTuple_GET_ITEM(n.kwnames.get(), i)) == name) return &n.kwargs[i];
+  return nullptr;
+}
+
+bool is_const(const Arg* a, PyObject* value) { return a && a->kind == Arg::Kind::Const && a->value.get() == value; }
+
+}  // namespace
+
+bool has_write_effects(const Node& n) {
+  if (writes_an_argument(n)) return true;
+  const std::string& t = n.target_name;
+  const std::string_view op = std::string_view(t).substr(t.rfind('.') + 1);
+  // F.batch_norm, torch.batch_norm and F.instance_norm all take their training flag sixth; the running statistics
+  // change unless it is a constant False (conservative for the private variants, which take it elsewhere).
+  if (op.find("batch_norm") != std::string_view::npos) {
+    const Arg* training = argument(n, 5, "training");
+    return !(is_const(training, Py_False) || (!training && op == "batch_norm"));
+  }
+  if (op.find("instance_norm") != std::string_view::npos) return true;
+  if (t == "torch.nn.functional.embedding") {  // F.embedding(input, weight, padding_idx, max_norm, ...)
+    const Arg* max_norm = argument(n, 3, "max_norm");
+    return max_norm && !is_const(max_norm, Py_None);
+  }
+  return false;
+}
+
 int functional_inplace_position(const Node& n) {
   // torch.nn.functional's activations and dropouts that take `inplace` positionally, by its position.
   static const std::pair<std::string_view, int> kPositions[] = {

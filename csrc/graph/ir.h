@@ -105,6 +105,10 @@ struct Graph {
 // Whether the call writes into one of its arguments (in-place ops `add_`, `operator.iadd`, `setitem`, `out=`,
 // `F.relu(x, inplace=True)`), judged by its target's name and those arguments.
 bool writes_an_argument(const Node& n);
+// Whether running the call changes anything but its output: it writes an argument in place (writes_an_argument),
+// or tensors it takes only to update them: a batch or instance norm's running statistics (unless it is given
+// training=False), an embedding's weight renormalised under max_norm. Such a graph cannot run twice.
+bool has_write_effects(const Node& n);
 // The position of a torch.nn.functional op's `inplace=True` given positionally (F.relu(x, True)); -1 otherwise.
 int functional_inplace_position(const Node& n);
 

@@ -46,7 +46,7 @@ void rewire(Arg& a, const std::vector<NodeId>& to) {
 
 int share_repeated_casts(Graph& graph) {
   for (const Node& n : graph.nodes)
-    if (n.kind == NodeKind::Call && writes_an_argument(n)) return 0;
+    if (n.kind == NodeKind::Call && has_write_effects(n)) return 0;
   std::vector<bool> held(graph.nodes.size(), false);  // by the output or a rebuilt object
   mark(graph.output, held);
   for (const Node& n : graph.nodes)

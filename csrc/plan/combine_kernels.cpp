@@ -34,7 +34,7 @@ int64_t output_bytes(const Kernel& k) {
 
 void combine_input_kernels(Program& p, const graph::Graph& graph) {
   for (const ExternStep& e : p.extern_steps)
-    if (!e.as_view && graph::writes_an_argument(graph.nodes[e.node])) return;  // it may write a graph input
+    if (!e.as_view && graph::has_write_effects(graph.nodes[e.node])) return;  // it may write a graph input
   std::vector<int> writers(p.buffers.size(), 0);  // per root: the kernel and product steps writing it
   for (const Step& s : p.steps)
     for (int b : written_buffers(p, s)) ++writers[p.buffers[b].root];

@@ -84,7 +84,7 @@ Lowerer::Lowerer(const graph::Graph& graph, const LowerOptions& options,
   for (const graph::Node& n : graph_.nodes) {
     for (const auto& a : n.args) mark_uses(a, n.id, last_use_);
     for (const auto& a : n.kwargs) mark_uses(a, n.id, last_use_);
-    writes_arguments_ = writes_arguments_ || graph::writes_an_argument(n);
+    writes_arguments_ = writes_arguments_ || graph::has_write_effects(n);
   }
   mark_uses(graph_.output, static_cast<int>(graph_.nodes.size()), last_use_);
 }

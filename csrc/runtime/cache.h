@@ -17,6 +17,9 @@ struct CacheEntry {
   // The modules among the frame's arguments when it was compiled (slot, object; compared by address only): versions
   // compiled for other instances do not count towards this instance's recompile limit.
   std::vector<std::pair<int, const PyObject*>> owners;
+  // Set when the compiled graph raised and CPython then ran the frame without raising: the graph is wrong for
+  // these inputs (a fastcomp bug), so frames its guards accept run in CPython from then on.
+  bool runs_eagerly = false;
 };
 
 struct CodeCache {
@@ -29,6 +32,7 @@ struct CodeCache {
   std::vector<std::shared_ptr<CacheEntry>> entries;
   bool warned_limit = false;
   bool warned_failure = false;
+  bool warned_run_failure = false;  // a compiled graph raised where CPython did not (dispatch's rerun_in_cpython)
 
   CodeCache();
   ~CodeCache();

@@ -184,7 +184,7 @@ class CudaGraphExecutable final : public Executable {
       output_labels_[n.id] = fmt::format("%{} = {}{}", n.id, n.kind == graph::NodeKind::Input ? "input " : "",
                                          n.kind == graph::NodeKind::Input ? n.input_source : n.target_name);
       if (!n.user_loc.empty()) output_labels_[n.id] += " @ " + n.user_loc;
-      if (n.kind == graph::NodeKind::Call && graph::writes_an_argument(n)) writes_inputs_ = true;
+      if (n.kind == graph::NodeKind::Call && graph::has_write_effects(n)) writes_inputs_ = true;
       // A CPU tensor's values are read on the host (a CPU scalar beside CUDA tensors becomes a kernel argument):
       // a replay would repeat the values of the capture.
       if (off_.empty() && n.type == graph::ValueType::Tensor && n.meta.device &&

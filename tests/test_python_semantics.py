@@ -794,3 +794,40 @@ def test_repeated_casts_of_one_tensor_stay_separate_tensors_where_one_is_written
             same(out, expected)
         if fn is returned:
             assert out[0] is not out[2] and out[0].data_ptr() != out[2].data_ptr()
+
+
+def test_a_list_given_to_torch_jit_annotate_is_the_traced_list_on_every_call():
+    """torch.jit.annotate(T, v) returns v: the list made in the trace, appended to in the trace, a new one each call
+    (timm's CrossViT builds its per-branch tokens so; a list every call shared gave wrong results after a break)."""
+    def f(xs):
+        out = torch.jit.annotate(typing.List[torch.Tensor], [])
+        for x in xs:
+            out.append(x * 2)
+        named = torch.jit.annotate(the_type=typing.List[int], the_value=[])
+        named.append(len(out))
+        return out, named
+
+    compiled = fastcomp.compile(f)
+    with CompileCounter() as cc:
+        results = [compiled([torch.randn(3), torch.randn(3)]) for _ in range(2)]
+    assert (cc.graph_count, cc.break_count) == (1, 0), cc.records
+    (a, na), (b, nb) = results
+    assert a is not b and na is not nb and len(a) == len(b) == 2 and na == nb == [2]
+    xs = [torch.randn(3), torch.randn(3)]
+    same(compiled(xs), f(xs))
+
+
+def test_a_list_a_torch_function_makes_from_constants_is_a_new_list_on_every_call():
+    """A torch function whose result is a list of sizes (computed from metadata at trace time): each call gets its
+    own list, as eager does, so appending to one does not change the next call's."""
+    from torch.nn.modules.utils import _list_with_default
+
+    def f(x):
+        sizes = _list_with_default([None, 2], x.shape)
+        sizes.append(7)
+        return x.sum(0), sizes
+
+    compiled = fastcomp.compile(f)
+    x = torch.randn(4, 5, 6)
+    first, second = compiled(x)[1], compiled(x)[1]
+    assert first == second == [5, 2, 7] and first is not second

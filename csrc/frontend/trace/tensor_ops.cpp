@@ -146,6 +146,37 @@ static Converted convert_arg(Tracer& t, const ValueRef& v, PyObject** device) {
 // Turns the meta output of a recorded node into Values (with extra getitem nodes for tuple outputs).
 // `known` (nullable) is the output's metadata when it was computed without reading `out`.
 // `shapes` (one per tensor output, in order; empty when static) are the outputs' symbolic shapes.
+// A non-tensor result of a torch call as a value of the trace. Constants are themselves. A list, tuple or dict the
+// call made is a new object on every eager call, so it is a container made in the trace (each call gets its own,
+// and appends to it are traced), not one object every call shares; null where such a container holds something
+// the trace cannot make (a set, a bytearray, a mutable container as a dict key). Other objects are constants.
+static ValueRef made_value(PyObject* o) {
+  if (is_constant(o)) return make_const_borrowed(o);
+  if (PyList_CheckExact(o) || PyTuple_CheckExact(o)) {
+    std::vector<ValueRef> items;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); ++i) {
+      ValueRef item = made_value(PySequence_Fast_GET_ITEM(o, i));
+      if (!item) return nullptr;
+      items.push_back(std::move(item));
+    }
+    return make_seq(PyList_CheckExact(o) ? VKind::List : VKind::Tuple, std::move(items));
+  }
+  if (PyDict_CheckExact(o)) {
+    ValueRef d = make_dict();
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(o, &pos, &key, &value)) {
+      ValueRef item = is_constant(key) ? made_value(value) : nullptr;
+      if (!item) return nullptr;
+      d->keys.push_back(make_const_borrowed(key));
+      d->items.push_back(std::move(item));
+    }
+    return d;
+  }
+  if (PyAnySet_Check(o) || PyByteArray_Check(o) || PyList_Check(o) || PyDict_Check(o)) return nullptr;
+  return make_const_borrowed(o);
+}
+
 static ValueRef wrap_output(Tracer& t, graph::Node node, PyObject* out, PyObject* device,
                             const graph::TensorMeta* known, const std::vector<graph::SymShape>& shapes) {
   const auto& T = torch_refs();
@@ -187,7 +218,11 @@ static ValueRef wrap_output(Tracer& t, graph::Node node, PyObject* out, PyObject
     // Results computed from metadata alone (sizes, dtypes, flags) are constants of this trace; the tensor
     // guards keep them valid. A call with tensor arguments and no result is kept for its side effects.
     if (out == Py_None) t.graph().add(std::move(node));
-    return make_const_borrowed(out);
+    ValueRef made = made_value(out);
+    if (!made)
+      throw Unsupported(BreakCode::UnsupportedValue,
+                        fmt::format("{} returned a {} the trace cannot make", node.target_name, Py_TYPE(out)->tp_name));
+    return made;
   }
   node.type = graph::ValueType::Other;
   std::string loc = node.user_loc;
@@ -196,7 +231,12 @@ static ValueRef wrap_output(Tracer& t, graph::Node node, PyObject* out, PyObject
   for (Py_ssize_t i = 0; i < PySequence_Size(out); ++i) {
     PyRef item = PyRef::steal(PySequence_GetItem(out, i));
     if (!T.is_tensor(item.get())) {
-      items.push_back(make_const(item));
+      ValueRef made = made_value(item.get());
+      if (!made)
+        throw Unsupported(BreakCode::UnsupportedValue, fmt::format("{} returned a {} the trace cannot make",
+                                                                   t.graph().nodes[id].target_name,
+                                                                   Py_TYPE(item.get())->tp_name));
+      items.push_back(std::move(made));
       continue;
     }
     graph::Node get;
@@ -418,6 +458,15 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
     if (not_implemented || msg.find("meta") != std::string::npos)
       throw Unsupported(BreakCode::MetaPropagation, fmt::format("{}: {}", name, msg.substr(0, 300)));
     throw UserCodeError(fmt::format("{} raised: {}", name, msg.substr(0, 300)), exc_type);
+  }
+  // A torch function that hands back one of its arguments that is no tensor (torch.jit.annotate(T, v) returns v):
+  // that argument's value, so that a list made in the trace stays that list and its appends are traced.
+  // (A constant result is a constant: a call returning None for its effects keeps its node below.)
+  if (!T.is_tensor(meta_out.get()) && !is_constant(meta_out.get())) {
+    for (size_t i = 0; i < args.size(); ++i)
+      if (PyTuple_GET_ITEM(meta_args.get(), i) == meta_out.get()) return args[i];
+    for (const auto& [key, value] : kwargs)
+      if (PyDict_GetItemString(meta_kwargs.get(), key.c_str()) == meta_out.get()) return value;
   }
   PyObject* out_device = explicit_device ? explicit_device.get() : (device ? device : T.cpu_device.get());
   // A CUDA device named without an index ("cuda", .cuda()) is the current one: the value's device says which (as

@@ -206,3 +206,16 @@ def test_a_program_the_generator_cannot_build_is_skipped_not_fatal(tmp_path, mon
     report = fuzz.run(seed=3, count=3, workers=1, out=str(tmp_path / "fz"), verify=False, log=logged.append)
     assert report.programs == 2 and report.totals["generator_errors"] == 1
     assert any("program 1: the generator failed (ZeroDivisionError" in line for line in logged)
+
+
+def test_plan_comparison_holds_an_f64_cast_of_an_f32_value_to_f32_and_sees_wrong_values():
+    from tests.fuzz.plans import _mismatch
+
+    f32 = torch.tensor(0.9527571201324463, dtype=torch.float32)
+    ulp_off = torch.nextafter(f32, torch.tensor(2.0))  # another summation order: one ulp of f32 away
+    assert _mismatch([ulp_off.double()], [f32.double()]) is None
+    assert "not close" in _mismatch([f32.double() * 1.001], [f32.double()])  # a wrong value stays one
+    assert "not close" in _mismatch([torch.tensor([3.0], dtype=torch.float64)],
+                                    [torch.tensor([2.0], dtype=torch.float64)])  # integers: f64's own tolerance
+    assert "not close" in _mismatch([torch.tensor(0.1, dtype=torch.float64) + 1e-8],
+                                    [torch.tensor(0.1, dtype=torch.float64)])  # a true f64 value: f64's tolerance

@@ -831,3 +831,46 @@ def test_a_list_a_torch_function_makes_from_constants_is_a_new_list_on_every_cal
     x = torch.randn(4, 5, 6)
     first, second = compiled(x)[1], compiled(x)[1]
     assert first == second == [5, 2, 7] and first is not second
+
+
+def test_a_parameters_grad_is_read_under_a_guard_none_or_a_tensor_input():
+    lin = torch.nn.Linear(3, 3)
+
+    def f(x):
+        g = lin.weight.grad
+        y = lin(x)
+        return y if g is None else y + g.sum()
+
+    compiled = fastcomp.compile(f)
+    x = torch.randn(2, 3)
+    with CompileCounter() as cc:
+        same(compiled(x), f(x))  # no gradient yet
+        lin(x).sum().backward()
+        same(compiled(x), f(x))  # a gradient: recompiled, the gradient an input
+        lin.weight.grad.mul_(3)  # new values of the same gradient: no recompile, the new values used
+        same(compiled(x), f(x))
+        lin.weight.grad = None
+        same(compiled(x), f(x))
+    assert (cc.frame_count, cc.graph_count, cc.break_count) == (2, 2, 0), cc.records
+
+
+def test_module_to_its_own_dtype_inside_a_forward_is_one_graph_and_changes_nothing():
+    """`self.classifier = self.classifier.to(self.dtype)` in a forward (transformers' Switch router): nn.Module._apply
+    reads each parameter's .grad and sets `param.data = param` where to() handed the parameter back."""
+    class Router(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.classifier = torch.nn.Linear(4, 2)
+
+        def forward(self, x):
+            classifier = self.classifier.to(torch.float32)
+            return classifier(x).softmax(-1)
+
+    model = Router()
+    weight = model.classifier.weight
+    compiled = fastcomp.compile(model)
+    x = torch.randn(3, 4)
+    with CompileCounter() as cc:
+        same(compiled(x), model(x))
+    assert (cc.graph_count, cc.break_count) == (1, 0), cc.records
+    assert model.classifier.weight is weight and weight.dtype == torch.float32

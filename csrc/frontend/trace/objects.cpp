@@ -443,6 +443,11 @@ void Tracer::store_attr(const ValueRef& obj, PyObject* name, const ValueRef& val
       }
       return;
     }
+    case VKind::Tensor:
+      // `t.data = t` (nn.Module._apply converting a parameter to the dtype and device it has: `to()` handed back
+      // the tensor itself) sets a tensor's data to its own: nothing changes.
+      if (value && value.get() == obj.get() && utf8(name) == "data") return;
+      [[fallthrough]];
     default:
       throw Unsupported(BreakCode::SideEffect, fmt::format("{} of attribute '{}' of {}", value ? "assignment" : "deletion",
                                                            utf8(name), describe(*obj)));

@@ -532,7 +532,8 @@ ValueRef Tracer::tensor_attr(const ValueRef& tensor, PyObject* name) {
     return make_const_borrowed((n == "is_cuda") == is_cuda ? Py_True : Py_False);
   }
   if ((n == "shape") && !tensor->shape.empty()) return sym_shape(tensor);
-  if (n == "grad" || n == "grad_fn" || n == "_version" || n == "data_ptr")
+  if (n == "grad") return tensor_grad(tensor, name);
+  if (n == "grad_fn" || n == "_version" || n == "data_ptr")
     throw Unsupported(BreakCode::UnsupportedValue, fmt::format("Tensor.{} is not traced", n));
   PyObject* cls_attr = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(T.tensor_type.get()), name);
   bool is_method = cls_attr && (Py_TYPE(cls_attr) == &PyMethodDescr_Type || PyFunction_Check(cls_attr) ||
@@ -553,6 +554,20 @@ ValueRef Tracer::tensor_attr(const ValueRef& tensor, PyObject* name) {
   }
   if (!T.is_tensor(out.get())) return make_const(out);
   return call_torch(T.builtin_getattr.get(), "getattr", {tensor, make_const_borrowed(name)}, {});
+}
+
+// `t.grad`. A tensor read from the frame (a parameter) has the gradient its last backward left, or None: read now
+// through a source of its own, so a tensor is an input of the graph and None a guard. A tensor the trace made has
+// none: no backward runs inside a graph, and the tracer does not assign `.grad`.
+ValueRef Tracer::tensor_grad(const ValueRef& tensor, PyObject* name) {
+  if (tensor->source < 0) return make_const_borrowed(Py_None);
+  for (const auto& [object, value] : tensor_by_object_) {
+    if (value != tensor) continue;
+    PyRef grad = PyRef::steal(PyObject_GetAttr(object, name));
+    if (!grad) throw UserCodeError(take_error_message());
+    return wrap(grad.get(), guards_.sources.attr(tensor->source, name));
+  }
+  throw Unsupported(BreakCode::UnsupportedValue, "Tensor.grad of a tensor whose object the trace does not hold");
 }
 
 ValueRef Tracer::set_grad_mode(bool enabled) {

@@ -111,6 +111,7 @@ class Tracer {
   // tensor_ops.cpp: records `target(*args, **kwargs)` as a graph node using meta tensors for shapes.
   ValueRef call_torch(PyObject* target, const std::string& name, const std::vector<ValueRef>& args,
                       const std::vector<std::pair<std::string, ValueRef>>& kwargs);
+  ValueRef tensor_grad(const ValueRef& tensor, PyObject* name);  // t.grad
   ValueRef tensor_attr(const ValueRef& tensor, PyObject* name);
   ValueRef set_grad_mode(bool enabled);  // records and applies a grad-mode switch
   // autocast.cpp: `with torch.autocast(...)` blocks and ops traced under autocast.

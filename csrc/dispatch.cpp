@@ -295,7 +295,8 @@ cpython::FrameOutcome rerun_in_cpython(std::shared_ptr<runtime::CacheEntry> entr
 }
 
 cpython::FrameOutcome run_compiled(const CompiledFrame& c, const frontend::GuardScratch& scratch,
-                                   const cpython::FrameView& frame, std::shared_ptr<runtime::CacheEntry> entry) {
+                                   const cpython::FrameView& frame,
+                                   const std::shared_ptr<runtime::CacheEntry>& entry) {
   if (!c.executable) return cpython::FrameOutcome::run_default();
   std::shared_ptr<const frontend::ResumePlan> plan = c.resume;  // the cache may change while the break runs
   // The objects side effects write to, held across the run: code the graph calls may compile (and reuse `scratch`).
@@ -308,7 +309,7 @@ cpython::FrameOutcome run_compiled(const CompiledFrame& c, const frontend::Guard
   PyObject* out = c.executable->run(scratch.inputs.data(), scratch.inputs.size());
   // Only exceptions of programs: a KeyboardInterrupt or SystemExit is not a reason to run the frame again.
   if (!out && c.reruns_when_graph_raises && PyErr_ExceptionMatches(PyExc_Exception))
-    return rerun_in_cpython(std::move(entry), frame.code(), take_error_message());
+    return rerun_in_cpython(entry, frame.code(), take_error_message());
   if (!out) return cpython::FrameOutcome::error();
   if (!c.side_effects.empty()) {
     if (!frontend::apply_side_effects(c.side_effects, out, targets)) {

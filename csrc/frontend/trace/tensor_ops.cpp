@@ -146,37 +146,6 @@ static Converted convert_arg(Tracer& t, const ValueRef& v, PyObject** device) {
 // Turns the meta output of a recorded node into Values (with extra getitem nodes for tuple outputs).
 // `known` (nullable) is the output's metadata when it was computed without reading `out`.
 // `shapes` (one per tensor output, in order; empty when static) are the outputs' symbolic shapes.
-// A non-tensor result of a torch call as a value of the trace. Constants are themselves. A list, tuple or dict the
-// call made is a new object on every eager call, so it is a container made in the trace (each call gets its own,
-// and appends to it are traced), not one object every call shares; null where such a container holds something
-// the trace cannot make (a set, a bytearray, a mutable container as a dict key). Other objects are constants.
-static ValueRef made_value(PyObject* o) {
-  if (is_constant(o)) return make_const_borrowed(o);
-  if (PyList_CheckExact(o) || PyTuple_CheckExact(o)) {
-    std::vector<ValueRef> items;
-    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); ++i) {
-      ValueRef item = made_value(PySequence_Fast_GET_ITEM(o, i));
-      if (!item) return nullptr;
-      items.push_back(std::move(item));
-    }
-    return make_seq(PyList_CheckExact(o) ? VKind::List : VKind::Tuple, std::move(items));
-  }
-  if (PyDict_CheckExact(o)) {
-    ValueRef d = make_dict();
-    PyObject *key, *value;
-    Py_ssize_t pos = 0;
-    while (PyDict_Next(o, &pos, &key, &value)) {
-      ValueRef item = is_constant(key) ? made_value(value) : nullptr;
-      if (!item) return nullptr;
-      d->keys.push_back(make_const_borrowed(key));
-      d->items.push_back(std::move(item));
-    }
-    return d;
-  }
-  if (PyAnySet_Check(o) || PyByteArray_Check(o) || PyList_Check(o) || PyDict_Check(o)) return nullptr;
-  return make_const_borrowed(o);
-}
-
 static ValueRef wrap_output(Tracer& t, graph::Node node, PyObject* out, PyObject* device,
                             const graph::TensorMeta* known, const std::vector<graph::SymShape>& shapes) {
   const auto& T = torch_refs();
@@ -217,26 +186,19 @@ static ValueRef wrap_output(Tracer& t, graph::Node node, PyObject* out, PyObject
   if (!has_tensor) {
     // Results computed from metadata alone (sizes, dtypes, flags) are constants of this trace; the tensor
     // guards keep them valid. A call with tensor arguments and no result is kept for its side effects.
+    // A list or dict the call made is a new object on every eager call, so a container made in the trace (each call
+    // gets its own, and appends to it are traced), not one object every call shares.
     if (out == Py_None) t.graph().add(std::move(node));
-    ValueRef made = made_value(out);
-    if (!made)
-      throw Unsupported(BreakCode::UnsupportedValue,
-                        fmt::format("{} returned a {} the trace cannot make", node.target_name, Py_TYPE(out)->tp_name));
-    return made;
+    return t.wrap_call_result(out);
   }
   node.type = graph::ValueType::Other;
   std::string loc = node.user_loc;
   graph::NodeId id = t.graph().add(std::move(node));
   std::vector<ValueRef> items;
   for (Py_ssize_t i = 0; i < PySequence_Size(out); ++i) {
-    PyRef item = PyRef::steal(PySequence_GetItem(out, i));
-    if (!T.is_tensor(item.get())) {
-      ValueRef made = made_value(item.get());
-      if (!made)
-        throw Unsupported(BreakCode::UnsupportedValue, fmt::format("{} returned a {} the trace cannot make",
-                                                                   t.graph().nodes[id].target_name,
-                                                                   Py_TYPE(item.get())->tp_name));
-      items.push_back(std::move(made));
+    PyObject* item = PySequence_Fast_GET_ITEM(out, i);  // borrowed: a list or tuple (or structseq) holds it
+    if (!T.is_tensor(item)) {
+      items.push_back(t.wrap_call_result(item));
       continue;
     }
     graph::Node get;
@@ -244,9 +206,9 @@ static ValueRef wrap_output(Tracer& t, graph::Node node, PyObject* out, PyObject
     get.target_name = "operator.getitem";
     get.args = {graph::Arg::of_node(id), graph::Arg::of_const(PyRef::steal(PyLong_FromSsize_t(i)))};
     get.type = graph::ValueType::Tensor;
-    get.meta = meta_of_tensor(item.get(), device);
+    get.meta = meta_of_tensor(item, device);
     get.user_loc = loc;
-    items.push_back(tensor_value(t.graph().add(std::move(get)), item.get()));
+    items.push_back(tensor_value(t.graph().add(std::move(get)), item));
   }
   if (PyList_Check(out)) return make_seq(VKind::List, std::move(items));
   if (PyTuple_CheckExact(out)) return make_seq(VKind::Tuple, std::move(items));

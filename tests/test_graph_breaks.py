@@ -440,6 +440,21 @@ def test_each_break_code_message(code, fn):
                                  "outside, or use `torch.where`")
 
 
+def test_an_op_whose_output_size_depends_on_values_is_a_data_dependent_break_and_says_so():
+    """Meta tensors have no values: torch.where(cond) fails on them, and the break says why (not "no meta
+    implementation, please report it")."""
+    def f(x):
+        idx, = torch.where(x > 0)
+        return x[idx] * 2
+
+    out = fastcomp.explain(f)(torch.randn(8))
+    b = out.break_reasons[0]
+    assert b.code == "GB002", b
+    assert "torch.where: the size of its output depends on the tensor's values" in b.reason, b.reason
+    x = torch.randn(8)
+    torch.testing.assert_close(fastcomp.compile(f)(x), f(x))
+
+
 def test_values_on_the_stack_across_a_break():
     def f(x):
         return x.sin() + eager_side_channel(x) * torch.cos(x), [x * 2, print(end="") or 3]

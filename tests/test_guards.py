@@ -409,3 +409,44 @@ def test_each_global_module_hook_dict_is_guarded_on_its_own():
     finally:
         handle.remove()
     assert calls == [lin]  # the hook ran, as in eager: the cached graph (which skips it) was not reused
+
+
+class Skipping(torch.nn.Module):
+    """Scales by the names not in a set the module owns, which the program changes between calls in place (a set
+    changes without any dict version changing, so the guard memo must re-check it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.skipped = {"b"}
+
+    def forward(self, x):
+        for name, factor in (("a", 2.0), ("b", 3.0)):
+            if name not in self.skipped:
+                x = x * factor
+        return x
+
+
+def test_set_membership_changed_in_place_recompiles_with_the_tested_key():
+    m = Skipping()
+    compiled = fastcomp.compile(m)
+    with CompileCounter() as cc:
+        for _ in range(2):
+            x = torch.randn(3)
+            torch.testing.assert_close(compiled(x), x * 2.0)
+        m.skipped.discard("b")
+        for _ in range(2):
+            x = torch.randn(3)
+            torch.testing.assert_close(compiled(x), x * 6.0)
+        m.skipped.add("unrelated")  # no key the trace tested: the same entry still serves
+        x = torch.randn(3)
+        torch.testing.assert_close(compiled(x), x * 6.0)
+    expect_one_recompile(cc, "('b' in L['self'].skipped) == True")
+    assert cc.break_count == 0
+
+
+def test_an_unhashable_key_tested_against_a_set_raises_eagers_type_error():
+    def f(x, s):
+        return x + 1 if [1] in s else x
+
+    with pytest.raises(TypeError, match="unhashable type: 'list'"):
+        fastcomp.compile(f)(torch.randn(2), {1})

@@ -874,3 +874,26 @@ def test_module_to_its_own_dtype_inside_a_forward_is_one_graph_and_changes_nothi
         same(compiled(x), model(x))
     assert (cc.graph_count, cc.break_count) == (1, 0), cc.records
     assert model.classifier.weight is weight and weight.dtype == torch.float32
+
+
+def test_a_submodule_assigned_back_to_itself_inside_a_forward_is_one_graph():
+    """`self.classifier = self.classifier.to(dtype)` (transformers' Switch router) runs nn.Module.__setattr__, which
+    tests `name in self._non_persistent_buffers_set` (a set read from the frame) before writing _modules."""
+    class Router(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.classifier = torch.nn.Linear(4, 2)
+
+        def forward(self, x):
+            self.classifier = self.classifier.to(torch.float32)
+            return self.classifier(x).softmax(-1)
+
+    model = Router()
+    classifier = model.classifier
+    compiled = fastcomp.compile(model)
+    with CompileCounter() as cc:
+        for _ in range(2):
+            x = torch.randn(3, 4)
+            same(compiled(x), model(x))
+    assert (cc.frame_count, cc.graph_count, cc.break_count) == (1, 1, 0), cc.records
+    assert model.classifier is classifier and list(model._modules) == ["classifier"]

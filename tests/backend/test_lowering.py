@@ -526,7 +526,7 @@ def test_a_boolean_mask_torch_runs_on_cudnn_is_passed_as_one_bias_the_plan_makes
         with _sdp_kernels(mem_efficient=True, math=True):
             record = compile_and_check(_two_heads_on_one_causal_mask, tuple(t[:1] for t in (q, k, v)))
         assert " taking " not in record["plan"], record["plan"]
-    # Off (the default until it is checked on a GPU), torch's call converts the mask.
-    with _sdp_kernels(mem_efficient=False, math=False):
+    # Off, torch's call converts the mask.
+    with _sdp_kernels(mem_efficient=False, math=False), fastcomp.config.patch(attention_mask_bias=False):
         record = compile_and_check(_two_heads_on_one_causal_mask, tuple(t[:, :2] for t in (q, k, v)))
     assert " taking " not in record["plan"], record["plan"]

@@ -5,7 +5,7 @@
 // skips the guards that depend on nothing else: identity, equality with an immutable constant, a dict's keys,
 // aliasing. What can change while every dict stays the same is checked on every call: tensor metadata (a
 // parameter's `.data`, dtype or requires_grad changes in place), types (`__class__` assignment), lengths,
-// class versions, global state, symbolic sizes, and every value read through getattr (a property or
+// class versions, global state, symbolic sizes, set membership, and every value read through getattr (a property or
 // __getattr__ can return anything) or out of a list.
 //
 // From 3.12 a dict watcher says that none of the watched dicts changed without reading them, and the check then

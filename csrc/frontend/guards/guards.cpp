@@ -312,6 +312,13 @@ bool check_one(const GuardSet& set, const Guard& g, PyObject* v, GuardScratch& s
       if (has < 0) PyErr_Clear();
       return fail(fmt::format("{} now has key {}", name, py_repr(g.expected.get())));
     }
+    case GuardKind::SetHas: {
+      if (!PyAnySet_CheckExact(v)) return fail(fmt::format("{} is not a set", name));
+      int has = PySet_Contains(v, g.expected.get());
+      if (has >= 0 && has == (g.length != 0)) return true;
+      if (has < 0) PyErr_Clear();
+      return fail(fmt::format("({} in {}) == {}", py_repr(g.expected.get()), name, g.length != 0 ? "True" : "False"));
+    }
     case GuardKind::GlobalState: {
       ProbeState now_state;
       if (g.probe != StateProbe::None && read_state_probe(g.probe, &now_state) && now_state == g.probe_state)
@@ -462,6 +469,8 @@ std::string GuardSet::describe(const Guard& g) const {
     case GuardKind::TypeVersion:
       return fmt::format("TYPE_VERSION: class {} unchanged", reinterpret_cast<PyTypeObject*>(g.expected.get())->tp_name);
     case GuardKind::DictLacks: return fmt::format("DICT_LACKS: {} not in {}", py_repr(g.expected.get()), name);
+    case GuardKind::SetHas:
+      return fmt::format("SET_CONTAINS: ({} in {}) == {}", py_repr(g.expected.get()), name, g.length != 0 ? "True" : "False");
     case GuardKind::SizeRelation:
       return fmt::format("SIZE_RELATION: ({} {} {}) == {}  # {}", str(g.sym_a), size_cmp_text(g.cmp), str(g.sym_b),
                          g.expected.get() == Py_True ? "True" : "False", g.what);

@@ -28,6 +28,7 @@ enum class GuardKind : uint8_t {
   SizeRelation, // (sym_a <cmp> sym_b) == expected, over the symbols the tensor guards bound
   TypeVersion,  // expected (a class) still has version tag `length`: neither it nor a base changed since the trace
   DictLacks,    // value is a dict without key `expected` (an attribute that falls through to the class)
+  SetHas,       // value is a set or frozenset, and (expected in value) == (length != 0): an `in` test the trace made
 };
 
 struct TensorGuard {
@@ -71,7 +72,7 @@ struct Guard {
   PyRef call;           // GlobalState: the callable, called with no arguments
   StateProbe probe = StateProbe::None;  // GlobalState
   ProbeState probe_state{};             // GlobalState: the probe's raw state when traced
-  int64_t length = 0;   // Length; TypeVersion: the version tag
+  int64_t length = 0;   // Length; TypeVersion: the version tag; SetHas: 1 if the key was in the set
   TensorGuard tensor;   // TensorMatch
   std::string what;     // GlobalState: what is checked, e.g. "torch.is_grad_enabled()"; SizeRelation: why
   graph::Sym sym_a, sym_b;  // SizeRelation operands

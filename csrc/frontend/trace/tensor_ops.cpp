@@ -417,6 +417,15 @@ ValueRef Tracer::call_torch(PyObject* target, const std::string& name, const std
     Py_XDECREF(type);
     Py_XDECREF(value);
     Py_XDECREF(tb);
+    // Meta tensors have no values: an op whose output size depends on them (nonzero, one-argument torch.where,
+    // a size read with .item()) fails there with one of these phrases. That is a data-dependent value (GB002), not a gap
+    // in torch's meta functions, and torch.compile breaks there too (capture_dynamic_output_shape_ops off).
+    const bool needs_values = msg.find("cannot be called on meta tensors") != std::string::npos ||
+                              msg.find("data-independent") != std::string::npos ||
+                              msg.find("data-dependent") != std::string::npos;
+    if (needs_values)
+      throw Unsupported(BreakCode::DataDependentValue,
+                        fmt::format("{}: the size of its output depends on the tensor's values", name));
     if (not_implemented || msg.find("meta") != std::string::npos)
       throw Unsupported(BreakCode::MetaPropagation, fmt::format("{}: {}", name, msg.substr(0, 300)));
     throw UserCodeError(fmt::format("{} raised: {}", name, msg.substr(0, 300)), exc_type);

@@ -22,7 +22,7 @@ struct Config {
   bool small_matmul = true;         // F.linear of a few rows as a kernel of its own, not cuBLASLt (plan::LowerOptions)
   bool grouped_products = true;     // products of one A as one batched cuBLASLt call (plan/group_products.h)
   bool combined_kernels = true;     // pointwise kernels of graph inputs alone as one, run early (plan/combine_kernels.h)
-  bool attention_mask_bias = true;  // cuDNN attention's boolean mask as a bias the plan makes (plan::LowerOptions)
+  bool attention_mask_bias = false; // cuDNN attention's boolean mask as a bias the plan makes (plan::LowerOptions)
   bool channels_last = true;        // values between convolutions planned NHWC where unobserved (plan/channels_last.h)
   std::string explicit_autocast = "cuda";  // devices whose ops under autocast become explicit casts: cuda, all, off
   GuardMemoUse guard_memo = GuardMemoUse::Auto;

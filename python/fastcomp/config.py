@@ -95,7 +95,7 @@ _SETTINGS = {
     "combined_kernels": ("FASTCOMP_COMBINED_KERNELS", True),
     # A boolean mask of an attention call torch runs on cuDNN passed as the bias torch would make of it, made by a
     # kernel of the plan (csrc/plan/lower_attention.cpp, python/fastcomp/_attention_bias.py).
-    "attention_mask_bias": ("FASTCOMP_ATTENTION_MASK_BIAS", True),
+    "attention_mask_bias": ("FASTCOMP_ATTENTION_MASK_BIAS", False),
     # Values between 2-d convolutions in channels-last memory order where nothing observes their layout
     # (csrc/plan/channels_last.h): cuDNN then runs its NHWC kernels without transposing around each convolution.
     "channels_last": ("FASTCOMP_CHANNELS_LAST", True),

@@ -237,33 +237,25 @@ bool Tracer::contains(const ValueRef& container, const ValueRef& needle) {
   }
   if (b->is(VKind::Tensor)) throw Unsupported(BreakCode::DataDependentBranch, "`in` test on a tensor's values");
   PyRef c = as_python_constant(b), n = as_python_constant(needle);
-  if (b->is(VKind::Object) && PyAnySet_CheckExact(b->obj.get()) && b->source >= 0 && n && needle->is(VKind::Const)) {
-    // A set read from the frame (a module's _non_persistent_buffers_set): the answer is guarded, not its contents,
-    // and the guard is checked on every call (a set changes without any dict version changing: guard_memo.h).
-    int r = PySet_Contains(b->obj.get(), n.get());
+  auto answer = [&](int r) {  // r from PySequence_Contains: an error (an unhashable key) is eager's
     if (r < 0) {
       bool te = PyErr_ExceptionMatches(PyExc_TypeError);
       std::string msg = take_error_message();
       throw UserCodeError(msg, te ? PyExc_TypeError : nullptr);
     }
-    Guard g;
-    g.kind = GuardKind::SetHas;
-    g.source = b->source;
-    g.expected = n;
-    g.length = r;
-    guards_.guards.push_back(std::move(g));
     return r == 1;
+  };
+  if (b->is(VKind::Object) && PyAnySet_CheckExact(b->obj.get()) && b->source >= 0 && n && needle->is(VKind::Const)) {
+    // A set read from the frame (a module's _non_persistent_buffers_set): the answer is guarded, not its contents,
+    // and the guard is checked on every call (a set changes without any dict version changing: guard_memo.h).
+    bool has = answer(PySet_Contains(b->obj.get(), n.get()));
+    guard(GuardKind::SetHas, b->source, n.get());
+    guards_.guards.back().length = has;
+    return has;
   }
   if (!c || !n || b->is(VKind::Object) || needle->is(VKind::Tensor))
     throw Unsupported(BreakCode::UnsupportedValue, "`in` test on " + describe(*b));
-  int r = PySequence_Contains(c.get(), n.get());
-  if (r < 0) {
-    PyObject* type = PyErr_Occurred();
-    bool te = type && PyErr_GivenExceptionMatches(type, PyExc_TypeError);
-    std::string msg = take_error_message();
-    throw UserCodeError(msg, te ? PyExc_TypeError : nullptr);
-  }
-  return r == 1;
+  return answer(PySequence_Contains(c.get(), n.get()));
 }
 
 ValueRef Tracer::unary(Op op, const ValueRef& a) {
